@@ -1,0 +1,145 @@
+"""Where to connect: DSN parsing (SQLAlchemy URLs, libpq URIs and key=value strings), masking of
+passwords for anything printed, and opening psycopg connections with queuetop's identity.
+
+PostgreSQL is spoken through psycopg directly: the engine's hot paths (claim, ack) cannot afford
+an ORM layer, and psycopg's automatic server-side preparation is what makes them fast.
+SQLAlchemy's URL parser is used so that `postgresql+psycopg://` URLs work as users expect.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import conninfo as pg_conninfo
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+from .errors import ConnectionFailed, UsageError
+
+ENV_DSN = "QUEUETOP_DSN"
+MASK = "***"
+
+# libpq URI schemes; anything of the form `word+driver://` is a SQLAlchemy URL.
+_LIBPQ_SCHEMES = ("postgresql://", "postgres://")
+_SQLALCHEMY_URL = re.compile(r"^[A-Za-z][A-Za-z0-9]*(\+[A-Za-z0-9_]+)?://")
+_KV_PASSWORD = re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
+_URI_PASSWORD_PARAM = re.compile(r"([?&]password=)[^&]*", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Target:
+    """A database to connect to, resolved from what the user typed."""
+
+    dialect: str  # "postgresql" | "mssql"
+    conninfo: str  # libpq conninfo for PostgreSQL; the SQLAlchemy URL string for others
+    masked: str  # printable form, password replaced by ***
+    embedded: bool = False
+
+    def __str__(self) -> str:  # never let the raw DSN leak through formatting
+        return self.masked
+
+    def __repr__(self) -> str:
+        return f"Target(dialect={self.dialect!r}, dsn={self.masked!r}, embedded={self.embedded})"
+
+
+def mask_dsn(dsn: str) -> str:
+    """Return `dsn` with any password replaced by ***, whatever form it is in."""
+    text = dsn.strip()
+    if _SQLALCHEMY_URL.match(text):
+        try:
+            url = make_url(text)
+        except ArgumentError:
+            url = None
+        if url is not None:
+            masked = url.render_as_string(hide_password=True)
+            return _URI_PASSWORD_PARAM.sub(rf"\g<1>{MASK}", masked)
+        # Unparseable URL: blank out whatever sits between "user:" and "@".
+        text = re.sub(r"(://[^:/@]*:)[^@]*@", rf"\g<1>{MASK}@", text)
+        return _URI_PASSWORD_PARAM.sub(rf"\g<1>{MASK}", text)
+    return _KV_PASSWORD.sub(rf"\g<1>{MASK}", text)
+
+
+def resolve_target(dsn: str | None) -> Target | None:
+    """Turn --dsn / QUEUETOP_DSN into a Target; None means "use the embedded server"."""
+    raw = dsn if dsn is not None else os.environ.get(ENV_DSN)
+    if raw is None or not raw.strip():
+        return None
+    raw = raw.strip()
+    masked = mask_dsn(raw)
+    if raw.startswith(_LIBPQ_SCHEMES) or not _SQLALCHEMY_URL.match(raw):
+        # libpq URI or key=value: let libpq's own parser judge it (and keep PGHOST,
+        # PGSERVICE, ~/.pgpass working for whatever the string leaves out).
+        try:
+            pg_conninfo.conninfo_to_dict(raw)
+        except psycopg.ProgrammingError as exc:
+            raise UsageError(f"invalid DSN {masked}: {_first_line(str(exc))}") from None
+        return Target(dialect="postgresql", conninfo=raw, masked=masked)
+    try:
+        url = make_url(raw)
+    except ArgumentError as exc:
+        raise UsageError(f"invalid DSN {masked}: {exc}") from None
+    backend = url.get_backend_name()
+    if backend in ("postgresql", "postgres"):
+        return Target(dialect="postgresql", conninfo=_url_to_conninfo(url), masked=masked)
+    if backend == "mssql":
+        raise UsageError(f"SQL Server is not supported yet by this version of queuetop: {masked}")
+    raise UsageError(f"unsupported database {backend!r} in DSN {masked}")
+
+
+def _url_to_conninfo(url) -> str:
+    params: dict[str, object] = {}
+    if url.host:
+        params["host"] = url.host
+    if url.port:
+        params["port"] = url.port
+    if url.username:
+        params["user"] = url.username
+    if url.password is not None:
+        params["password"] = url.password
+    if url.database:
+        params["dbname"] = url.database
+    for key, value in url.query.items():
+        # SQLAlchemy keeps repeated keys as tuples; libpq wants comma-separated lists (host=a,b).
+        params[key] = ",".join(value) if isinstance(value, tuple) else value
+    return pg_conninfo.make_conninfo(**params)
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else text
+
+
+def describe_connect_error(target: Target, exc: BaseException) -> str:
+    """One line saying why a connection failed, with the DSN masked and no password echoed."""
+    reason = _first_line(str(exc)) or type(exc).__name__
+    password = pg_conninfo.conninfo_to_dict(target.conninfo).get("password") if target.dialect == "postgresql" else None
+    if password:
+        reason = reason.replace(str(password), MASK)
+    return f"cannot connect to {target.masked}: {reason}"
+
+
+def connect(
+    target: Target,
+    *,
+    application_name: str,
+    autocommit: bool = True,
+    connect_timeout: int = 10,
+    options: dict[str, str] | None = None,
+) -> psycopg.Connection:
+    """Open a psycopg connection that identifies itself as queuetop's.
+
+    `options` are server settings applied at connection start (statement_timeout, ...), so they
+    cost no extra round trip.
+    """
+    kwargs: dict[str, object] = {
+        "application_name": application_name[:63],
+        "connect_timeout": connect_timeout,
+    }
+    if options:
+        kwargs["options"] = " ".join(f"-c {key}={value}" for key, value in options.items())
+    try:
+        return psycopg.connect(target.conninfo, autocommit=autocommit, **kwargs)
+    except psycopg.OperationalError as exc:
+        raise ConnectionFailed(describe_connect_error(target, exc)) from None

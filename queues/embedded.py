@@ -1,0 +1,101 @@
+"""The embedded PostgreSQL server (pgserver) used when no DSN is given.
+
+One server per user and host: its data lives under the user's data directory (or --data-dir),
+it is started on demand by whichever queuetop process needs it first and left running for the
+next one (starting PostgreSQL for every CLI call would cost a second each time);
+`queuetop server stop` stops it. pgserver's own inter-process lock makes concurrent starts safe.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from pathlib import Path
+
+import platformdirs
+import psycopg
+from psycopg import sql
+
+from .database import Target, mask_dsn
+from .errors import ConnectionFailed
+
+DATABASE = "queuetop"
+ENV_DATA_DIR = "QUEUETOP_DATA_DIR"
+
+
+def default_data_dir() -> Path:
+    env = os.environ.get(ENV_DATA_DIR)
+    if env:
+        return Path(env).expanduser()
+    return Path(platformdirs.user_data_dir("queuetop")) / "pgdata"
+
+
+def _quiet_pgserver() -> None:
+    # pgserver logs every pg_ctl call at INFO and platformdirs warns about XDG_RUNTIME_DIR on
+    # headless hosts; neither belongs on an operator's terminal.
+    logging.getLogger("pgserver").setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+
+
+def _server(data_dir: Path):
+    _quiet_pgserver()
+    import pgserver  # imported late: it pulls in psutil and locks, only needed without a DSN
+
+    data_dir = data_dir.expanduser().resolve()
+    data_dir.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        return pgserver.get_server(data_dir, cleanup_mode=None)
+    except Exception as exc:  # pgserver raises bare subprocess errors with the log elsewhere
+        raise ConnectionFailed(
+            f"cannot start the embedded PostgreSQL server in {data_dir}: {exc} (see {data_dir / 'log'})"
+        ) from None
+
+
+def embedded_target(data_dir: Path | None = None) -> Target:
+    """Start (or join) the embedded server and return a target for its `queuetop` database."""
+    server = _server(data_dir or default_data_dir())
+    admin_uri = server.get_uri()
+    _ensure_database(admin_uri)
+    uri = server.get_uri(DATABASE)
+    return Target(dialect="postgresql", conninfo=uri, masked=mask_dsn(uri), embedded=True)
+
+
+def _ensure_database(admin_uri: str) -> None:
+    with psycopg.connect(admin_uri, autocommit=True, application_name="queuetop-embedded") as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,)).fetchone()
+        if exists:
+            return
+        try:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DATABASE)))
+        except psycopg.errors.DuplicateDatabase:
+            pass  # another queuetop process created it first
+
+
+def server_status(data_dir: Path | None = None) -> dict[str, object]:
+    """Describe the embedded server without starting it."""
+    _quiet_pgserver()
+    from pgserver.utils import PostmasterInfo
+
+    pgdata = (data_dir or default_data_dir()).expanduser().resolve()
+    info = PostmasterInfo.read_from_pgdata(pgdata) if pgdata.exists() else None
+    running = bool(info is not None and info.is_running())
+    return {
+        "data_dir": str(pgdata),
+        "initialized": (pgdata / "PG_VERSION").exists(),
+        "running": running,
+        "pid": info.pid if running else None,
+        "dsn": info.get_uri(database=DATABASE) if running else None,
+    }
+
+
+def stop_server(data_dir: Path | None = None) -> bool:
+    """Stop the embedded server if it runs; True when it was running."""
+    status = server_status(data_dir)
+    if not status["running"]:
+        return False
+    from pgserver import pg_ctl
+
+    user = "pgserver" if os.name == "posix" and os.geteuid() == 0 else None
+    pg_ctl(["-w", "-m", "fast", "stop"], pgdata=Path(str(status["data_dir"])), user=user)
+    return True

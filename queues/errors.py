@@ -1,0 +1,39 @@
+"""Errors the engine raises on purpose, each carrying the CLI exit code PRODUCT.md defines."""
+
+from __future__ import annotations
+
+
+class QueuetopError(Exception):
+    """An expected failure: reported as one line on stderr, never as a traceback."""
+
+    exit_code = 1
+
+
+class OperationFailed(QueuetopError):
+    """The operation was valid but failed at run time (exit 1)."""
+
+    exit_code = 1
+
+
+class UsageError(QueuetopError):
+    """Bad arguments or input: malformed JSON, an invalid or unknown name (exit 2)."""
+
+    exit_code = 2
+
+
+class ConnectionFailed(QueuetopError):
+    """The database could not be reached or refused us (exit 2)."""
+
+    exit_code = 2
+
+
+class RingFull(QueuetopError):
+    """A put was refused because the ring has no free cell; nothing was written (exit 3)."""
+
+    exit_code = 3
+
+
+class LeaseHeld(QueuetopError):
+    """The lease belongs to another holder (exit 4)."""
+
+    exit_code = 4

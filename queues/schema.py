@@ -1,0 +1,39 @@
+"""Installing the reference schema and checking that it is there."""
+
+from __future__ import annotations
+
+import psycopg
+
+from . import sqlfiles
+from .errors import UsageError
+
+SCHEMA_VERSION = "1"
+# Serialises concurrent `engine init` runs (and queue creation) across sessions.
+INIT_LOCK_KEY = 0x71756575  # "queu"
+
+
+def queries(dialect: str = "postgresql") -> dict[str, str]:
+    return sqlfiles.load("queues", dialect, "queries.sql")
+
+
+def install(conn: psycopg.Connection) -> str:
+    """Install or upgrade the schema; safe to run any number of times, concurrently too."""
+    script = sqlfiles.read_script("queues", "postgresql", "schema.sql")
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (INIT_LOCK_KEY,))
+        conn.execute(script)
+    return SCHEMA_VERSION
+
+
+def require(conn: psycopg.Connection, *, where: str) -> None:
+    """Fail with a clear message (exit 2) when the schema is missing or too old."""
+    present = conn.execute(queries()["schema_present"]).fetchone()[0]
+    if not present:
+        raise UsageError(f"the queuetop schema is not installed in {where}; run `queuetop engine init` first")
+    version = conn.execute(queries()["schema_version"]).fetchone()
+    if version is None or version[0] != SCHEMA_VERSION:
+        found = version[0] if version else "none"
+        raise UsageError(
+            f"the queuetop schema in {where} is version {found}, this queuetop needs {SCHEMA_VERSION}; "
+            "run `queuetop engine init`"
+        )

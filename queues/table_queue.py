@@ -1,0 +1,226 @@
+"""The table queue (pattern 1): a sequence-ordered table per queue, destructive select with
+`FOR UPDATE SKIP LOCKED`, in two processing modes.
+
+- claim: a one-statement transaction marks the oldest visible message with a random claim token
+  and a visibility deadline; the handler runs outside any transaction; ack deletes by id AND
+  token, so a consumer whose deadline passed cannot delete a message someone else now holds.
+- hold-transaction: the message is deleted inside a transaction kept open while it is processed
+  (the simple design, whose cost, an open transaction per in-flight message, the dashboard shows).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cached_property
+
+import psycopg
+from psycopg import sql
+
+from . import schema
+from .errors import UsageError
+
+NAME_RULE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,47}$")
+NAME_HELP = "1-48 characters: letters, digits and _ . : - (starting with a letter or digit)"
+SCHEMA = "queuetop"
+NOTIFY_CHANNEL = "queuetop_enqueue"
+
+
+def check_name(kind: str, name: str) -> str:
+    """Names are values in the registry, but they also become part of table names and
+    application_name, so they are held to a conservative allow-list."""
+    if not isinstance(name, str) or not NAME_RULE.match(name):
+        raise UsageError(f"invalid {kind} name {name!r}: use {NAME_HELP}")
+    return name
+
+
+def parse_json_body(text: str) -> str:
+    """Validate a JSON body and return it unchanged (bodies are stored exactly as given)."""
+    try:
+        json.loads(text)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"malformed JSON body: {exc}") from None
+    return text
+
+
+def new_claim_token() -> int:
+    return secrets.randbits(63) or 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Message:
+    id: int
+    attempts: int  # including the current one
+    enqueued_at: datetime
+    body: str
+    claim_token: int | None = None  # None in hold-transaction mode
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueCounts:
+    depth: int
+    ready: int
+    in_flight: int
+    dead: int
+
+
+class TableQueue:
+    """One queue: its name, its table, and the engine's SQL bound to that table."""
+
+    def __init__(self, name: str, table_name: str | None = None) -> None:
+        self.name = check_name("queue", name)
+        self.table_name = table_name or f"q_{name}"
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, conn: psycopg.Connection, name: str) -> TableQueue:
+        """Create the queue's table and register it (idempotent, safe concurrently)."""
+        queue = cls(name)
+        existing = conn.execute(schema.queries()["lookup_queue"], {"name": name}).fetchone()
+        if existing:
+            return cls(name, existing[0])
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (schema.INIT_LOCK_KEY,))
+            conn.execute(queue._sql("create_queue_table"))
+            conn.execute(queue._sql("create_queue_trigger"))
+            conn.execute(schema.queries()["register_queue"], {"name": name, "table_name": queue.table_name})
+        return queue
+
+    @classmethod
+    def open(cls, conn: psycopg.Connection, name: str) -> TableQueue:
+        """An existing queue; unknown names are a usage error (exit 2)."""
+        check_name("queue", name)
+        row = conn.execute(schema.queries()["lookup_queue"], {"name": name}).fetchone()
+        if row is None:
+            raise UsageError(f"unknown queue {name!r} (enqueue to it once to create it)")
+        return cls(name, row[0])
+
+    @staticmethod
+    def list_names(conn: psycopg.Connection) -> list[str]:
+        return [row[0] for row in conn.execute(schema.queries()["list_queues"])]
+
+    # -- SQL bound to this queue's table -------------------------------------------------
+
+    @cached_property
+    def _identifiers(self) -> dict[str, sql.Composable]:
+        return {
+            "table": sql.Identifier(SCHEMA, self.table_name),
+            "channel_payload": sql.Literal(self.name),
+        }
+
+    def _sql(self, query_name: str) -> sql.Composed:
+        return sql.SQL(schema.queries()[query_name]).format(**self._identifiers)
+
+    def statement(self, query_name: str) -> str:
+        """The exact text sent for `query_name` (cached: the hot path formats nothing)."""
+        cache = self.__dict__.setdefault("_statements", {})
+        text = cache.get(query_name)
+        if text is None:
+            text = cache[query_name] = self._sql(query_name).as_string(None)
+        return text
+
+    # -- producing ------------------------------------------------------------------------
+
+    def enqueue(self, conn: psycopg.Connection, body: str) -> int:
+        return conn.execute(self.statement("enqueue"), {"body": body}).fetchone()[0]
+
+    def enqueue_batch(self, conn: psycopg.Connection, bodies: Sequence[str]) -> int:
+        cur = conn.execute(self.statement("enqueue_batch"), {"bodies": list(bodies)})
+        return cur.rowcount
+
+    # -- claim mode -----------------------------------------------------------------------
+
+    def claim(self, conn: psycopg.Connection, *, visibility_s: float, batch: int = 1) -> list[Message]:
+        token = new_claim_token()
+        params = {"token": token, "visibility_s": float(visibility_s), "batch": batch}
+        if batch == 1:
+            row = conn.execute(self.statement("claim_one"), params).fetchone()
+            if row is None:
+                return []
+            return [Message(id=row[0], attempts=row[1], enqueued_at=row[2], body=row[3], claim_token=token)]
+        ids, attempts, enqueued_ats, bodies = conn.execute(self.statement("claim_batch"), params).fetchone()
+        if not ids:
+            return []
+        return [
+            Message(id=i, attempts=a, enqueued_at=e, body=b, claim_token=token)
+            for i, a, e, b in zip(ids, attempts, enqueued_ats, bodies)
+        ]
+
+    def ack(self, conn: psycopg.Connection, message: Message) -> bool:
+        """Delete a processed message; False when our claim was lost (stale ack, rejected)."""
+        cur = conn.execute(self.statement("ack_one"), {"id": message.id, "token": message.claim_token})
+        return cur.rowcount == 1
+
+    def ack_batch(self, conn: psycopg.Connection, messages: Sequence[Message]) -> int:
+        """Ack messages claimed together (one token); returns how many were still ours."""
+        if not messages:
+            return 0
+        if len(messages) == 1:
+            return int(self.ack(conn, messages[0]))
+        token = messages[0].claim_token
+        cur = conn.execute(self.statement("ack_batch"), {"ids": [m.id for m in messages], "token": token})
+        return cur.rowcount
+
+    def release_for_retry(self, conn: psycopg.Connection, message: Message, error: str, *, delay_s: float = 0.0) -> bool:
+        cur = conn.execute(
+            self.statement("release_for_retry"),
+            {"id": message.id, "token": message.claim_token, "error": error[:2000], "delay_s": float(delay_s)},
+        )
+        return cur.rowcount == 1
+
+    def dead_letter_claimed(self, conn: psycopg.Connection, message: Message, error: str) -> bool:
+        cur = conn.execute(
+            self.statement("dead_letter_claimed"),
+            {"id": message.id, "token": message.claim_token, "queue": self.name, "error": error[:2000]},
+        )
+        return cur.rowcount == 1
+
+    # -- hold-transaction mode (call inside conn.transaction()) ----------------------------
+
+    def take_held(self, conn: psycopg.Connection, *, batch: int = 1) -> list[Message]:
+        rows = conn.execute(self.statement("take_held"), {"batch": batch}).fetchall()
+        return [Message(id=r[0], attempts=r[1], enqueued_at=r[2], body=r[3]) for r in sorted(rows)]
+
+    def requeue_held(self, conn: psycopg.Connection, message: Message, error: str, *, delay_s: float = 0.0) -> None:
+        conn.execute(
+            self.statement("requeue_held"),
+            {
+                "id": message.id,
+                "enqueued_at": message.enqueued_at,
+                "attempts": message.attempts,
+                "delay_s": float(delay_s),
+                "error": error[:2000],
+                "body": message.body,
+            },
+        )
+
+    def dead_letter_held(self, conn: psycopg.Connection, message: Message, error: str) -> None:
+        conn.execute(
+            self.statement("dead_letter_held"),
+            {
+                "queue": self.name,
+                "id": message.id,
+                "enqueued_at": message.enqueued_at,
+                "attempts": message.attempts,
+                "body": message.body,
+                "error": error[:2000],
+            },
+        )
+
+    # -- inspection -----------------------------------------------------------------------
+
+    def has_messages(self, conn: psycopg.Connection) -> bool:
+        return bool(conn.execute(self.statement("queue_has_messages")).fetchone()[0])
+
+    def counts(self, conn: psycopg.Connection) -> QueueCounts:
+        row = conn.execute(self.statement("queue_counts"), {"queue": self.name}).fetchone()
+        return QueueCounts(depth=row[0], ready=row[1], in_flight=row[2], dead=row[3])
+
+
+def default_bodies(count: int, start: int = 1) -> Iterable[str]:
+    return (json.dumps({"n": n}) for n in range(start, start + count))

@@ -1,0 +1,351 @@
+"""A pool of consumer threads for one table queue, with a maximum degree of parallelism.
+
+Each worker thread owns a connection. Idle workers do not poll: one listener connection waits
+for `NOTIFY queuetop_enqueue` and wakes them all when their queue gets messages; between
+notifications it wakes a single worker every `poll_interval_s` to pick up what no notification
+announces (claims whose visibility expired, retries whose back-off ended). So an idle queue
+costs about one query per poll interval, however many workers wait.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import psycopg
+
+from .database import Target, connect
+from .errors import OperationFailed, UsageError
+from .handlers import Handler
+from .table_queue import NOTIFY_CHANNEL, Message, TableQueue
+
+log = logging.getLogger("queuetop.worker")
+
+MODES = ("claim", "hold-transaction")
+UNTIL_EMPTY_POLL_S = 0.2  # when draining, other sessions' commits (no notification) end the wait
+RECONNECT_GIVE_UP_S = 30.0
+
+
+@dataclass(slots=True)
+class WorkSummary:
+    processed: int = 0
+    retried: int = 0
+    dead: int = 0
+    stale_acks: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, *, processed: int = 0, retried: int = 0, dead: int = 0, stale_acks: int = 0) -> None:
+        with self._lock:
+            self.processed += processed
+            self.retried += retried
+            self.dead += dead
+            self.stale_acks += stale_acks
+
+    def as_dict(self) -> dict[str, int]:
+        with self._lock:
+            return {
+                "processed": self.processed,
+                "retried": self.retried,
+                "dead": self.dead,
+                "stale_acks": self.stale_acks,
+            }
+
+
+class Waker:
+    """Idle workers sleep here. `wake_all` (a notification, or a full claim that suggests more
+    work) releases everyone; `wake_one` (the poll tick) releases a single worker."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._generation = 0
+        self._tickets = 0
+        self._stopped = False
+
+    def generation(self) -> int:
+        with self._cond:
+            return self._generation
+
+    def wake_all(self) -> None:
+        with self._cond:
+            self._generation += 1
+            self._cond.notify_all()
+
+    def wake_one(self) -> None:
+        with self._cond:
+            self._tickets = 1  # ticks do not pile up while everyone is busy
+            self._cond.notify(1)
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+
+    def wait(self, seen_generation: int, timeout: float | None = None) -> None:
+        with self._cond:
+            self._cond.wait_for(
+                lambda: self._stopped or self._generation != seen_generation or self._tickets > 0, timeout
+            )
+            if self._tickets > 0 and self._generation == seen_generation and not self._stopped:
+                self._tickets -= 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkOptions:
+    workers: int = 1
+    mode: str = "claim"
+    max_attempts: int = 5
+    visibility_s: float = 30.0
+    batch: int = 1
+    until_empty: bool = False
+    duration_s: float | None = None
+    poll_interval_s: float = 5.0
+    retry_delay_s: float = 0.0  # back-off before a failed message is retried (doubles per attempt)
+
+    def validate(self) -> WorkOptions:
+        if self.mode not in MODES:
+            raise UsageError(f"invalid mode {self.mode!r}: use claim or hold-transaction")
+        if not 1 <= self.workers <= 256:
+            raise UsageError("--workers must be between 1 and 256")
+        if self.max_attempts < 1:
+            raise UsageError("--max-attempts must be at least 1")
+        if self.visibility_s <= 0:
+            raise UsageError("--visibility must be positive")
+        if not 1 <= self.batch <= 10_000:
+            raise UsageError("--batch must be between 1 and 10000")
+        if self.duration_s is not None and self.duration_s < 0:
+            raise UsageError("--duration must not be negative")
+        if self.poll_interval_s <= 0:
+            raise UsageError("--poll-interval must be positive")
+        if self.retry_delay_s < 0:
+            raise UsageError("--retry-delay must not be negative")
+        return self
+
+
+class WorkerPool:
+    """Consumers for one queue. `run()` blocks until done; `start()`/`stop()` for embedding."""
+
+    def __init__(self, target: Target, queue_name: str, handler: Handler, options: WorkOptions) -> None:
+        self.target = target
+        self.queue_name = queue_name
+        self.handler = handler
+        self.options = options.validate()
+        self.summary = WorkSummary()
+        self._waker = Waker()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._errors: list[str] = []
+        self._queue: TableQueue | None = None
+
+    # -- control --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        # Resolve the queue up front so a bad name fails before any thread starts.
+        with connect(self.target, application_name=self._app_name("work")) as conn:
+            self._queue = TableQueue.open(conn, self.queue_name)
+        listener = threading.Thread(target=self._listen, name=f"listen:{self.queue_name}", daemon=True)
+        self._threads.append(listener)
+        for index in range(self.options.workers):
+            thread = threading.Thread(target=self._work, name=f"work:{self.queue_name}:{index}", daemon=True)
+            self._threads.append(thread)
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        """Ask every worker to finish the message in hand and exit."""
+        self._stop.set()
+        self._waker.stop()
+
+    def join(self, timeout: float | None = None) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+
+    @property
+    def running(self) -> bool:
+        return any(t.is_alive() for t in self._threads[1:])
+
+    def run(self) -> WorkSummary:
+        """Work until --until-empty finds the queue empty, --duration passes, or SIGINT/SIGTERM."""
+        self.start()
+        restore = self._install_signal_handlers()
+        try:
+            deadline = None if self.options.duration_s is None else time.monotonic() + self.options.duration_s
+            while self.running and not self._stop.is_set():
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    break
+                self._stop.wait(0.5 if remaining is None else min(0.5, remaining))
+        finally:
+            self.stop()
+            self.join()
+            restore()
+        if self._errors:
+            raise OperationFailed(self._errors[0])
+        return self.summary
+
+    def _install_signal_handlers(self) -> Callable[[], None]:
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+        for sig in previous:
+            signal.signal(sig, lambda *_: self.stop())
+
+        def restore() -> None:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+        return restore
+
+    def _app_name(self, role: str) -> str:
+        # The dashboard ties sessions to queues through this name.
+        return f"queuetop-{role}:{self.options.mode}:{self.queue_name}"
+
+    # -- threads --------------------------------------------------------------------------
+
+    def _listen(self) -> None:
+        interval = UNTIL_EMPTY_POLL_S if self.options.until_empty else self.options.poll_interval_s
+        conn: psycopg.Connection | None = None
+        while not self._stop.is_set():
+            try:
+                if conn is None or conn.closed:
+                    conn = connect(self.target, application_name=self._app_name("listen"))
+                    conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                woke = False
+                for notify in conn.notifies(timeout=interval):
+                    if notify.payload == self.queue_name:
+                        self._waker.wake_all()
+                        woke = True
+                    if self._stop.is_set():
+                        break
+                if not woke:
+                    self._waker.wake_one()
+            except Exception as exc:  # the listener is an optimisation: fall back to polling
+                log.warning("listener for %s lost its connection: %s", self.queue_name, exc)
+                if conn is not None:
+                    conn.close()
+                conn = None
+                self._waker.wake_one()
+                self._stop.wait(interval)
+        if conn is not None:
+            conn.close()
+
+    def _work(self) -> None:
+        try:
+            self._work_with_reconnect()
+        except Exception as exc:  # a worker that cannot go on stops the pool with the reason
+            self._errors.append(f"worker for queue {self.queue_name!r} failed: {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}")
+            self.stop()
+
+    def _work_with_reconnect(self) -> None:
+        lost_since: float | None = None
+        while not self._stop.is_set():
+            try:
+                conn = connect(self.target, application_name=self._app_name("work"))
+            except Exception:
+                lost_since = lost_since or time.monotonic()
+                if time.monotonic() - lost_since > RECONNECT_GIVE_UP_S:
+                    raise
+                self._stop.wait(1.0)
+                continue
+            lost_since = None
+            try:
+                with conn:
+                    if self.options.mode == "claim":
+                        self._claim_loop(conn)
+                    else:
+                        self._hold_loop(conn)
+                return
+            except psycopg.OperationalError as exc:
+                log.warning("worker for %s lost its connection, reconnecting: %s", self.queue_name, exc)
+                lost_since = time.monotonic()
+                self._stop.wait(0.5)
+
+    def _idle(self, conn: psycopg.Connection, seen_generation: int) -> bool:
+        """Nothing to claim: wait for work, or report that --until-empty is satisfied."""
+        assert self._queue is not None
+        if self.options.until_empty and not self._queue.has_messages(conn):
+            self.stop()
+            return False
+        self._waker.wait(seen_generation)
+        return True
+
+    def _retry_delay(self, attempts: int) -> float:
+        base = self.options.retry_delay_s
+        return 0.0 if base <= 0 else min(base * 2 ** max(0, attempts - 1), 3600.0)
+
+    def _claim_loop(self, conn: psycopg.Connection) -> None:
+        queue, opts = self._queue, self.options
+        assert queue is not None
+        while not self._stop.is_set():
+            seen = self._waker.generation()
+            messages = queue.claim(conn, visibility_s=opts.visibility_s, batch=opts.batch)
+            if not messages:
+                if not self._idle(conn, seen):
+                    return
+                continue
+            if len(messages) == opts.batch:
+                self._waker.wake_all()  # probably more where these came from
+            succeeded: list[Message] = []
+            for message in messages:
+                if message.attempts > opts.max_attempts:
+                    # Claimed more often than allowed: earlier attempts never reported back
+                    # (the worker crashed or overran its visibility). Stop the crash loop.
+                    reason = (
+                        f"gave up after {message.attempts - 1} attempts that never completed "
+                        "(worker crashed or visibility expired)"
+                    )
+                    self._dead_or_stale(conn, message, reason)
+                    continue
+                try:
+                    self.handler(message)
+                except Exception as exc:
+                    error = f"{type(exc).__name__}: {exc}"
+                    if message.attempts >= opts.max_attempts:
+                        self._dead_or_stale(conn, message, error)
+                    elif queue.release_for_retry(conn, message, error, delay_s=self._retry_delay(message.attempts)):
+                        self.summary.add(retried=1)
+                    else:
+                        self.summary.add(stale_acks=1)
+                    continue
+                succeeded.append(message)
+            acked = queue.ack_batch(conn, succeeded)
+            self.summary.add(processed=acked, stale_acks=len(succeeded) - acked)
+
+    def _dead_or_stale(self, conn: psycopg.Connection, message: Message, error: str) -> None:
+        assert self._queue is not None
+        if self._queue.dead_letter_claimed(conn, message, error):
+            self.summary.add(dead=1)
+        else:
+            self.summary.add(stale_acks=1)
+
+    def _hold_loop(self, conn: psycopg.Connection) -> None:
+        queue, opts = self._queue, self.options
+        assert queue is not None
+        while not self._stop.is_set():
+            seen = self._waker.generation()
+            processed = retried = dead = 0
+            with conn.transaction():
+                messages = queue.take_held(conn, batch=opts.batch)
+                for message in messages:
+                    try:
+                        self.handler(message)
+                        processed += 1
+                    except Exception as exc:
+                        error = f"{type(exc).__name__}: {exc}"
+                        if message.attempts >= opts.max_attempts:
+                            queue.dead_letter_held(conn, message, error)
+                            dead += 1
+                        else:
+                            queue.requeue_held(conn, message, error, delay_s=self._retry_delay(message.attempts))
+                            retried += 1
+            # Counted only once the transaction committed.
+            self.summary.add(processed=processed, retried=retried, dead=dead)
+            if not messages:
+                if not self._idle(conn, seen):
+                    return
+            elif len(messages) == opts.batch:
+                self._waker.wake_all()

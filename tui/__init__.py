@@ -1,0 +1,1 @@
+"""queuetop's Textual dashboard and command-line entry point."""

@@ -1,0 +1,5 @@
+import sys
+
+from tui.cli import main
+
+sys.exit(main())

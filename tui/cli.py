@@ -1,0 +1,421 @@
+"""The `queuetop` command line. The contract (commands, output, exit codes) is PRODUCT.md's."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import psycopg
+
+from queues import __version__
+from queues import lease as leases
+from queues import ring as rings
+from queues import schema
+from queues.database import MASK, ENV_DSN, Target, connect, resolve_target
+from queues.errors import QueuetopError, UsageError
+
+PROG = "queuetop"
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse that reports a usage error as our one-line error (exit 2) instead of a usage dump."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+# -- connecting -----------------------------------------------------------------------------
+
+
+class Context:
+    """What a command needs to reach the database, resolved once per invocation."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self._target: Target | None = None
+
+    @property
+    def target(self) -> Target:
+        if self._target is None:
+            target = resolve_target(getattr(self.args, "dsn", None))
+            if target is None:
+                from queues.embedded import embedded_target
+
+                data_dir = getattr(self.args, "data_dir", None)
+                target = embedded_target(Path(data_dir) if data_dir else None)
+                with connect(target, application_name="queuetop-cli:init") as conn:
+                    schema.install(conn)  # the embedded default always carries the schema
+            self._target = target
+        return self._target
+
+    def connect(self, role: str, **kwargs) -> psycopg.Connection:
+        return connect(self.target, application_name=f"queuetop-cli:{role}", **kwargs)
+
+    def engine_connection(self, role: str) -> psycopg.Connection:
+        conn = self.connect(role)
+        try:
+            schema.require(conn, where=self.target.masked)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def scrub(self, text: str) -> str:
+        """Remove the DSN's password from any text we are about to print."""
+        raw = getattr(self.args, "dsn", None) or os.environ.get(ENV_DSN) or ""
+        if self._target is not None and self._target.dialect == "postgresql":
+            try:
+                password = psycopg.conninfo.conninfo_to_dict(self._target.conninfo).get("password")
+            except psycopg.Error:
+                password = None
+            if password:
+                text = text.replace(str(password), MASK)
+        if raw and raw in text and self._target is not None:
+            text = text.replace(raw, self._target.masked)
+        return text
+
+
+def emit(obj: object) -> None:
+    print(json.dumps(obj, separators=(", ", ": ")), flush=True)
+
+
+# -- engine commands ------------------------------------------------------------------------
+
+
+def cmd_engine_init(ctx: Context) -> int:
+    with ctx.connect("init") as conn:
+        version = schema.install(conn)
+    emit({"schema_version": version, "database": ctx.target.masked})
+    return 0
+
+
+def _bodies_from_args(args: argparse.Namespace) -> list[str] | None:
+    from queues.table_queue import parse_json_body
+
+    if args.stdin:
+        bodies = [parse_json_body(line.strip()) for line in sys.stdin if line.strip()]
+        return bodies
+    if args.body is not None:
+        return [parse_json_body(args.body)] * args.count
+    return None
+
+
+def cmd_engine_enqueue(ctx: Context) -> int:
+    from queues.table_queue import TableQueue, check_name, default_bodies
+
+    args = ctx.args
+    check_name("queue", args.queue)
+    if args.count < 1:
+        raise UsageError("--count must be at least 1")
+    if args.batch < 1:
+        raise UsageError("--batch must be at least 1")
+    bodies = _bodies_from_args(args)  # validated before anything is written
+    with ctx.engine_connection("enqueue") as conn:
+        queue = TableQueue.create(conn, args.queue)
+        if bodies is None:
+            bodies = list(default_bodies(args.count))
+        total = 0
+        # One transaction: a failure half-way leaves nothing enqueued.
+        with conn.transaction():
+            for start in range(0, len(bodies), args.batch):
+                chunk = bodies[start : start + args.batch]
+                if len(chunk) == 1:
+                    queue.enqueue(conn, chunk[0])
+                    total += 1
+                else:
+                    total += queue.enqueue_batch(conn, chunk)
+    emit({"queue": args.queue, "enqueued": total})
+    return 0
+
+
+def cmd_engine_work(ctx: Context) -> int:
+    from queues.handlers import parse_handler
+    from queues.worker import WorkerPool, WorkOptions
+
+    args = ctx.args
+    handler = parse_handler(args.handler)
+    options = WorkOptions(
+        workers=args.workers,
+        mode=args.mode,
+        max_attempts=args.max_attempts,
+        visibility_s=args.visibility,
+        batch=args.batch,
+        until_empty=args.until_empty,
+        duration_s=args.duration,
+        poll_interval_s=args.poll_interval,
+        retry_delay_s=args.retry_delay,
+    ).validate()
+    with ctx.engine_connection("work"):
+        pass  # fail fast (exit 2) on a missing schema before threads start
+    pool = WorkerPool(ctx.target, args.queue, handler, options)
+    summary = pool.run()
+    emit(summary.as_dict())
+    return 0
+
+
+def cmd_ring_create(ctx: Context) -> int:
+    args = ctx.args
+    with ctx.engine_connection("ring") as conn:
+        state = rings.create(conn, args.name, args.capacity)
+    emit({"ring": state.name, "capacity": state.capacity, "used": state.used})
+    return 0
+
+
+def cmd_ring_put(ctx: Context) -> int:
+    from queues.table_queue import check_name
+
+    args = ctx.args
+    check_name("ring", args.name)
+    if args.count < 1:
+        raise UsageError("--count must be at least 1")
+    bodies = _bodies_from_args(args)
+    if bodies is None:
+        from queues.table_queue import default_bodies
+
+        bodies = list(default_bodies(args.count))
+    with ctx.engine_connection("ring") as conn:
+        first = rings.put(conn, args.name, bodies)
+    emit({"ring": args.name, "put": len(bodies), "first_seq": first})
+    return 0
+
+
+def cmd_ring_take(ctx: Context) -> int:
+    args = ctx.args
+    with ctx.engine_connection("ring") as conn:
+        items = rings.take(conn, args.name, args.count)
+    for item in items:
+        sys.stdout.write(item.body + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+def cmd_lease_acquire(ctx: Context) -> int:
+    args = ctx.args
+    with ctx.engine_connection("lease") as conn:
+        token = leases.acquire(conn, args.name, args.holder, args.ttl)
+    print(token, flush=True)
+    return 0
+
+
+def cmd_lease_renew(ctx: Context) -> int:
+    args = ctx.args
+    with ctx.engine_connection("lease") as conn:
+        token = leases.renew(conn, args.name, args.holder, args.ttl, args.token)
+    print(token, flush=True)
+    return 0
+
+
+def cmd_lease_release(ctx: Context) -> int:
+    args = ctx.args
+    with ctx.engine_connection("lease") as conn:
+        token = leases.release(conn, args.name, args.holder, args.token)
+    emit({"lease": args.name, "released": True, "token": token})
+    return 0
+
+
+# -- other commands -------------------------------------------------------------------------
+
+
+def cmd_bench_engine(ctx: Context) -> int:
+    from queues.bench import run_engine_bench
+
+    args = ctx.args
+    result = run_engine_bench(
+        ctx.target,
+        messages=args.messages,
+        concurrency=args.concurrency,
+        batch=args.batch,
+        rounds=args.rounds,
+        idle_seconds=args.idle_seconds,
+        progress=None if args.json else lambda line: print(line, file=sys.stderr, flush=True),
+    )
+    if args.json:
+        emit(result)
+    else:
+        print(json.dumps(result, indent=2))
+    return 0
+
+
+def cmd_server_status(ctx: Context) -> int:
+    from queues.embedded import server_status
+
+    data_dir = getattr(ctx.args, "data_dir", None)
+    status = server_status(Path(data_dir) if data_dir else None)
+    emit(status)
+    return 0
+
+
+def cmd_server_stop(ctx: Context) -> int:
+    from queues.embedded import stop_server
+
+    data_dir = getattr(ctx.args, "data_dir", None)
+    emit({"stopped": stop_server(Path(data_dir) if data_dir else None)})
+    return 0
+
+
+def cmd_dashboard(ctx: Context) -> int:
+    from tui.app import run_dashboard
+
+    return run_dashboard(ctx)
+
+
+# -- parser ---------------------------------------------------------------------------------
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
+def _connection_options(parser: argparse.ArgumentParser, *, top: bool = False) -> None:
+    # Leaf parsers use SUPPRESS so that an option given before the sub-command is not reset.
+    default = None if top else argparse.SUPPRESS
+    parser.add_argument("--dsn", default=default, help=f"database to use: SQLAlchemy URL, libpq URI or key=value string (default: ${ENV_DSN}, else the embedded server)")
+    parser.add_argument("--data-dir", default=default, help="data directory of the embedded server (default: the user's data dir)")
+    parser.add_argument("--debug", action="store_true", default=False if top else argparse.SUPPRESS, help="show tracebacks")
+
+
+def _leaf(sub: argparse._SubParsersAction, name: str, func: Callable[[Context], int], help_text: str) -> argparse.ArgumentParser:
+    parser = sub.add_parser(name, help=help_text, description=help_text)
+    _connection_options(parser)
+    parser.set_defaults(func=func)
+    return parser
+
+
+def _body_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--count", type=int, default=1, help="number of messages (default 1)")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--body", help="JSON body, stored exactly as given (default: {\"n\": i})")
+    group.add_argument("--stdin", action="store_true", help="read one JSON body per line from standard input")
+
+
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog=PROG, description="A terminal dashboard for database-backed queues and locks.")
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    _connection_options(parser, top=True)
+    parser.add_argument("--interval", type=_positive_float, default=2.0, help="dashboard refresh interval in seconds")
+    parser.add_argument("--read-only", action="store_true", help="disable every action that changes the database")
+    parser.add_argument("--no-demo", action="store_true", help="do not start the demo workload on the embedded server")
+    parser.set_defaults(func=cmd_dashboard)
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND", parser_class=ArgumentParser)
+
+    engine = commands.add_parser("engine", help="drive the reference queue engine")
+    engine_sub = engine.add_subparsers(title="engine commands", metavar="ACTION", required=True, parser_class=ArgumentParser)
+
+    _leaf(engine_sub, "init", cmd_engine_init, "install or upgrade the queuetop schema (idempotent)")
+
+    p = _leaf(engine_sub, "enqueue", cmd_engine_enqueue, "add messages to a queue (created on first use)")
+    p.add_argument("queue")
+    _body_options(p)
+    p.add_argument("--batch", type=int, default=100, help="messages per INSERT statement (default 100; all in one transaction)")
+
+    p = _leaf(engine_sub, "work", cmd_engine_work, "consume a queue with a pool of workers")
+    p.add_argument("queue")
+    p.add_argument("--workers", type=int, default=1, help="maximum degree of parallelism (default 1)")
+    p.add_argument("--handler", default="noop", help="noop | sleep:S | fail:P | crash:P | a,b | module:function (default noop)")
+    p.add_argument("--until-empty", action="store_true", help="stop when the queue holds no ready or in-flight message")
+    p.add_argument("--duration", type=_positive_float, default=None, help="stop after this many seconds")
+    p.add_argument("--max-attempts", type=int, default=5, help="attempts before a message is dead-lettered (default 5)")
+    p.add_argument("--visibility", type=_positive_float, default=30.0, help="claim mode: seconds a claimed message stays hidden (default 30)")
+    p.add_argument("--mode", choices=("claim", "hold-transaction"), default="claim", help="processing mode (default claim)")
+    p.add_argument("--batch", type=int, default=1, help="messages claimed per round trip (default 1)")
+    p.add_argument("--poll-interval", type=_positive_float, default=5.0, help="seconds between fallback polls of an idle queue (default 5)")
+    p.add_argument("--retry-delay", type=_positive_float, default=0.0, help="back-off before a retry, doubling per attempt (default 0)")
+
+    ring = engine_sub.add_parser("ring", help="ring buffer queues")
+    ring_sub = ring.add_subparsers(title="ring commands", metavar="ACTION", required=True, parser_class=ArgumentParser)
+    p = _leaf(ring_sub, "create", cmd_ring_create, "create a ring of fixed capacity")
+    p.add_argument("name")
+    p.add_argument("--capacity", type=int, required=True)
+    p = _leaf(ring_sub, "put", cmd_ring_put, "put messages (all or none; exit 3 when full)")
+    p.add_argument("name")
+    _body_options(p)
+    p = _leaf(ring_sub, "take", cmd_ring_take, "take messages in order, printing each body on its own line")
+    p.add_argument("name")
+    p.add_argument("--count", type=int, default=1, help="at most this many (default 1)")
+
+    lease = engine_sub.add_parser("lease", help="leases with fencing tokens")
+    lease_sub = lease.add_subparsers(title="lease commands", metavar="ACTION", required=True, parser_class=ArgumentParser)
+    for name, func, text, with_ttl in (
+        ("acquire", cmd_lease_acquire, "take a lease; prints the fencing token (exit 4 if held by another)", True),
+        ("renew", cmd_lease_renew, "extend a lease you hold; prints the fencing token", True),
+        ("release", cmd_lease_release, "release a lease you hold", False),
+    ):
+        p = _leaf(lease_sub, name, func, text)
+        p.add_argument("name")
+        p.add_argument("--holder", required=True)
+        if with_ttl:
+            p.add_argument("--ttl", type=_positive_float, required=True, help="seconds until the lease expires")
+        if name != "acquire":
+            p.add_argument("--token", type=int, default=None, help="only if the lease is still held under this fencing token")
+
+    bench = commands.add_parser("bench", help="benchmarks (print JSON)")
+    bench_sub = bench.add_subparsers(title="benchmarks", metavar="NAME", required=True, parser_class=ArgumentParser)
+    p = _leaf(bench_sub, "engine", cmd_bench_engine, "queuetop's dequeue/enqueue against pgbench running the same SQL")
+    p.add_argument("--json", action="store_true", help="print one JSON line")
+    p.add_argument("--messages", type=int, default=100_000, help="messages consumed per measured run (default 100000)")
+    p.add_argument("--concurrency", type=int, default=2, help="clients on both sides (default 2)")
+    p.add_argument("--batch", type=int, default=100, help="batch size for the batch runs (default 100)")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds; medians are reported (default 3)")
+    p.add_argument("--idle-seconds", type=_positive_float, default=10.0, help="how long to watch an idle queue (default 10)")
+
+    server = commands.add_parser("server", help="the embedded PostgreSQL server")
+    server_sub = server.add_subparsers(title="server commands", metavar="ACTION", required=True, parser_class=ArgumentParser)
+    _leaf(server_sub, "status", cmd_server_status, "show whether the embedded server runs, and where")
+    _leaf(server_sub, "stop", cmd_server_stop, "stop the embedded server")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="queuetop: %(levelname)s: %(message)s")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    ctx: Context | None = None
+    try:
+        args = build_parser().parse_args(argv)
+        ctx = Context(args)
+        return args.func(ctx)
+    except QueuetopError as exc:
+        return _fail(ctx, str(exc), exc.exit_code, debug)
+    except psycopg.OperationalError as exc:
+        return _fail(ctx, f"database connection failed: {_first_line(exc)}", 2, debug)
+    except psycopg.Error as exc:
+        return _fail(ctx, f"database error: {_first_line(exc)}", 1, debug)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # Output piped into `head` and friends: not an error worth a traceback.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: no traceback by default
+        return _fail(ctx, f"internal error: {type(exc).__name__}: {_first_line(exc)} (rerun with --debug for details)", 1, debug)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _fail(ctx: Context | None, message: str, code: int, debug: bool) -> int:
+    if debug:
+        traceback.print_exc()
+    if ctx is not None:
+        message = ctx.scrub(message)
+    print(f"{PROG}: error: {message}", file=sys.stderr, flush=True)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
