@@ -1,0 +1,166 @@
+"""Test fixtures: one real embedded PostgreSQL (pgserver) per test session, a template database
+with the queuetop schema, and a fresh copy of it for every test that asks for `db`."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from queues import schema
+from queues.database import Target, resolve_target
+
+warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+
+TEMPLATE = "qt_template"
+PASSWORD_ROLE = "qt_pw_user"
+PASSWORD = "s3cret-Pa55"
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Server:
+    socket_dir: str
+    admin_uri: str
+
+    def uri(self, database: str, user: str = "postgres") -> str:
+        return f"postgresql://{user}@/{database}?host={self.socket_dir}"
+
+
+@dataclass(frozen=True)
+class Database:
+    """A fresh database with the queuetop schema; `dsn` is what the CLI gets via --dsn."""
+
+    name: str
+    dsn: str
+    server: Server
+
+    @property
+    def target(self) -> Target:
+        target = resolve_target(self.dsn)
+        assert target is not None
+        return target
+
+    def connect(self, **kwargs) -> psycopg.Connection:
+        kwargs.setdefault("autocommit", True)
+        kwargs.setdefault("application_name", "queuetop-tests")
+        return psycopg.connect(self.dsn, **kwargs)
+
+
+def _wait_accepting(uri: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with psycopg.connect(uri, connect_timeout=2):
+                return
+        except psycopg.OperationalError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_embedded_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Never let a test touch the user's own embedded server."""
+    os.environ["QUEUETOP_DATA_DIR"] = str(tmp_path_factory.mktemp("embedded") / "pgdata")
+
+
+@pytest.fixture(scope="session")
+def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    import logging
+
+    import pgserver
+
+    logging.getLogger("pgserver").setLevel(logging.WARNING)
+    pgdata = tmp_path_factory.mktemp("pg") / "data"
+    server = pgserver.get_server(pgdata, cleanup_mode="delete")
+    admin_uri = server.get_uri()
+    socket_dir = str(server.get_postmaster_info().socket_dir)
+    with psycopg.connect(admin_uri, autocommit=True) as conn:
+        # Room for concurrency tests; a password-only role for the wrong-password test.
+        conn.execute("ALTER SYSTEM SET max_connections = 200")
+        conn.execute(
+            sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(sql.Identifier(PASSWORD_ROLE), sql.Literal(PASSWORD))
+        )
+    hba = Path(pgdata) / "pg_hba.conf"
+    rules = hba.read_text()
+    hba.write_text(f"local all {PASSWORD_ROLE} scram-sha-256\n" + rules)
+    # max_connections needs a restart; pgserver's pg_ctl helper runs as the right OS user.
+    user = "pgserver" if os.geteuid() == 0 else None
+    # restart reuses the options pgserver started it with (socket only, no TCP).
+    pgserver.pg_ctl(["-w", "-m", "fast", "-l", str(Path(pgdata) / "log"), "restart"], pgdata=Path(pgdata), user=user, timeout=60)
+    _wait_accepting(admin_uri)
+    with psycopg.connect(admin_uri, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(TEMPLATE)))
+    with psycopg.connect(Server(socket_dir, admin_uri).uri(TEMPLATE), autocommit=True) as conn:
+        schema.install(conn)
+    yield Server(socket_dir=socket_dir, admin_uri=admin_uri)
+    server.cleanup()
+
+
+_counter = itertools.count()
+
+
+@pytest.fixture
+def db(pg_server: Server, request: pytest.FixtureRequest) -> Iterator[Database]:
+    name = f"t{os.getpid()}_{next(_counter)}"
+    with psycopg.connect(pg_server.admin_uri, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(TEMPLATE)))
+    database = Database(name=name, dsn=pg_server.uri(name), server=pg_server)
+    yield database
+    with psycopg.connect(pg_server.admin_uri, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@dataclass(frozen=True)
+class CliResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def json_lines(self) -> list[dict]:
+        return [json.loads(line) for line in self.stdout.splitlines() if line.strip()]
+
+
+def run_cli(*args: str, input: str | None = None, timeout: float = 120, env: dict[str, str] | None = None) -> CliResult:
+    """Run the real `queuetop` entry point in a separate process."""
+    full_env = {key: value for key, value in os.environ.items() if key != "QUEUETOP_DSN"}
+    full_env.update(env or {})
+    proc = subprocess.run(
+        [sys.executable, "-m", "tui", *args],
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
+        cwd=REPO,
+    )
+    return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+@pytest.fixture
+def cli() -> Callable[..., CliResult]:
+    return run_cli
+
+
+def wait_until(predicate: Callable[[], object], *, timeout: float = 10.0, interval: float = 0.02, what: str = "condition") -> object:
+    """Poll `predicate` until it returns something truthy; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)

@@ -1,0 +1,218 @@
+"""Worker pools against a real PostgreSQL: exactly-once under concurrency, LISTEN/NOTIFY wake-up,
+idle cost, crash recovery with kill -9 in both modes, crash loops dead-lettered."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+from queues.handlers import parse_handler
+from queues.table_queue import TableQueue
+from queues.worker import WorkerPool, WorkOptions
+
+from .conftest import REPO, wait_until
+from .recorder import read_records
+
+
+def fill(db, name, count):
+    with db.connect() as conn:
+        queue = TableQueue.create(conn, name)
+        queue.enqueue_batch(conn, [json.dumps({"n": n}) for n in range(1, count + 1)])
+        return queue
+
+
+class Recorder:
+    def __init__(self):
+        self.ids = []
+        self.lock = threading.Lock()
+
+    def __call__(self, message):
+        with self.lock:
+            self.ids.append(message.id)
+
+
+@pytest.mark.parametrize(("mode", "batch"), [("claim", 1), ("claim", 16), ("hold-transaction", 1), ("hold-transaction", 8)])
+def test_many_workers_process_every_message_exactly_once(db, mode, batch):
+    fill(db, "jobs", 1500)
+    recorder = Recorder()
+    pool = WorkerPool(db.target, "jobs", recorder, WorkOptions(workers=8, mode=mode, batch=batch, until_empty=True))
+    summary = pool.run()
+    counts = Counter(recorder.ids)
+    assert len(counts) == 1500 and set(counts.values()) == {1}
+    assert summary.as_dict() == {"processed": 1500, "retried": 0, "dead": 0, "stale_acks": 0}
+    with db.connect() as conn:
+        assert TableQueue.open(conn, "jobs").counts(conn).depth == 0
+
+
+def test_single_worker_processes_in_fifo_order(db):
+    fill(db, "jobs", 300)
+    recorder = Recorder()
+    WorkerPool(db.target, "jobs", recorder, WorkOptions(workers=1, until_empty=True, batch=5)).run()
+    assert recorder.ids == list(range(1, 301))
+
+
+@pytest.mark.parametrize("mode", ["claim", "hold-transaction"])
+def test_failures_are_retried_then_dead_lettered(db, mode):
+    fill(db, "jobs", 40)
+    summary = WorkerPool(
+        db.target, "jobs", parse_handler("fail:1"), WorkOptions(workers=4, mode=mode, max_attempts=3, until_empty=True)
+    ).run()
+    assert summary.as_dict() == {"processed": 0, "retried": 80, "dead": 40, "stale_acks": 0}
+    with db.connect() as conn:
+        rows = conn.execute("SELECT attempts, last_error FROM queuetop.dead_letters WHERE queue = 'jobs'").fetchall()
+    assert len(rows) == 40
+    assert {r[0] for r in rows} == {3}
+    assert all(r[1].startswith("HandlerFailure: fail:1.0 handler failed") for r in rows)
+
+
+def test_idle_workers_wake_on_notify_not_on_poll(db):
+    fill(db, "jobs", 0)
+    pool = WorkerPool(db.target, "jobs", parse_handler("noop"), WorkOptions(workers=4, poll_interval_s=60))
+    pool.start()
+    try:
+        with db.connect() as conn:
+            wait_until(
+                lambda: conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'queuetop-listen:claim:jobs' "
+                    "AND state = 'idle' AND query LIKE 'LISTEN%%'"
+                ).fetchone()[0] == 1,
+                what="listener",
+            )
+            queue = TableQueue.open(conn, "jobs")
+            started = time.monotonic()
+            queue.enqueue(conn, '{"wake": 1}')
+            wait_until(lambda: pool.summary.processed == 1, timeout=10, what="processing after NOTIFY")
+            # Far sooner than the 60 s poll interval: the notification woke a worker.
+            assert time.monotonic() - started < 5
+    finally:
+        pool.stop()
+        pool.join(10)
+
+
+def test_idle_queue_costs_about_one_query_per_poll_interval(db):
+    fill(db, "jobs", 0)
+    pool = WorkerPool(db.target, "jobs", parse_handler("noop"), WorkOptions(workers=8, poll_interval_s=1.0))
+    pool.start()
+    try:
+        with db.connect() as conn:
+            def commits():
+                conn.execute("SELECT pg_stat_clear_snapshot()")
+                return conn.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()").fetchone()[0]
+
+            wait_until(
+                lambda: conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'queuetop-%%:claim:jobs' "
+                    "AND state = 'idle'"
+                ).fetchone()[0] == 9,
+                what="8 idle workers and the listener",
+            )
+            before, t0 = commits(), time.monotonic()
+            threading.Event().wait(6.0)  # the measurement window itself, not a synchronisation
+            after, t1 = commits(), time.monotonic()
+        rate = (after - before - 2) / (t1 - t0)  # minus our own two reads
+        # 8 idle workers, 1 s poll interval: one claim per second, not 8 and not a busy loop.
+        assert rate <= 2.5, rate
+    finally:
+        pool.stop()
+        pool.join(10)
+
+
+def _start_worker(db, queue, *args, record_dir=None):
+    env = {k: v for k, v in os.environ.items() if k != "QUEUETOP_DSN"}
+    if record_dir:
+        env["QT_RECORD_DIR"] = str(record_dir)
+    return subprocess.Popen(
+        [sys.executable, "-m", "tui", "engine", "work", queue, "--dsn", db.dsn, *args],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def _finish(proc, timeout=60):
+    out, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_several_worker_processes_share_a_queue_exactly_once(db, tmp_path):
+    fill(db, "jobs", 900)
+    procs = [
+        _start_worker(db, "jobs", "--workers", "3", "--until-empty", "--handler", "tests.recorder:record", record_dir=tmp_path)
+        for _ in range(3)
+    ]
+    summaries = [_finish(p) for p in procs]
+    records = read_records(tmp_path)
+    assert sorted(r[0] for r in records) == list(range(1, 901))
+    assert sum(s["processed"] for s in summaries) == 900
+
+
+def test_kill_9_in_claim_mode_recovers_after_the_visibility_deadline(db, tmp_path):
+    queue = fill(db, "jobs", 8)
+    victim = _start_worker(db, "jobs", "--workers", "4", "--handler", "sleep:120", "--visibility", "3")
+    with db.connect() as conn:
+        wait_until(lambda: queue.counts(conn).in_flight == 4, timeout=20, what="4 claimed messages")
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(10)
+        killed_at = time.monotonic()
+        # The dead worker's messages stay hidden until their deadline; the rest are ready.
+        counts = queue.counts(conn)
+        assert (counts.in_flight, counts.ready) == (4, 4)
+    survivor = _start_worker(
+        db, "jobs", "--workers", "4", "--until-empty", "--poll-interval", "0.2",
+        "--handler", "tests.recorder:record", record_dir=tmp_path,
+    )
+    summary = _finish(survivor)
+    assert summary["processed"] == 8
+    records = read_records(tmp_path)
+    assert sorted(r[0] for r in records) == list(range(1, 9))
+    assert sorted(r[1] for r in records) == [1, 1, 1, 1, 2, 2, 2, 2]  # four were second attempts
+    assert time.monotonic() - killed_at >= 1.5  # had to wait for the visibility deadline
+
+
+def test_kill_9_in_hold_transaction_mode_gives_messages_back_at_once(db):
+    queue = fill(db, "jobs", 8)
+    victim = _start_worker(db, "jobs", "--workers", "4", "--handler", "sleep:120", "--mode", "hold-transaction")
+    with db.connect() as conn:
+        wait_until(
+            lambda: conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'queuetop-work:hold-transaction:jobs' "
+                "AND state = 'idle in transaction'"
+            ).fetchone()[0] == 4,
+            timeout=20,
+            what="4 open transactions",
+        )
+        assert queue.counts(conn).depth == 8  # deletes not committed: still visible to others
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(10)
+        # The server aborts the dead client's transactions as soon as it sees the socket close.
+        claimed = wait_until(lambda: queue.claim(conn, visibility_s=30, batch=8), timeout=3, what="rows back")
+        assert len(claimed) == 8
+
+
+def test_crash_looping_message_is_dead_lettered_in_claim_mode(db):
+    fill(db, "jobs", 1)
+    crashes = 0
+    for _ in range(6):
+        proc = _start_worker(
+            db, "jobs", "--handler", "crash:1", "--max-attempts", "2", "--visibility", "0.3",
+            "--poll-interval", "0.1", "--until-empty",
+        )
+        out, err = proc.communicate(timeout=60)
+        if proc.returncode == -signal.SIGKILL:
+            crashes += 1
+            continue
+        assert proc.returncode == 0, err
+        assert json.loads(out.strip().splitlines()[-1])["dead"] == 1
+        break
+    assert crashes == 2
+    with db.connect() as conn:
+        attempts, error = conn.execute("SELECT attempts, last_error FROM queuetop.dead_letters").fetchone()
+    assert attempts == 3 and "never completed" in error
