@@ -229,6 +229,7 @@ def cmd_bench_engine(ctx: Context) -> int:
     result = run_engine_bench(
         ctx.target,
         messages=args.messages,
+        single_messages=args.single_messages,
         concurrency=args.concurrency,
         batch=args.batch,
         rounds=args.rounds,
@@ -364,7 +365,8 @@ def build_parser() -> ArgumentParser:
     bench_sub = bench.add_subparsers(title="benchmarks", metavar="NAME", required=True, parser_class=ArgumentParser)
     p = _leaf(bench_sub, "engine", cmd_bench_engine, "queuetop's dequeue/enqueue against pgbench running the same SQL")
     p.add_argument("--json", action="store_true", help="print one JSON line")
-    p.add_argument("--messages", type=int, default=100_000, help="messages consumed per measured run (default 100000)")
+    p.add_argument("--messages", type=int, default=100_000, help="messages per measured batch run (default 100000)")
+    p.add_argument("--single-messages", type=int, default=10_000, help="messages per measured single-message run (default 10000)")
     p.add_argument("--concurrency", type=int, default=2, help="clients on both sides (default 2)")
     p.add_argument("--batch", type=int, default=100, help="batch size for the batch runs (default 100)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds; medians are reported (default 3)")

@@ -207,3 +207,14 @@ RETURNING token;
 SELECT name, holder, token, expires_at,
        extract(epoch FROM expires_at - now())::float8 AS expires_in_s
 FROM queuetop.leases WHERE name = %(name)s::text;
+
+-- name: truncate_queue
+TRUNCATE {table};
+
+-- name: fill_queue
+-- Benchmarks only: a queue of a given depth in one statement.
+INSERT INTO {table} (body)
+SELECT json_build_object('n', g)::json FROM generate_series(1, %(count)s::integer) AS g;
+
+-- name: vacuum_queue
+VACUUM ANALYZE {table};

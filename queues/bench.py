@@ -1,0 +1,296 @@
+"""`queuetop bench engine`: the engine's throughput against pgbench running the very same SQL.
+
+pgbench (shipped with the embedded server) gets the statements from queries.sql with the
+`%(name)s` placeholders turned into pgbench `:name` variables, nothing else changed; it runs
+them with the same number of clients, on the same server, from the same queue depth, in rounds
+interleaved with queuetop's own runs. queuetop's side is the real worker pool (claim mode, noop
+handler) and the real enqueue path, so the ratio is the cost of the engine's client side.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psycopg
+
+from . import schema
+from .database import Target, connect
+from .errors import UsageError
+from .handlers import parse_handler
+from .table_queue import TableQueue
+from .worker import WorkerPool, WorkOptions
+
+BENCH_QUEUE = "bench.engine"
+VISIBILITY_S = 30.0
+_PLACEHOLDER = re.compile(r"%\((\w+)\)s")
+
+
+def find_pgbench() -> str:
+    try:
+        from pgserver._commands import POSTGRES_BIN_PATH
+
+        candidate = POSTGRES_BIN_PATH / "pgbench"
+        if candidate.exists():
+            return str(candidate)
+    except ImportError:  # pragma: no cover - pgserver is a dependency
+        pass
+    found = shutil.which("pgbench")
+    if not found:
+        raise RuntimeError("pgbench not found (it ships with pgserver)")
+    return found
+
+
+def to_pgbench(statement: str, *, gset: bool = False) -> str:
+    """The engine's statement as a pgbench command: same text, `:name` variables."""
+    text = _PLACEHOLDER.sub(r":\1", statement.strip()).rstrip(";").rstrip()
+    return text + (" \\gset\n" if gset else ";\n")
+
+
+def _pg_array_literal(values: list[str]) -> str:
+    escaped = (v.replace("\\", "\\\\").replace('"', '\\"') for v in values)
+    return "{" + ",".join(f'"{v}"' for v in escaped) + "}"
+
+
+class EngineBench:
+    def __init__(self, target: Target, *, messages: int, single_messages: int, concurrency: int, batch: int, progress: Callable[[str], None] | None):
+        self.target = target
+        self.messages = messages
+        self.single_messages = single_messages
+        self.concurrency = concurrency
+        self.batch = batch
+        self.progress = progress or (lambda _line: None)
+        self.pgbench = find_pgbench()
+        self.workdir = Path(tempfile.mkdtemp(prefix="queuetop-bench-"))
+        self.conn = connect(target, application_name="queuetop-bench")
+        schema.install(self.conn)
+        self.queue = TableQueue.create(self.conn, BENCH_QUEUE)
+
+    def close(self) -> None:
+        self.conn.close()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    # -- set-up -----------------------------------------------------------------------------
+
+    def reset(self, depth: int) -> None:
+        self.conn.execute(self.queue.statement("truncate_queue"))
+        if depth:
+            self.conn.execute(self.queue.statement("fill_queue"), {"count": depth})
+        self.conn.execute(self.queue.statement("vacuum_queue"))
+
+    def _run_pgbench(self, script: str, transactions_per_client: int, defines: dict[str, str] | None = None) -> float:
+        path = self.workdir / "script.sql"
+        path.write_text(script)
+        cmd = [
+            self.pgbench, "-n", "-M", "prepared", "-f", str(path),
+            "-c", str(self.concurrency), "-j", str(self.concurrency),
+            "-t", str(transactions_per_client),
+        ]
+        for key, value in (defines or {}).items():
+            cmd += ["-D", f"{key}={value}"]
+        cmd.append(self.target.conninfo)
+        env = {**os.environ, "PGAPPNAME": "queuetop-bench-pgbench"}
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
+        match = re.search(r"tps = ([0-9.]+) \(without initial connection time\)", proc.stdout)
+        failed = re.search(r"number of failed transactions: [1-9]", proc.stdout)
+        if proc.returncode != 0 or match is None or failed:
+            raise RuntimeError(f"pgbench failed: {proc.stderr.strip() or proc.stdout.strip()}")
+        return float(match.group(1))
+
+    # -- dequeue ----------------------------------------------------------------------------
+
+    def _count(self, batch: int) -> int:
+        return self.messages if batch > 1 else self.single_messages
+
+    def queuetop_dequeue(self, batch: int) -> float:
+        messages = self._count(batch)
+        self.reset(messages)
+        pool = WorkerPool(
+            self.target, BENCH_QUEUE, parse_handler("noop"),
+            WorkOptions(workers=self.concurrency, batch=batch, until_empty=True, visibility_s=VISIBILITY_S),
+        )
+        started = time.perf_counter()
+        summary = pool.run()
+        elapsed = time.perf_counter() - started
+        if summary.processed != messages:
+            raise RuntimeError(f"queuetop processed {summary.processed} of {messages} messages")
+        return messages / elapsed
+
+    def pgbench_dequeue(self, batch: int) -> float:
+        messages = self._count(batch)
+        per_client = messages // (self.concurrency * batch)
+        # Slack so that no client ever finds the queue empty (\gset needs a row).
+        self.reset(messages + self.concurrency * batch * 4)
+        header = "\\set token random(1, 9223372036854775806)\n\\set visibility_s 30\n"
+        if batch == 1:
+            script = header + to_pgbench(self.queue.statement("claim_one"), gset=True) + to_pgbench(self.queue.statement("ack_one"))
+        else:
+            script = (
+                header + f"\\set batch {batch}\n"
+                + to_pgbench(self.queue.statement("claim_batch"), gset=True)
+                + to_pgbench(self.queue.statement("ack_batch"))
+            )
+        tps = self._run_pgbench(script, per_client)
+        remaining = self.queue.counts(self.conn).depth
+        expected = self.concurrency * batch * 4 + messages - per_client * self.concurrency * batch
+        if remaining != expected:
+            raise RuntimeError(f"pgbench left {remaining} messages, expected {expected}")
+        return tps * batch
+
+    # -- enqueue ----------------------------------------------------------------------------
+
+    def queuetop_enqueue(self, batch: int) -> float:
+        self.reset(0)
+        per_client = self._count(batch) // (self.concurrency * batch)
+        bodies = [json.dumps({"n": n}) for n in range(batch)]
+        ready = threading.Barrier(self.concurrency + 1)
+        errors: list[BaseException] = []
+
+        def client() -> None:
+            try:
+                with connect(self.target, application_name="queuetop-bench-enqueue") as conn:
+                    ready.wait()
+                    for _ in range(per_client):
+                        if batch == 1:
+                            self.queue.enqueue(conn, bodies[0])
+                        else:
+                            self.queue.enqueue_batch(conn, bodies)
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=client) for _ in range(self.concurrency)]
+        for thread in threads:
+            thread.start()
+        ready.wait()
+        started = time.perf_counter()
+        for thread in threads:
+            thread.join()
+        elapsed = time.perf_counter() - started
+        if errors:
+            raise errors[0]
+        return per_client * self.concurrency * batch / elapsed
+
+    def pgbench_enqueue(self, batch: int) -> float:
+        self.reset(0)
+        per_client = self._count(batch) // (self.concurrency * batch)
+        bodies = [json.dumps({"n": n}) for n in range(batch)]
+        if batch == 1:
+            script, defines = to_pgbench(self.queue.statement("enqueue"), gset=True), {"body": bodies[0]}
+        else:
+            script, defines = to_pgbench(self.queue.statement("enqueue_batch")), {"bodies": _pg_array_literal(bodies)}
+        return self._run_pgbench(script, per_client, defines) * batch
+
+    # -- idle -------------------------------------------------------------------------------
+
+    def idle_queries_per_s(self, seconds: float, workers: int = 4) -> tuple[float, float]:
+        """(claims the pool sent per second, scans of the queue table per second) while idle."""
+        self.reset(0)
+        pool = WorkerPool(self.target, BENCH_QUEUE, parse_handler("noop"), WorkOptions(workers=workers))
+        pool.start()
+        try:
+            deadline = time.monotonic() + 10
+            while self._sessions_idle(workers + 1) is False and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(1.5)  # statistics reach the server up to a second late: skip start-up claims
+            before, polls_before, t0 = self._queue_scans(), pool.polls, time.monotonic()
+            time.sleep(seconds)
+            after, polls_after, t1 = self._queue_scans(), pool.polls, time.monotonic()
+        finally:
+            pool.stop()
+            pool.join(10)
+        return (polls_after - polls_before) / (t1 - t0), (after - before) / (t1 - t0)
+
+    def _sessions_idle(self, expected: int) -> bool:
+        row = self.conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE %s AND state = 'idle'",
+            (f"queuetop-%:claim:{BENCH_QUEUE}",),
+        ).fetchone()
+        return row[0] >= expected
+
+    def _queue_scans(self) -> int:
+        """Statements that touched the queue table (each claim scans it once). Database-wide
+        commit counts are no good here: stats from the runs before arrive late."""
+        self.conn.execute("SELECT pg_stat_clear_snapshot()")
+        return queue_scans(self.conn, self.queue)
+
+
+def queue_scans(conn: psycopg.Connection, queue: TableQueue) -> int:
+    row = conn.execute(
+        "SELECT coalesce(seq_scan, 0) + coalesce(idx_scan, 0) FROM pg_stat_user_tables WHERE relid = to_regclass(%s)",
+        (queue.qualified_name,),
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _summary(ours: list[float], theirs: list[float]) -> dict[str, float]:
+    q, p = statistics.median(ours), statistics.median(theirs)
+    return {"queuetop_msgs_per_s": round(q, 1), "pgbench_msgs_per_s": round(p, 1), "ratio": round(q / p, 3) if p else None}
+
+
+def run_engine_bench(
+    target: Target,
+    *,
+    messages: int = 100_000,
+    single_messages: int = 10_000,
+    concurrency: int = 2,
+    batch: int = 100,
+    rounds: int = 3,
+    idle_seconds: float = 10.0,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, object]:
+    if messages < concurrency * batch or single_messages < concurrency:
+        raise UsageError(f"--messages must be at least concurrency x batch ({concurrency * batch})")
+    bench = EngineBench(
+        target, messages=messages, single_messages=single_messages, concurrency=concurrency, batch=batch, progress=progress
+    )
+    say = bench.progress
+    results: dict[str, tuple[list[float], list[float]]] = {
+        name: ([], []) for name in ("dequeue_single", "dequeue_batch", "enqueue_single", "enqueue_batch")
+    }
+    plan = {
+        "dequeue_single": (lambda: bench.queuetop_dequeue(1), lambda: bench.pgbench_dequeue(1)),
+        "dequeue_batch": (lambda: bench.queuetop_dequeue(batch), lambda: bench.pgbench_dequeue(batch)),
+        "enqueue_single": (lambda: bench.queuetop_enqueue(1), lambda: bench.pgbench_enqueue(1)),
+        "enqueue_batch": (lambda: bench.queuetop_enqueue(batch), lambda: bench.pgbench_enqueue(batch)),
+    }
+    try:
+        server_version = bench.conn.execute("SHOW server_version").fetchone()[0]
+        for round_no in range(rounds):
+            for name, (ours, theirs) in plan.items():
+                # Alternate who goes first so that drift (autovacuum, caches) hits both sides.
+                order = [(0, ours), (1, theirs)] if round_no % 2 == 0 else [(1, theirs), (0, ours)]
+                for side, run in order:
+                    rate = run()
+                    results[name][side].append(rate)
+                    say(f"round {round_no + 1}/{rounds} {name} {'queuetop' if side == 0 else 'pgbench'}: {rate:,.0f} msgs/s")
+        idle, idle_scans = bench.idle_queries_per_s(idle_seconds)
+        say(f"idle queue, 4 workers: {idle:.2f} claims/s, {idle_scans:.2f} table scans/s")
+        bench.reset(0)
+    finally:
+        bench.close()
+    out: dict[str, object] = {
+        "benchmark": "engine",
+        "server_version": server_version,
+        "mode": "claim",
+        "concurrency": concurrency,
+        "messages": messages,
+        "single_messages": single_messages,
+        "batch": batch,
+        "rounds": rounds,
+    }
+    for name, (ours, theirs) in results.items():
+        out[name] = _summary(ours, theirs)
+    out["idle_queries_per_s"] = round(idle, 2)
+    out["idle_table_scans_per_s"] = round(idle_scans, 2)
+    out["idle_workers"] = 4
+    out["idle_poll_interval_s"] = WorkOptions().poll_interval_s
+    return out

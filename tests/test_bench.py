@@ -1,0 +1,29 @@
+"""The engine benchmark runs end to end at a tiny size (its figures are not asserted: a test
+is no place to measure speed, but it must prove the harness works and pgbench agrees)."""
+
+from __future__ import annotations
+
+from queues.bench import to_pgbench
+
+
+def test_pgbench_gets_the_same_statement_with_pgbench_variables():
+    text = "SELECT 1 FROM t WHERE id = %(id)s::bigint AND token = %(token)s::bigint;"
+    assert to_pgbench(text) == "SELECT 1 FROM t WHERE id = :id::bigint AND token = :token::bigint;\n"
+    assert to_pgbench(text, gset=True).endswith(":token::bigint \\gset\n")
+
+
+def test_bench_engine_tiny_run_prints_all_figures(db, cli):
+    result = cli(
+        "bench", "engine", "--dsn", db.dsn, "--json", "--messages", "400", "--single-messages", "40",
+        "--batch", "20", "--rounds", "1", "--idle-seconds", "1",
+    )
+    assert result.returncode == 0, result.stderr
+    (report,) = result.json_lines()
+    for name in ("dequeue_single", "dequeue_batch", "enqueue_single", "enqueue_batch"):
+        figures = report[name]
+        assert figures["queuetop_msgs_per_s"] > 0 and figures["pgbench_msgs_per_s"] > 0
+        assert abs(figures["ratio"] - figures["queuetop_msgs_per_s"] / figures["pgbench_msgs_per_s"]) < 0.01
+    assert report["idle_queries_per_s"] >= 0
+    # The bench cleans up after itself: its queue is left empty.
+    with db.connect() as conn:
+        assert conn.execute('SELECT count(*) FROM queuetop."q_bench.engine"').fetchone()[0] == 0
