@@ -17,7 +17,7 @@ import platformdirs
 import psycopg
 from psycopg import sql
 
-from .database import Target, mask_dsn
+from .database import Target
 from .errors import ConnectionFailed
 
 DATABASE = "queuetop"
@@ -58,7 +58,8 @@ def embedded_target(data_dir: Path | None = None) -> Target:
     admin_uri = server.get_uri()
     _ensure_database(admin_uri)
     uri = server.get_uri(DATABASE)
-    return Target(dialect="postgresql", conninfo=uri, masked=mask_dsn(uri), embedded=True)
+    label = f"embedded PostgreSQL ({server.pgdata}, database {DATABASE})"
+    return Target(dialect="postgresql", conninfo=uri, masked=label, embedded=True)
 
 
 def _ensure_database(admin_uri: str) -> None:
