@@ -25,7 +25,9 @@ MASK = "***"
 # libpq URI schemes; anything of the form `word+driver://` is a SQLAlchemy URL.
 _LIBPQ_SCHEMES = ("postgresql://", "postgres://")
 _SQLALCHEMY_URL = re.compile(r"^[A-Za-z][A-Za-z0-9]*(\+[A-Za-z0-9_]+)?://")
-_KV_PASSWORD = re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
+# key=value: a quoted value, or an unquoted one where backslash escapes a character (libpq).
+_KV_PASSWORD = re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|(?:\\.|[^\s\\])+)", re.IGNORECASE)
+_URI_USERINFO_PASSWORD = re.compile(r"^([A-Za-z][A-Za-z0-9+]*://[^:/@?#]*:)[^@/?#]*@")
 _URI_PASSWORD_PARAM = re.compile(r"([?&]password=)[^&]*", re.IGNORECASE)
 
 
@@ -48,10 +50,14 @@ class Target:
 def mask_dsn(dsn: str) -> str:
     """Return `dsn` with any password replaced by ***, whatever form it is in."""
     text = dsn.strip()
+    if text.startswith(_LIBPQ_SCHEMES):
+        # libpq URIs may name several hosts (h1:5432,h2:5433), which SQLAlchemy cannot parse.
+        text = _URI_USERINFO_PASSWORD.sub(rf"\g<1>{MASK}@", text)
+        return _URI_PASSWORD_PARAM.sub(rf"\g<1>{MASK}", text)
     if _SQLALCHEMY_URL.match(text):
         try:
             url = make_url(text)
-        except ArgumentError:
+        except (ArgumentError, ValueError):
             url = None
         if url is not None:
             masked = url.render_as_string(hide_password=True)
@@ -79,7 +85,7 @@ def resolve_target(dsn: str | None) -> Target | None:
         return Target(dialect="postgresql", conninfo=raw, masked=masked)
     try:
         url = make_url(raw)
-    except ArgumentError as exc:
+    except (ArgumentError, ValueError) as exc:
         raise UsageError(f"invalid DSN {masked}: {exc}") from None
     backend = url.get_backend_name()
     if backend in ("postgresql", "postgres"):

@@ -73,9 +73,10 @@ def put(conn: psycopg.Connection, name: str, bodies: Sequence[str]) -> int:
         raise (_unknown_ring(exc, name) or exc) from None
     if row[0] is None:
         state = describe(conn, name)
+        free = max(0, state.capacity - state.used)
         raise RingFull(
-            f"ring {name!r} is full ({state.used}/{state.capacity} used): "
-            f"{len(bodies)} message(s) refused, nothing written"
+            f"ring {name!r} is full: room for {free} of {len(bodies)} message(s) "
+            f"({state.used}/{state.capacity} used); refused, nothing written"
         )
     return row[0]
 
@@ -83,8 +84,8 @@ def put(conn: psycopg.Connection, name: str, bodies: Sequence[str]) -> int:
 def take(conn: psycopg.Connection, name: str, count: int = 1) -> list[RingItem]:
     """Take up to `count` messages in FIFO order (fewer, or none, if the ring holds fewer)."""
     check_name("ring", name)
-    if count < 1:
-        raise UsageError("--count must be at least 1")
+    if not 1 <= count <= MAX_CAPACITY:
+        raise UsageError(f"--count must be between 1 and {MAX_CAPACITY}")
     try:
         rows = conn.execute(schema.queries()["ring_take"], {"name": name, "count": count}).fetchall()
     except psycopg.Error as exc:

@@ -55,15 +55,19 @@ def dsn_for(db, user: str, password: str) -> str:
 
 
 @pytest.mark.parametrize(
-    "body_args, stdin",
-    [(("--body", '{"a": 1'), None), (("--body", "not json"), None), (("--stdin",), '{"ok": 1}\n{"bad": \n{"ok": 2}\n')],
+    "body_args, stdin, queues",
+    [
+        (("--body", '{"a": 1'), None, ("existing", "new")),
+        (("--body", "not json"), None, ("new",)),
+        (("--stdin",), '{"ok": 1}\n{"bad": \n{"ok": 2}\n', ("existing",)),
+    ],
     ids=["truncated", "not-json", "stdin-one-bad-line"],
 )
-def test_malformed_json_enqueue_writes_nothing(db, cli, body_args, stdin):
+def test_malformed_json_enqueue_writes_nothing(db, cli, body_args, stdin, queues):
     with db.connect() as conn:
         TableQueue.create(conn, "existing").enqueue(conn, '{"n": 1}')
     before = db_state(db)
-    for queue in ("existing", "new"):
+    for queue in queues:
         result = cli("engine", "enqueue", queue, *body_args, "--dsn", db.dsn, input=stdin)
         assert "malformed JSON" in assert_error(result, 2)
     assert db_state(db) == before  # no new queue, no new message
@@ -264,15 +268,15 @@ def test_lease_held_by_another_is_exit_4(db, cli):
 # -- --debug ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("where", ["after", "before"])
-def test_debug_shows_a_traceback_and_the_default_does_not(db, cli, where):
+def test_debug_shows_a_traceback_and_the_default_does_not(db, cli):
     args = ("engine", "ring", "take", "missing", "--dsn", db.dsn)
     plain = cli(*args)
-    assert_error(plain, 2)
-    debug = cli(*(args + ("--debug",) if where == "after" else ("--debug",) + args))
-    assert debug.returncode == 2
-    assert "Traceback (most recent call last)" in debug.stderr
-    assert debug.stderr.splitlines()[-1] == plain.stderr.splitlines()[0]
+    line = assert_error(plain, 2)
+    for debug_args in (args + ("--debug",), ("--debug",) + args):  # after or before the command
+        debug = cli(*debug_args)
+        assert debug.returncode == 2
+        assert "Traceback (most recent call last)" in debug.stderr
+        assert debug.stderr.splitlines()[-1] == line
 
 
 # -- DSN forms --------------------------------------------------------------------------------
@@ -409,3 +413,21 @@ def test_mask_dsn_hides_a_backslash_escaped_unquoted_password():
     assert psycopg.conninfo.conninfo_to_dict(dsn)["password"] == "top secret"  # what libpq reads
     masked = mask_dsn(dsn)
     assert "secret" not in masked and "dbname=app" in masked
+
+
+def test_multi_line_ring_body_is_refused_before_writing(db, cli):
+    assert cli("engine", "ring", "create", "r1", "--capacity", "4", "--dsn", db.dsn).returncode == 0
+    result = cli("engine", "ring", "put", "r1", "--body", '{"a":\n 1}', "--dsn", db.dsn)
+    assert result.returncode == 2 and "single line" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    with db.connect() as conn:
+        assert conn.execute("SELECT count(*) FROM queuetop.ring_cells WHERE is_full").fetchone()[0] == 0
+
+
+def test_ring_take_count_is_bounded_and_clamped_to_capacity(db, cli):
+    assert cli("engine", "ring", "create", "r2", "--capacity", "3", "--dsn", db.dsn).returncode == 0
+    assert cli("engine", "ring", "put", "r2", "--count", "3", "--dsn", db.dsn).returncode == 0
+    huge = cli("engine", "ring", "take", "r2", "--count", str(2**31), "--dsn", db.dsn)
+    assert huge.returncode == 2 and huge.stderr.startswith("queuetop: error: --count must be between")
+    taken = cli("engine", "ring", "take", "r2", "--count", "10000000", "--dsn", db.dsn)
+    assert taken.returncode == 0 and taken.stdout.splitlines() == ['{"n": 1}', '{"n": 2}', '{"n": 3}']

@@ -8,7 +8,6 @@ import json
 import threading
 import time
 
-import psycopg
 import pytest
 
 from queues import ring

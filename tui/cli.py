@@ -179,6 +179,9 @@ def cmd_ring_put(ctx: Context) -> int:
         from queues.table_queue import default_bodies
 
         bodies = list(default_bodies(args.count))
+    if any("\n" in body or "\r" in body for body in bodies):
+        # `ring take` prints one body per line, exactly as put: a body must fit on one line.
+        raise UsageError("a ring body must be a single line of JSON (ring take prints one body per line)")
     with ctx.engine_connection("ring") as conn:
         first = rings.put(conn, args.name, bodies)
     emit({"ring": args.name, "put": len(bodies), "first_seq": first})
@@ -392,6 +395,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(ctx, str(exc), exc.exit_code, debug)
     except psycopg.OperationalError as exc:
         return _fail(ctx, f"database connection failed: {_first_line(exc)}", 2, debug)
+    except psycopg.errors.InsufficientPrivilege as exc:
+        # A configuration problem (grant the role what it needs), not a run-time failure.
+        return _fail(ctx, f"missing privilege: {_first_line(exc)}", 2, debug)
     except psycopg.Error as exc:
         return _fail(ctx, f"database error: {_first_line(exc)}", 1, debug)
     except KeyboardInterrupt:

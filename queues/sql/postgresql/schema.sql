@@ -131,7 +131,7 @@ BEGIN
     RETURN QUERY
         WITH taken AS (
             UPDATE queuetop.ring_cells c SET is_full = false
-            FROM generate_series(v_pos, v_pos + greatest(p_max, 0) - 1) AS p(pos)
+            FROM generate_series(v_pos, v_pos + least(greatest(p_max, 0), v_cap) - 1) AS p(pos)
             WHERE c.ring_id = v_id AND c.cell = (p.pos % v_cap)::integer
               AND c.is_full AND c.seq = p.pos
             RETURNING c.seq, c.put_at, c.body
