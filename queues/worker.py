@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import psycopg
+from psycopg import sql
 
 from .database import Target, connect
 from .errors import OperationFailed, UsageError
@@ -222,7 +223,7 @@ class WorkerPool:
             try:
                 if conn is None or conn.closed:
                     conn = connect(self.target, application_name=self._app_name("listen"))
-                    conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(NOTIFY_CHANNEL)))
                 woke = False
                 for notify in conn.notifies(timeout=interval):
                     if notify.payload == self.queue_name:
@@ -291,13 +292,13 @@ class WorkerPool:
         assert queue is not None
         # One cursor for the connection's life: Connection.execute() builds a new cursor per call,
         # a measurable share of the client's CPU per message on the hot path.
-        conn = conn.cursor()  # type: ignore[assignment]
+        cur = conn.cursor()
         while not self._stop.is_set():
             seen = self._waker.generation()
             self._poll_counts[index] += 1
-            messages = queue.claim(conn, visibility_s=opts.visibility_s, batch=opts.batch)
+            messages = queue.claim(cur, visibility_s=opts.visibility_s, batch=opts.batch)
             if not messages:
-                if not self._idle(conn, seen):
+                if not self._idle(cur, seen):
                     return
                 continue
             if len(messages) == opts.batch:
@@ -311,21 +312,21 @@ class WorkerPool:
                         f"gave up after {message.attempts - 1} attempts that never completed "
                         "(worker crashed or visibility expired)"
                     )
-                    self._dead_or_stale(conn, message, reason)
+                    self._dead_or_stale(cur, message, reason)
                     continue
                 try:
                     self.handler(message)
                 except Exception as exc:
                     error = f"{type(exc).__name__}: {exc}"
                     if message.attempts >= opts.max_attempts:
-                        self._dead_or_stale(conn, message, error)
-                    elif queue.release_for_retry(conn, message, error, delay_s=self._retry_delay(message.attempts)):
+                        self._dead_or_stale(cur, message, error)
+                    elif queue.release_for_retry(cur, message, error, delay_s=self._retry_delay(message.attempts)):
                         self.summary.add(retried=1)
                     else:
                         self.summary.add(stale_acks=1)
                     continue
                 succeeded.append(message)
-            acked = queue.ack_batch(conn, succeeded)
+            acked = queue.ack_batch(cur, succeeded)
             self.summary.add(processed=acked, stale_acks=len(succeeded) - acked)
 
     def _dead_or_stale(self, conn: psycopg.Connection, message: Message, error: str) -> None:

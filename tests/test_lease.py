@@ -88,36 +88,33 @@ def acquire_race(db, name, contenders=16):
     return winners, losers
 
 
-def test_concurrent_acquirers_of_a_new_lease_exactly_one_wins(db):
-    winners, losers = acquire_race(db, "relay")
+def assert_single_winner(db, name, expected_token):
+    """Race 16 acquirers: exactly one wins, with `expected_token`, and the table agrees."""
+    winners, losers = acquire_race(db, name)
     assert len(winners) == 1 and len(losers) == 15
     ((holder, token),) = winners.items()
-    assert token == 1
+    assert token == expected_token
     with db.connect() as conn:
-        state = lease.describe(conn, "relay")
-        assert (state.holder, state.token) == (holder, 1)
+        state = lease.describe(conn, name)
+        assert (state.holder, state.token) == (holder, expected_token)
+
+
+def test_concurrent_acquirers_of_a_new_lease_exactly_one_wins(db):
+    assert_single_winner(db, "relay", 1)
 
 
 def test_concurrent_takeover_of_an_expired_lease_exactly_one_wins(db):
     with db.connect() as conn:
         lease.acquire(conn, "relay", "old", SHORT)
         wait_expired(conn, "relay")
-    winners, losers = acquire_race(db, "relay")
-    assert len(winners) == 1 and len(losers) == 15
-    ((holder, token),) = winners.items()
-    assert token == 2
-    with db.connect() as conn:
-        state = lease.describe(conn, "relay")
-        assert (state.holder, state.token) == (holder, 2)
+    assert_single_winner(db, "relay", 2)
 
 
 def test_concurrent_acquirers_of_a_released_lease_exactly_one_wins(db):
     with db.connect() as conn:
         lease.acquire(conn, "relay", "old", LONG)
         lease.release(conn, "relay", "old")
-    winners, losers = acquire_race(db, "relay")
-    assert len(winners) == 1 and len(losers) == 15
-    assert list(winners.values()) == [2]
+    assert_single_winner(db, "relay", 2)
 
 
 def test_expired_lease_is_taken_over_with_next_token(db):

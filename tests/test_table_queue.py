@@ -117,7 +117,7 @@ def test_hold_transaction_failure_requeues_under_same_id(db):
         with conn.transaction():
             (m,) = queue.take_held(conn)
             queue.requeue_held(conn, m, "nope")
-        row = conn.execute(f"SELECT id, attempts, last_error FROM queuetop.q_jobs ORDER BY id LIMIT 1").fetchone()
+        row = conn.execute("SELECT id, attempts, last_error FROM queuetop.q_jobs ORDER BY id LIMIT 1").fetchone()
         assert row == (1, 1, "nope")
         # Rolled back: the message is simply back, untouched.
         with pytest.raises(ZeroDivisionError):

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from contextlib import contextmanager
 
 import pytest
 
@@ -28,6 +29,24 @@ def fill(db, name, count):
         queue = TableQueue.create(conn, name)
         queue.enqueue_batch(conn, [json.dumps({"n": n}) for n in range(1, count + 1)])
         return queue
+
+
+@contextmanager
+def running(pool):
+    """A started pool, stopped and joined however the test ends."""
+    pool.start()
+    try:
+        yield pool
+    finally:
+        pool.stop()
+        pool.join(10)
+
+
+def count_sessions(conn, application_name_like, state):
+    return conn.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE %s AND state = %s",
+        (application_name_like, state),
+    ).fetchone()[0]
 
 
 class Recorder:
@@ -77,58 +96,45 @@ def test_failures_are_retried_then_dead_lettered(db, mode):
 def test_idle_workers_wake_on_notify_not_on_poll(db):
     fill(db, "jobs", 0)
     pool = WorkerPool(db.target, "jobs", parse_handler("noop"), WorkOptions(workers=4, poll_interval_s=60))
-    pool.start()
-    try:
-        with db.connect() as conn:
-            wait_until(
-                lambda: conn.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'queuetop-listen:claim:jobs' "
-                    "AND state = 'idle' AND query LIKE 'LISTEN%%'"
-                ).fetchone()[0] == 1,
-                what="listener",
-            )
-            queue = TableQueue.open(conn, "jobs")
-            started = time.monotonic()
-            queue.enqueue(conn, '{"wake": 1}')
-            wait_until(lambda: pool.summary.processed == 1, timeout=10, what="processing after NOTIFY")
-            # Far sooner than the 60 s poll interval: the notification woke a worker.
-            assert time.monotonic() - started < 5
-    finally:
-        pool.stop()
-        pool.join(10)
+    with running(pool), db.connect() as conn:
+        wait_until(
+            lambda: conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'queuetop-listen:claim:jobs' "
+                "AND state = 'idle' AND query LIKE 'LISTEN%%'"
+            ).fetchone()[0] == 1,
+            what="listener",
+        )
+        queue = TableQueue.open(conn, "jobs")
+        started = time.monotonic()
+        queue.enqueue(conn, '{"wake": 1}')
+        wait_until(lambda: pool.summary.processed == 1, timeout=10, what="processing after NOTIFY")
+        # Far sooner than the 60 s poll interval: the notification woke a worker.
+        assert time.monotonic() - started < 5
 
 
 def test_idle_queue_costs_about_one_query_per_poll_interval(db):
     fill(db, "jobs", 0)
     pool = WorkerPool(db.target, "jobs", parse_handler("noop"), WorkOptions(workers=8, poll_interval_s=1.0))
-    pool.start()
-    try:
-        with db.connect() as conn:
-            queue = TableQueue.open(conn, "jobs")
+    with running(pool), db.connect() as conn:
+        queue = TableQueue.open(conn, "jobs")
 
-            def scans():
-                conn.execute("SELECT pg_stat_clear_snapshot()")
-                return queue_scans(conn, queue)
+        def scans():
+            conn.execute("SELECT pg_stat_clear_snapshot()")
+            return queue_scans(conn, queue)
 
-            wait_until(
-                lambda: conn.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'queuetop-%%:claim:jobs' "
-                    "AND state = 'idle'"
-                ).fetchone()[0] == 9,
-                what="8 idle workers and the listener",
-            )
-            before, polls_before, t0 = scans(), pool.polls, time.monotonic()
-            threading.Event().wait(6.0)  # the measurement window itself, not a synchronisation
-            after, polls_after, t1 = scans(), pool.polls, time.monotonic()
-        claims_per_s = (polls_after - polls_before) / (t1 - t0)
-        scans_per_s = (after - before) / (t1 - t0)
-        # 8 idle workers, 1 s poll interval: about one claim per second, not 8, not a busy loop;
-        # the server agrees (each empty claim plans as a few scans of the table at most).
-        assert 0.5 <= claims_per_s <= 1.5, claims_per_s
-        assert scans_per_s <= 4 * 1.5, scans_per_s
-    finally:
-        pool.stop()
-        pool.join(10)
+        wait_until(
+            lambda: count_sessions(conn, "queuetop-%:claim:jobs", "idle") == 9,
+            what="8 idle workers and the listener",
+        )
+        before, polls_before, t0 = scans(), pool.polls, time.monotonic()
+        threading.Event().wait(6.0)  # the measurement window itself, not a synchronisation
+        after, polls_after, t1 = scans(), pool.polls, time.monotonic()
+    claims_per_s = (polls_after - polls_before) / (t1 - t0)
+    scans_per_s = (after - before) / (t1 - t0)
+    # 8 idle workers, 1 s poll interval: about one claim per second, not 8, not a busy loop;
+    # the server agrees (each empty claim plans as a few scans of the table at most).
+    assert 0.5 <= claims_per_s <= 1.5, claims_per_s
+    assert scans_per_s <= 4 * 1.5, scans_per_s
 
 
 def _start_worker(db, queue, *args, record_dir=None):
@@ -188,10 +194,7 @@ def test_kill_9_in_hold_transaction_mode_gives_messages_back_at_once(db):
     victim = _start_worker(db, "jobs", "--workers", "4", "--handler", "sleep:120", "--mode", "hold-transaction")
     with db.connect() as conn:
         wait_until(
-            lambda: conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'queuetop-work:hold-transaction:jobs' "
-                "AND state = 'idle in transaction'"
-            ).fetchone()[0] == 4,
+            lambda: count_sessions(conn, "queuetop-work:hold-transaction:jobs", "idle in transaction") == 4,
             timeout=20,
             what="4 open transactions",
         )
