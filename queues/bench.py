@@ -233,7 +233,14 @@ def queue_scans(conn: psycopg.Connection, queue: TableQueue) -> int:
 
 def _summary(ours: list[float], theirs: list[float]) -> dict[str, float]:
     q, p = statistics.median(ours), statistics.median(theirs)
-    return {"queuetop_msgs_per_s": round(q, 1), "pgbench_msgs_per_s": round(p, 1), "ratio": round(q / p, 3) if p else None}
+    return {
+        "queuetop_msgs_per_s": round(q, 1),
+        "pgbench_msgs_per_s": round(p, 1),
+        "ratio": round(q / p, 3) if p else None,
+        # Every round, in order, so the spread (disk and scheduler noise) is on record too.
+        "queuetop_rounds": [round(x) for x in ours],
+        "pgbench_rounds": [round(x) for x in theirs],
+    }
 
 
 def run_engine_bench(

@@ -9,7 +9,10 @@ costs about one query per poll interval, however many workers wait.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import select
 import signal
 import threading
 import time
@@ -22,6 +25,7 @@ from psycopg import sql
 from .database import Target, connect
 from .errors import OperationFailed, UsageError
 from .handlers import Handler
+from .hotpath import HotPath
 from .table_queue import NOTIFY_CHANNEL, Message, TableQueue
 
 log = logging.getLogger("queuetop.worker")
@@ -137,6 +141,10 @@ class WorkerPool:
         self.summary = WorkSummary()
         self._waker = Waker()
         self._stop = threading.Event()
+        # Wakes the listener out of select() on stop(); closed by join() once every thread ended.
+        self._stop_pipe: tuple[int, int] | None = os.pipe()
+        os.set_blocking(self._stop_pipe[1], False)
+        self._pipe_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._errors: list[str] = []
         self._queue: TableQueue | None = None
@@ -168,11 +176,21 @@ class WorkerPool:
         """Ask every worker to finish the message in hand and exit."""
         self._stop.set()
         self._waker.stop()
+        with self._pipe_lock:
+            if self._stop_pipe is not None:
+                with contextlib.suppress(OSError):  # full: a wake-up is pending anyway
+                    os.write(self._stop_pipe[1], b"x")
 
     def join(self, timeout: float | None = None) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
         for thread in self._threads:
             thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        if not any(t.is_alive() for t in self._threads):
+            with self._pipe_lock:
+                if self._stop_pipe is not None:
+                    for fd in self._stop_pipe:
+                        os.close(fd)
+                    self._stop_pipe = None
 
     @property
     def running(self) -> bool:
@@ -219,20 +237,26 @@ class WorkerPool:
     def _listen(self) -> None:
         interval = UNTIL_EMPTY_POLL_S if self.options.until_empty else self.options.poll_interval_s
         conn: psycopg.Connection | None = None
+        next_tick = time.monotonic() + interval
         while not self._stop.is_set():
             try:
                 if conn is None or conn.closed:
                     conn = connect(self.target, application_name=self._app_name("listen"))
                     conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(NOTIFY_CHANNEL)))
-                woke = False
-                for notify in conn.notifies(timeout=interval):
-                    if notify.payload == self.queue_name:
+                # Wait on the socket and on the stop pipe together, so that stop() ends the wait
+                # at once rather than at the next tick; then drain what arrived.
+                timeout = max(0.0, next_tick - time.monotonic())
+                readable, _, _ = select.select([conn.fileno(), self._stop_pipe[0]], [], [], timeout)
+                if self._stop.is_set():
+                    break
+                if conn.fileno() in readable:
+                    if any(n.payload == self.queue_name for n in conn.notifies(timeout=0)):
                         self._waker.wake_all()
-                        woke = True
-                    if self._stop.is_set():
-                        break
-                if not woke:
+                        next_tick = time.monotonic() + interval
+                # Other queues' notifications do not count: one claim per interval, no more.
+                if time.monotonic() >= next_tick:
                     self._waker.wake_one()
+                    next_tick = time.monotonic() + interval
             except Exception as exc:  # the listener is an optimisation: fall back to polling
                 log.warning("listener for %s lost its connection: %s", self.queue_name, exc)
                 if conn is not None:
@@ -290,13 +314,14 @@ class WorkerPool:
     def _claim_loop(self, conn: psycopg.Connection, index: int) -> None:
         queue, opts = self._queue, self.options
         assert queue is not None
-        # One cursor for the connection's life: Connection.execute() builds a new cursor per call,
-        # a measurable share of the client's CPU per message on the hot path.
+        # Claims and acks go through prepared libpq calls (see hotpath.py); the rest through one
+        # cursor for the connection's life.
+        hot = HotPath(conn, queue)
         cur = conn.cursor()
         while not self._stop.is_set():
             seen = self._waker.generation()
             self._poll_counts[index] += 1
-            messages = queue.claim(cur, visibility_s=opts.visibility_s, batch=opts.batch)
+            messages = hot.claim(visibility_s=opts.visibility_s, batch=opts.batch)
             if not messages:
                 if not self._idle(cur, seen):
                     return
@@ -326,7 +351,7 @@ class WorkerPool:
                         self.summary.add(stale_acks=1)
                     continue
                 succeeded.append(message)
-            acked = queue.ack_batch(cur, succeeded)
+            acked = hot.ack(succeeded)
             self.summary.add(processed=acked, stale_acks=len(succeeded) - acked)
 
     def _dead_or_stale(self, conn: psycopg.Connection, message: Message, error: str) -> None:
