@@ -263,6 +263,31 @@ def cmd_server_stop(ctx: Context) -> int:
     return 0
 
 
+def cmd_snapshot(ctx: Context) -> int:
+    import time as _time
+
+    from probes.config import load_config
+    from probes.postgres import PostgresProbes, open_probe_connection
+    from probes.sampler import run_cycle
+    from tui.report import render
+
+    args = ctx.args
+    config = load_config(getattr(args, "config", None))
+    target = ctx.target
+    probes = PostgresProbes(config)
+    with open_probe_connection(target) as conn:
+        snapshot = run_cycle(target, probes=probes, conn=conn)
+        if args.rates:
+            # Rates are differences of cumulative counters: a second cycle after --rates seconds.
+            _time.sleep(args.rates)
+            snapshot = run_cycle(target, probes=probes, conn=conn)
+    if args.json:
+        emit(snapshot.to_json())
+    else:
+        print(render(snapshot))
+    return 0
+
+
 def cmd_dashboard(ctx: Context) -> int:
     from tui.app import run_dashboard
 
@@ -311,8 +336,15 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("--interval", type=_positive_float, default=2.0, help="dashboard refresh interval in seconds")
     parser.add_argument("--read-only", action="store_true", help="disable every action that changes the database")
     parser.add_argument("--no-demo", action="store_true", help="do not start the demo workload on the embedded server")
+    parser.add_argument("--config", default=None, help="TOML file declaring your own queue tables (default: the user's config dir)")
     parser.set_defaults(func=cmd_dashboard)
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", parser_class=ArgumentParser)
+
+    p = _leaf(commands, "snapshot", cmd_snapshot, "run every probe once and print what they saw")
+    p.add_argument("--json", action="store_true", help="print the snapshot as one JSON object (version 1)")
+    p.add_argument("--config", default=argparse.SUPPRESS, help="TOML file declaring your own queue tables")
+    p.add_argument("--rates", type=_positive_float, default=0.0, metavar="SECONDS",
+                   help="sample twice, SECONDS apart, so that enqueue/dequeue rates are known (default: once, rates null)")
 
     engine = commands.add_parser("engine", help="drive the reference queue engine")
     engine_sub = engine.add_subparsers(title="engine commands", metavar="ACTION", required=True, parser_class=ArgumentParser)

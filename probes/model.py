@@ -1,0 +1,172 @@
+"""The snapshot model: typed, frozen samples, and their JSON form (snapshot version 1).
+
+Probes build these; the scheduler composes them into a `Snapshot`; the dashboard and
+`queuetop snapshot --json` read them. Nothing here touches the database.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+
+SNAPSHOT_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProbeStatus:
+    elapsed_ms: float
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueSample:
+    name: str
+    kind: str  # "reference" (the engine's table queue) or "table" (declared in the config)
+    table: str  # schema-qualified, quoted as SQL
+    depth: int | None
+    ready: int | None
+    in_flight: int | None
+    delayed: int | None  # waiting out a retry back-off: neither ready nor in flight
+    dead: int | None
+    oldest_ready_age_s: float | None
+    enqueued_per_s: float | None
+    dequeued_per_s: float | None
+    depth_is_estimate: bool
+    dead_tuples: int | None
+    live_tuples: int | None
+    last_vacuum_at: datetime | None  # the later of manual and auto vacuum
+    last_autovacuum_at: datetime | None
+    inserted_total: int | None  # cumulative counters the rates come from (pg_stat_user_tables)
+    deleted_total: int | None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RingSample:
+    name: str
+    capacity: int
+    used: int
+    refused_total: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaseSample:
+    name: str
+    holder: str | None
+    token: int
+    expires_in_s: float | None
+    state: str  # held | expired | free
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BlockedSession:
+    pid: int
+    blocked_by: tuple[int, ...]
+    root_blocker: int | None
+    wait_s: float | None
+    lock_type: str | None
+    mode: str | None
+    relation: str | None
+    query: str | None
+    application: str | None
+    state: str | None = None
+    in_cycle: bool = False  # part of a wait cycle (a deadlock the server has not broken yet)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Blocker:
+    pid: int
+    blocked_count: int  # sessions it blocks directly or transitively
+    state: str | None
+    xact_age_s: float | None
+    query: str | None
+    application: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Connections:
+    total: int
+    max: int
+    by_state: dict[str, int]
+    by_application: dict[str, int]
+    oldest_xact_age_s: float | None
+    oldest_xact_pid: int | None
+    xmin_holder_pid: int | None
+    xmin_holder_age_xids: int | None
+    xmin_holder_application: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompactionSample:
+    name: str
+    pending_deltas: int
+    groups: int
+    last_run_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerInfo:
+    dialect: str
+    version: str | None
+    database: str | None
+    label: str | None = None  # the masked DSN or the embedded server's description
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Snapshot:
+    taken_at: datetime
+    server: ServerInfo
+    probes: dict[str, ProbeStatus]
+    queues: tuple[QueueSample, ...] = ()
+    rings: tuple[RingSample, ...] = ()
+    leases: tuple[LeaseSample, ...] = ()
+    blocked: tuple[BlockedSession, ...] = ()
+    blockers: tuple[Blocker, ...] = ()
+    connections: Connections | None = None
+    compaction: tuple[CompactionSample, ...] = ()
+    extra: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def elapsed_ms(self) -> float:
+        return sum(p.elapsed_ms for p in self.probes.values())
+
+    def to_json(self) -> dict[str, object]:
+        """The v1 JSON object of PRODUCT.md (more keys than it requires, none fewer)."""
+        return _jsonable(
+            {
+                "version": SNAPSHOT_VERSION,
+                "taken_at": self.taken_at,
+                "server": asdict(self.server),
+                "probes": {name: asdict(status) for name, status in self.probes.items()},
+                "queues": [asdict(q) for q in self.queues],
+                "rings": [asdict(r) for r in self.rings],
+                "leases": [asdict(lease) for lease in self.leases],
+                "blocked": [asdict(b) for b in self.blocked],
+                "blockers": [asdict(b) for b in self.blockers],
+                "connections": asdict(self.connections) if self.connections else _EMPTY_CONNECTIONS,
+                "compaction": [asdict(c) for c in self.compaction],
+                **self.extra,
+            }
+        )
+
+
+_EMPTY_CONNECTIONS = {
+    "total": None,
+    "max": None,
+    "by_state": {},
+    "by_application": {},
+    "oldest_xact_age_s": None,
+    "xmin_holder_pid": None,
+}
+
+
+def _jsonable(value: object) -> object:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, datetime):
+        return value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+    if isinstance(value, float):
+        return round(value, 3)
+    return value

@@ -1,0 +1,438 @@
+"""PostgreSQL probes: queues, rings, leases, blocked sessions, connections.
+
+Each probe is a method taking a probe connection (autocommit, read-only, statement and lock
+timeouts, application_name `queuetop-probe`; see `open_probe_connection`) and returning frozen
+samples. The queries live in `probes/sql/postgresql/<probe>.sql`. A probe raises on failure; the
+sampler records the reason and the other probes go on.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
+
+from queues.database import Target, connect
+from queues.sqlfiles import load
+
+from .config import Config, DeclaredQueue
+from .model import (
+    Blocker,
+    BlockedSession,
+    Connections,
+    LeaseSample,
+    QueueSample,
+    RingSample,
+    ServerInfo,
+)
+
+APPLICATION_NAME = "queuetop-probe"
+STATEMENT_TIMEOUT_MS = 2000
+LOCK_TIMEOUT_MS = 100
+DEAD_COUNT_CAP = 10_000
+PROBE_NAMES = ("queues", "rings", "leases", "locks", "connections")
+
+
+def queries(probe: str) -> dict[str, str]:
+    return load("probes", "postgresql", f"{probe}.sql")
+
+
+def open_probe_connection(target: Target, *, application_name: str = APPLICATION_NAME) -> psycopg.Connection:
+    """A session that cannot hurt the monitored database: read-only, autocommit, short
+    statement and lock timeouts, and a name that says whose it is."""
+    conn = connect(
+        target,
+        application_name=application_name,
+        options={
+            "default_transaction_read_only": "on",
+            "statement_timeout": str(STATEMENT_TIMEOUT_MS),
+            "lock_timeout": str(LOCK_TIMEOUT_MS),
+            "idle_in_transaction_session_timeout": "10000",
+        },
+    )
+    conn.row_factory = dict_row
+    return conn
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+@dataclass(frozen=True, slots=True)
+class _Counters:
+    at: float
+    inserted: int
+    deleted: int
+
+
+@dataclass(frozen=True, slots=True)
+class _ResolvedTable:
+    relid: int
+    table: sql.Composable  # quoted from the catalog's names
+    qualified: str
+    head: sql.Composed
+    max_key: sql.Composed | None  # integer ordering: depth above the window from the key span
+
+
+class PostgresProbes:
+    """The probes for one monitored PostgreSQL database. Holds what successive samples need:
+    the previous counters (rates) and resolved user-declared tables."""
+
+    dialect = "postgresql"
+
+    def __init__(self, config: Config | None = None) -> None:
+        self.config = config or Config()
+        self._previous: dict[str, _Counters] = {}
+        self._resolved: dict[str, _ResolvedTable] = {}
+        self._server: ServerInfo | None = None
+        self._version_num = 0
+        # What a probe that succeeded could not see (privileges), by probe name.
+        self.notes: dict[str, str] = {}
+
+    # -- server --------------------------------------------------------------------------
+
+    def server(self, conn: psycopg.Connection, label: str | None = None) -> ServerInfo:
+        row = conn.execute(queries("server")["server_info"]).fetchone()
+        self._version_num = row["version_num"]
+        self._server = ServerInfo(dialect=self.dialect, version=row["version"], database=row["database"], label=label)
+        return self._server
+
+    # -- queues --------------------------------------------------------------------------
+
+    def queues(self, conn: psycopg.Connection) -> tuple[QueueSample, ...]:
+        q = queries("queues")
+        window = self.config.window
+        samples: list[tuple[str, str, str, int | None, dict | None, str | None]] = []
+        reference = []
+        if _has_table(conn, "queuetop.queues"):
+            try:
+                reference = conn.execute(q["registry"]).fetchall()
+            except psycopg.errors.InsufficientPrivilege as exc:
+                self.notes["queues"] = f"reference queues hidden: {first_line(exc)}"
+        problems = []
+        for entry in reference:
+            table = sql.Identifier(entry["schema_name"], entry["table_name"])
+            head, error = None, None
+            try:
+                head = conn.execute(sql.SQL(q["reference_head"]).format(table=table), {"window": window}).fetchone()
+                dead = conn.execute(q["dead_letters"], {"queue": entry["name"], "cap": DEAD_COUNT_CAP}).fetchone()
+                head = {
+                    **head,
+                    "beyond_window": (head["max_id"] - head["last_head_id"]) if head["last_head_id"] else 0,
+                    "dead": dead["counted"] if dead["counted"] < DEAD_COUNT_CAP else dead["span"],
+                    "dead_is_estimate": dead["counted"] >= DEAD_COUNT_CAP,
+                }
+            except psycopg.Error as exc:
+                error = _explain(exc)
+                problems.append(f"{entry['name']}: {error}")
+            samples.append(("reference", entry["name"], table.as_string(conn), entry["relid"], head, error))
+        for declared in self.config.queues:
+            head, error, relid, qualified = None, None, None, declared.table
+            try:
+                resolved = self._resolve(conn, declared)
+                relid, qualified = resolved.relid, resolved.qualified
+                head = self._declared_head(conn, declared, resolved)
+            except (psycopg.Error, LookupError) as exc:
+                error = _explain(exc) if isinstance(exc, psycopg.Error) else str(exc.args[0])
+                problems.append(f"{declared.name}: {error}")
+            samples.append(("table", declared.name, qualified, relid, head, error))
+
+        if problems:
+            self.notes["queues"] = "; ".join(([self.notes["queues"]] if "queues" in self.notes else []) + problems)
+        stats = {}
+        relids = [s[3] for s in samples if s[3] is not None]
+        if relids:
+            stats = {row["relid"]: row for row in conn.execute(q["table_stats"], {"relids": relids})}
+        now = time.monotonic()
+        out = []
+        for kind, name, qualified, relid, head, error in samples:
+            st = stats.get(relid)
+            out.append(self._queue_sample(kind, name, qualified, head, st, error, now))
+        return tuple(out)
+
+    def _queue_sample(self, kind, name, qualified, head, st, error, now) -> QueueSample:
+        enq = deq = None
+        if st is not None:
+            current = _Counters(now, st["n_tup_ins"], st["n_tup_del"])
+            previous = self._previous.get(f"{kind}:{name}")
+            self._previous[f"{kind}:{name}"] = current
+            if previous is not None and current.at > previous.at:
+                span = current.at - previous.at
+                enq = max(0.0, (current.inserted - previous.inserted) / span)
+                deq = max(0.0, (current.deleted - previous.deleted) / span)
+        depth = ready = in_flight = delayed = dead = age = None
+        estimate = False
+        if head is not None:
+            window = self.config.window
+            head_rows = head["head_rows"]
+            in_flight = head["in_flight"]
+            delayed = head.get("delayed", 0)
+            dead = head.get("dead")
+            age = head["oldest_ready_age_s"]
+            if head_rows < window:
+                depth = head_rows
+            else:
+                estimate = True
+                depth = head_rows + max(0, head.get("beyond_window", 0))
+            if kind == "reference":
+                ready = max(0, depth - in_flight - delayed)
+            else:
+                # Declared tables: ready counted in the window; beyond it, every row is taken
+                # to be ready (the ordering puts claimed and failed rows first).
+                ready = head["ready"] + max(0, depth - head_rows)
+            estimate = estimate or bool(head.get("dead_is_estimate"))
+        return QueueSample(
+            name=name,
+            kind=kind,
+            table=qualified,
+            depth=depth,
+            ready=ready,
+            in_flight=in_flight,
+            delayed=delayed,
+            dead=dead,
+            oldest_ready_age_s=age,
+            enqueued_per_s=enq,
+            dequeued_per_s=deq,
+            depth_is_estimate=estimate,
+            dead_tuples=st["n_dead_tup"] if st else None,
+            live_tuples=st["n_live_tup"] if st else None,
+            last_vacuum_at=_latest(st["last_vacuum"], st["last_autovacuum"]) if st else None,
+            last_autovacuum_at=st["last_autovacuum"] if st else None,
+            inserted_total=st["n_tup_ins"] if st else None,
+            deleted_total=st["n_tup_del"] if st else None,
+            error=error,
+        )
+
+    def _resolve(self, conn: psycopg.Connection, declared: DeclaredQueue) -> _ResolvedTable:
+        cached = self._resolved.get(declared.name)
+        if cached is not None:
+            return cached
+        q = queries("queues")
+        row = conn.execute(q["resolve_table"], {"table": declared.table}).fetchone()
+        if row is None:
+            raise LookupError(f"table {declared.table!r} not found (or not a table)")
+        columns = {r["name"]: r["type"] for r in conn.execute(q["table_columns"], {"relid": row["relid"]})}
+
+        def column(key: str, value: str | None) -> sql.Composable:
+            if value is None:
+                return sql.SQL("NULL")
+            if value not in columns:
+                raise LookupError(f"{declared.name}: {key} column {value!r} not in {declared.table}")
+            return sql.Identifier(value)
+
+        table = sql.Identifier(row["schema_name"], row["table_name"])
+        order = column("order_by", declared.order_by)
+        parts = {
+            "table": table,
+            "order": order,
+            "age": column("age_column", declared.age_column),
+            "visible": column("visible_at_column", declared.visible_at_column),
+            "state": column("state_column", declared.state_column),
+        }
+        integer_order = columns[declared.order_by] in ("bigint", "integer", "smallint")
+        resolved = _ResolvedTable(
+            relid=row["relid"],
+            table=table,
+            qualified=table.as_string(conn),
+            head=sql.SQL(q["user_head"]).format(**parts),
+            max_key=sql.SQL(q["user_max_key"]).format(table=table, order=order) if integer_order else None,
+        )
+        self._resolved[declared.name] = resolved
+        return resolved
+
+    def _declared_head(self, conn: psycopg.Connection, declared: DeclaredQueue, resolved: _ResolvedTable) -> dict:
+        window = self.config.window
+        head = conn.execute(
+            resolved.head,
+            {
+                "window": window,
+                "ready_states": list(declared.ready_states),
+                "in_flight_states": list(declared.in_flight_states),
+                "dead_states": list(declared.dead_states),
+            },
+        ).fetchone()
+        head = dict(head)
+        if head["head_rows"] >= window:
+            if resolved.max_key is not None and head["last_head_key"] is not None:
+                max_key = conn.execute(resolved.max_key).fetchone()["max_key"]
+                head["beyond_window"] = int(max_key) - int(head["last_head_key"])
+            else:
+                planner = conn.execute(queries("queues")["planner_rows"], {"relid": resolved.relid}).fetchone()
+                head["beyond_window"] = (planner["estimate"] or 0) - head["head_rows"]
+            head["dead_is_estimate"] = bool(declared.dead_states)
+        return head
+
+    # -- rings and leases ----------------------------------------------------------------
+
+    def rings(self, conn: psycopg.Connection) -> tuple[RingSample, ...]:
+        if not _has_table(conn, "queuetop.rings"):
+            return ()
+        rows = conn.execute(queries("rings")["rings"]).fetchall()
+        return tuple(RingSample(name=r["name"], capacity=r["capacity"], used=r["used"], refused_total=r["refused_total"]) for r in rows)
+
+    def leases(self, conn: psycopg.Connection) -> tuple[LeaseSample, ...]:
+        if not _has_table(conn, "queuetop.leases"):
+            return ()
+        rows = conn.execute(queries("leases")["leases"]).fetchall()
+        return tuple(
+            LeaseSample(name=r["name"], holder=r["holder"], token=r["token"], expires_in_s=r["expires_in_s"], state=r["state"])
+            for r in rows
+        )
+
+    # -- locks ---------------------------------------------------------------------------
+
+    def locks(self, conn: psycopg.Connection) -> tuple[tuple[BlockedSession, ...], tuple[Blocker, ...]]:
+        q = queries("locks")
+        query = q["waiting_post_140000"] if self._version_num >= 140000 else q["waiting"]
+        waiting_rows = conn.execute(query).fetchall()
+        if not waiting_rows:
+            return (), ()
+        mentioned = {pid for row in waiting_rows for pid in row["blocked_by"]} - {r["pid"] for r in waiting_rows}
+        others = {r["pid"]: r for r in conn.execute(q["sessions"], {"pids": sorted(mentioned)})} if mentioned else {}
+        if any(r["state"] is None for r in [*waiting_rows, *others.values()]):
+            self.notes["locks"] = "queries and states of other roles' sessions hidden: grant pg_read_all_stats to see them"
+        return build_lock_tree(waiting_rows, others)
+
+    # -- connections ---------------------------------------------------------------------
+
+    def connections(self, conn: psycopg.Connection) -> Connections:
+        q = queries("connections")
+        rows = conn.execute(q["connections"]).fetchall()
+        settings = conn.execute(q["max_connections"]).fetchone()
+        by_state: dict[str, int] = {}
+        by_app: dict[str, int] = {}
+        oldest = xmin = None
+        for r in rows:
+            state = r["state"] or "unknown"  # other roles' sessions without pg_read_all_stats
+            by_state[state] = by_state.get(state, 0) + 1
+            app = r["application_name"] or ""
+            by_app[app] = by_app.get(app, 0) + 1
+            if r["xact_age_s"] is not None and (oldest is None or r["xact_age_s"] > oldest["xact_age_s"]):
+                oldest = r
+            if r["xmin_age"] is not None and (xmin is None or r["xmin_age"] > xmin["xmin_age"]):
+                xmin = r
+        hidden = sum(1 for r in rows if r["state"] is None)
+        if hidden:
+            self.notes["connections"] = (
+                f"state, transaction age and xmin of {hidden} other roles' sessions hidden: "
+                "grant pg_read_all_stats to see them"
+            )
+        return Connections(
+            total=len(rows) + 1,  # and this probe's own session
+            max=settings["max_connections"],
+            by_state=dict(sorted(by_state.items(), key=lambda kv: -kv[1])),
+            by_application=dict(sorted(by_app.items(), key=lambda kv: -kv[1])),
+            oldest_xact_age_s=oldest["xact_age_s"] if oldest else None,
+            oldest_xact_pid=oldest["pid"] if oldest else None,
+            xmin_holder_pid=xmin["pid"] if xmin else None,
+            xmin_holder_age_xids=xmin["xmin_age"] if xmin else None,
+            xmin_holder_application=xmin["application_name"] if xmin else None,
+        )
+
+
+def build_lock_tree(waiting_rows: Iterable[dict], others: dict[int, dict]) -> tuple[tuple[BlockedSession, ...], tuple[Blocker, ...]]:
+    """Blocked sessions with every blocker and their root, and the root blockers with how many
+    sessions each holds up. Parallel workers fold into their leader; wait cycles (a deadlock the
+    server has not yet broken) are marked instead of followed forever."""
+    waiting_rows = list(waiting_rows)
+    leader = {r["pid"]: r["leader_pid"] or r["pid"] for r in waiting_rows}
+    leader.update({pid: r["leader_pid"] or pid for pid, r in others.items()})
+
+    def lead(pid: int) -> int:
+        return leader.get(pid, pid)
+
+    waiting: dict[int, dict] = {}
+    for row in sorted(waiting_rows, key=lambda r: (lead(r["pid"]) != r["pid"], r["pid"])):
+        pid = lead(row["pid"])
+        blockers = {lead(b) for b in row["blocked_by"]} - {pid}
+        if pid in waiting:  # a parallel worker of a leader already listed: merge its blockers
+            waiting[pid]["blocked_by"] |= blockers
+            continue
+        waiting[pid] = {**row, "pid": pid, "blocked_by": blockers}
+
+    def roots_of(pid: int) -> tuple[list[int], bool]:
+        roots, seen, stack, cycle = [], {pid}, [pid], False
+        while stack:
+            current = stack.pop()
+            for blocker in sorted(waiting[current]["blocked_by"], reverse=True):
+                if blocker in waiting:
+                    if blocker in seen:
+                        cycle = cycle or blocker == pid
+                        continue
+                    seen.add(blocker)
+                    stack.append(blocker)
+                elif blocker not in roots:
+                    roots.append(blocker)
+        return roots, cycle
+
+    blocked, counts = [], {}
+    for pid in sorted(waiting):
+        row = waiting[pid]
+        roots, cycle = roots_of(pid)
+        for root in roots:
+            counts[root] = counts.get(root, 0) + 1
+        blocked.append(
+            BlockedSession(
+                pid=pid,
+                blocked_by=tuple(sorted(row["blocked_by"])),
+                root_blocker=min(roots) if roots else None,
+                wait_s=row["wait_s"],
+                lock_type=row["lock_type"],
+                mode=row["mode"],
+                relation=row["relation"] or _advisory_key(row),
+                query=row["query"],
+                application=row["application_name"],
+                state=row["state"],
+                in_cycle=cycle,
+            )
+        )
+    blockers = []
+    for root, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+        info = others.get(root) or {}
+        blockers.append(
+            Blocker(
+                pid=root,
+                blocked_count=count,
+                state=info.get("state"),
+                xact_age_s=info.get("xact_age_s"),
+                query=info.get("query"),
+                application=info.get("application_name"),
+            )
+        )
+    return tuple(blocked), tuple(blockers)
+
+
+def _advisory_key(row: dict) -> str | None:
+    if row.get("lock_type") != "advisory":
+        return None
+    # pg_advisory_lock(bigint) is stored as classid (high 32 bits), objid (low 32), objsubid 1;
+    # the two-int4 form as classid, objid, objsubid 2.
+    if row.get("objsubid") == 1:
+        return f"advisory {(int(row['classid']) << 32) | int(row['objid'])}"
+    return f"advisory ({row['classid']}, {row['objid']})"
+
+
+def _has_table(conn: psycopg.Connection, name: str) -> bool:
+    return bool(conn.execute("SELECT to_regclass(%s::text) IS NOT NULL AS present", (name,)).fetchone()["present"])
+
+
+def _latest(a, b):
+    values = [v for v in (a, b) if v is not None]
+    return max(values) if values else None
+
+
+def _explain(exc: psycopg.Error) -> str:
+    """One line for a failed probe statement, saying what the operator can do about it."""
+    line = first_line(exc)
+    if isinstance(exc, psycopg.errors.LockNotAvailable):
+        return f"skipped: the table is locked by another session ({line})"
+    if isinstance(exc, psycopg.errors.QueryCanceled):
+        return f"skipped: statement timeout ({STATEMENT_TIMEOUT_MS} ms) reached"
+    if isinstance(exc, psycopg.errors.InsufficientPrivilege):
+        return f"no privilege: {line}"
+    return line

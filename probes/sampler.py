@@ -1,0 +1,216 @@
+"""Running the probes: one cycle on demand (`queuetop snapshot`), or on a schedule (the dashboard).
+
+The schedule is APScheduler's: one interval job per probe, `max_instances=1` so a probe never
+overlaps itself, `coalesce=True` so runs missed while the database was slow collapse into one.
+Probe sessions come from a small psycopg pool (at most two sessions on the monitored server),
+each configured by `open_probe_connection`'s rules. Whenever the probes that were running
+have all finished, the latest sample of every probe is composed into one `Snapshot` and handed to
+the sink (the dashboard posts it to its event loop; the sink must not block).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+
+import psycopg
+from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.schedulers.background import BackgroundScheduler
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from queues.database import Target
+
+from .config import Config
+from .model import ProbeStatus, ServerInfo, Snapshot
+from .postgres import (
+    APPLICATION_NAME,
+    LOCK_TIMEOUT_MS,
+    PROBE_NAMES,
+    STATEMENT_TIMEOUT_MS,
+    PostgresProbes,
+    first_line,
+    open_probe_connection,
+)
+
+log = logging.getLogger("queuetop.sampler")
+Sink = Callable[[Snapshot], None]
+MAX_PROBE_SESSIONS = 2
+
+
+def run_probe(probes: PostgresProbes, name: str, conn: psycopg.Connection) -> tuple[ProbeStatus, object]:
+    """One probe, timed; its failure is its status, not an exception."""
+    started = time.perf_counter()
+    probes.notes.pop(name, None)
+    try:
+        result = getattr(probes, name)(conn)
+        error = probes.notes.pop(name, None)  # what it could not see, when it saw the rest
+    except psycopg.Error as exc:
+        result, error = None, _describe(exc)
+    return ProbeStatus(elapsed_ms=(time.perf_counter() - started) * 1000, error=error), result
+
+
+def compose(server: ServerInfo, results: dict[str, tuple[ProbeStatus, object]], extra: dict | None = None) -> Snapshot:
+    def value(name: str, default: object) -> object:
+        result = results.get(name)
+        return default if result is None or result[1] is None else result[1]
+
+    blocked, blockers = value("locks", ((), ()))
+    return Snapshot(
+        taken_at=datetime.now(timezone.utc),
+        server=server,
+        probes={name: results[name][0] for name in PROBE_NAMES if name in results},
+        queues=value("queues", ()),
+        rings=value("rings", ()),
+        leases=value("leases", ()),
+        blocked=blocked,
+        blockers=blockers,
+        connections=value("connections", None),
+        extra=extra or {},
+    )
+
+
+def run_cycle(target: Target, config: Config | None = None, *, probes: PostgresProbes | None = None, conn: psycopg.Connection | None = None) -> Snapshot:
+    """Every probe once, in turn, on one probe session (opened here unless given)."""
+    probes = probes or PostgresProbes(config)
+    own = conn is None
+    conn = conn or open_probe_connection(target)
+    try:
+        server = probes.server(conn, label=target.masked)
+        results = {name: run_probe(probes, name, conn) for name in PROBE_NAMES}
+    finally:
+        if own:
+            conn.close()
+    return compose(server, results, {"connected": True})
+
+
+class Sampler:
+    """The probes on a schedule, feeding complete snapshots to `sink`."""
+
+    def __init__(self, target: Target, sink: Sink, config: Config | None = None, *, interval_s: float | None = None) -> None:
+        self.target = target
+        self.sink = sink
+        self.config = config or Config()
+        self.interval_s = interval_s or self.config.interval_s
+        self.probes = PostgresProbes(self.config)
+        self._results: dict[str, tuple[ProbeStatus, object]] = {}
+        self._server: ServerInfo | None = None
+        self._running = 0
+        self._lock = threading.Lock()
+        self._connected = False
+        self._last_error: str | None = None
+        self._pool = ConnectionPool(
+            target.conninfo,
+            min_size=1,
+            max_size=MAX_PROBE_SESSIONS,
+            open=False,
+            timeout=5.0,
+            reconnect_timeout=0,  # keep trying for ever: the database may come back
+            check=ConnectionPool.check_connection,
+            kwargs={
+                "autocommit": True,
+                "application_name": APPLICATION_NAME,
+                "connect_timeout": 5,
+                "options": (
+                    f"-c default_transaction_read_only=on -c statement_timeout={STATEMENT_TIMEOUT_MS}"
+                    f" -c lock_timeout={LOCK_TIMEOUT_MS} -c idle_in_transaction_session_timeout=10000"
+                ),
+            },
+            configure=_configure,
+            name="queuetop-probes",
+        )
+        self._scheduler = BackgroundScheduler(
+            executors={"default": ThreadPoolExecutor(MAX_PROBE_SESSIONS)},
+            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
+            timezone=timezone.utc,
+        )
+
+    # -- control --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._pool.open(wait=False)
+        for name in PROBE_NAMES:
+            self._scheduler.add_job(
+                self._run, "interval", args=(name,), id=name, name=f"probe {name}",
+                seconds=self.interval_s, next_run_time=datetime.now(timezone.utc),
+            )
+        self._scheduler.start()
+
+    def stop(self) -> None:
+        if self._scheduler.running:
+            self._scheduler.shutdown(wait=True)
+        self._pool.close(timeout=5)
+
+    def set_interval(self, seconds: float) -> None:
+        self.interval_s = seconds
+        for name in PROBE_NAMES:
+            self._scheduler.reschedule_job(name, trigger="interval", seconds=seconds)
+
+    def pause(self) -> None:
+        self._scheduler.pause()
+
+    def resume(self) -> None:
+        self._scheduler.resume()
+
+    def refresh_now(self) -> None:
+        """Run every probe now (a probe already running is not started twice)."""
+        now = datetime.now(timezone.utc)
+        for name in PROBE_NAMES:
+            job = self._scheduler.get_job(name)
+            if job is not None:
+                job.modify(next_run_time=now)
+
+    @property
+    def connected(self) -> bool:
+        return self._connected
+
+    # -- jobs -----------------------------------------------------------------------------
+
+    def _run(self, name: str) -> None:
+        with self._lock:
+            self._running += 1
+        try:
+            try:
+                with self._pool.connection() as conn:
+                    if self._server is None:
+                        self._server = self.probes.server(conn, label=self.target.masked)
+                    result = run_probe(self.probes, name, conn)
+                self._connected, self._last_error = True, None
+            except (PoolTimeout, psycopg.OperationalError) as exc:
+                self._connected = False
+                self._last_error = f"cannot reach the database: {first_line(exc)}"
+                result = (ProbeStatus(elapsed_ms=0.0, error=self._last_error), None)
+            with self._lock:
+                self._results[name] = result
+        finally:
+            with self._lock:
+                self._running -= 1
+                ready = self._running == 0 and all(p in self._results for p in PROBE_NAMES)
+                results = dict(self._results)
+            if ready:
+                self._emit(results)
+
+    def _emit(self, results: dict[str, tuple[ProbeStatus, object]]) -> None:
+        server = self._server or ServerInfo(dialect="postgresql", version=None, database=None, label=self.target.masked)
+        snapshot = compose(server, results, {"connected": self._connected, "connection_error": self._last_error})
+        try:
+            self.sink(snapshot)
+        except Exception:  # a failing sink must not stop the probes
+            log.exception("snapshot sink failed")
+
+
+def _configure(conn: psycopg.Connection) -> None:
+    conn.row_factory = dict_row
+
+
+def _describe(exc: psycopg.Error) -> str:
+    if isinstance(exc, psycopg.errors.InsufficientPrivilege):
+        return f"no privilege: {first_line(exc)}"
+    if isinstance(exc, psycopg.errors.QueryCanceled):
+        return f"statement timeout ({STATEMENT_TIMEOUT_MS} ms) reached"
+    if isinstance(exc, psycopg.errors.LockNotAvailable):
+        return f"lock timeout ({LOCK_TIMEOUT_MS} ms): {first_line(exc)}"
+    return first_line(exc)

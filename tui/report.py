@@ -1,0 +1,92 @@
+"""A snapshot as plain text: `queuetop snapshot` without --json."""
+
+from __future__ import annotations
+
+from probes.model import Snapshot
+
+
+def _num(value: object, suffix: str = "") -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.1f}{suffix}"
+    if isinstance(value, int):
+        return f"{value:,}{suffix}"
+    return str(value)
+
+
+def _table(title: str, header: tuple[str, ...], rows: list[tuple[object, ...]]) -> str:
+    cells = [header] + [tuple(_num(c) if not isinstance(c, str) else c for c in row) for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    lines = [title]
+    for index, row in enumerate(cells):
+        lines.append("  " + "  ".join(c.rjust(w) if index and c[:1].isdigit() else c.ljust(w) for c, w in zip(row, widths)).rstrip())
+    if not rows:
+        lines.append("  (none)")
+    return "\n".join(lines)
+
+
+def _shorten(text: str | None, width: int = 60) -> str:
+    if not text:
+        return "-"
+    one_line = " ".join(text.split())
+    return one_line if len(one_line) <= width else one_line[: width - 1] + "…"
+
+
+def render(snapshot: Snapshot) -> str:
+    s = snapshot
+    head = (
+        f"queuetop snapshot  {s.taken_at:%Y-%m-%d %H:%M:%S} UTC  {s.server.label or ''}\n"
+        f"{s.server.dialect} {s.server.version or '?'}, database {s.server.database or '?'}, "
+        f"probes {s.elapsed_ms:.1f} ms"
+    )
+    problems = [f"  {name}: {status.error}" for name, status in s.probes.items() if status.error]
+    queues = [
+        (
+            q.name + (" ~" if q.depth_is_estimate else ""),
+            q.kind,
+            q.depth,
+            q.ready,
+            q.in_flight,
+            q.dead,
+            q.oldest_ready_age_s,
+            q.enqueued_per_s,
+            q.dequeued_per_s,
+            q.dead_tuples,
+        )
+        for q in s.queues
+    ]
+    rings = [(r.name, f"{r.used:,}/{r.capacity:,}", r.refused_total) for r in s.rings]
+    leases = [(lease.name, lease.state, lease.holder or "-", lease.token, lease.expires_in_s) for lease in s.leases]
+    blocked = [
+        (b.pid, ",".join(map(str, b.blocked_by)), _num(b.root_blocker), b.wait_s, b.lock_type or "-", b.mode or "-",
+         b.relation or "-", _shorten(b.query, 40))
+        for b in s.blocked
+    ]
+    blockers = [
+        (b.pid, b.blocked_count, b.state or "-", b.xact_age_s, b.application or "-", _shorten(b.query, 40)) for b in s.blockers
+    ]
+    parts = [
+        head,
+        _table(
+            "Queues (~ = depth estimated)",
+            ("name", "kind", "depth", "ready", "in-flight", "dead", "oldest s", "in/s", "out/s", "dead tup"),
+            queues,
+        ),
+        _table("Rings", ("name", "used/capacity", "refused"), rings),
+        _table("Leases", ("name", "state", "holder", "token", "expires in s"), leases),
+        _table("Blocked", ("pid", "blocked by", "root", "wait s", "lock", "mode", "relation", "query"), blocked),
+        _table("Root blockers", ("pid", "blocks", "state", "xact s", "application", "query"), blockers),
+    ]
+    c = s.connections
+    if c is not None:
+        states = ", ".join(f"{k} {v}" for k, v in c.by_state.items()) or "-"
+        apps = ", ".join(f"{k or '(none)'} {v}" for k, v in list(c.by_application.items())[:6]) or "-"
+        parts.append(
+            f"Connections\n  {c.total}/{c.max}  by state: {states}\n  by application: {apps}\n"
+            f"  oldest transaction: {_num(c.oldest_xact_age_s, ' s')} (pid {_num(c.oldest_xact_pid)})"
+            f"  xmin held by: pid {_num(c.xmin_holder_pid)} ({c.xmin_holder_application or '-'})"
+        )
+    if problems:
+        parts.append("Probe problems\n" + "\n".join(problems))
+    return "\n\n".join(parts)
