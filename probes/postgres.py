@@ -34,6 +34,7 @@ APPLICATION_NAME = "queuetop-probe"
 STATEMENT_TIMEOUT_MS = 2000
 LOCK_TIMEOUT_MS = 100
 DEAD_COUNT_CAP = 10_000
+_TIMESTAMPS = ("timestamp", "date")
 PROBE_NAMES = ("queues", "rings", "leases", "locks", "connections")
 
 
@@ -218,11 +219,13 @@ class PostgresProbes:
             raise LookupError(f"table {declared.table!r} not found (or not a table)")
         columns = {r["name"]: r["type"] for r in conn.execute(q["table_columns"], {"relid": row["relid"]})}
 
-        def column(key: str, value: str | None) -> sql.Composable:
+        def column(key: str, value: str | None, null: str = "text", types: tuple[str, ...] = ()) -> sql.Composable:
             if value is None:
-                return sql.SQL("NULL")
+                return sql.SQL("NULL::" + null)  # typed, so comparisons still resolve
             if value not in columns:
                 raise LookupError(f"{declared.name}: {key} column {value!r} not in {declared.table}")
+            if types and not columns[value].startswith(types):
+                raise LookupError(f"{declared.name}: {key} column {value!r} is {columns[value]}, not a timestamp")
             return sql.Identifier(value)
 
         table = sql.Identifier(row["schema_name"], row["table_name"])
@@ -230,8 +233,8 @@ class PostgresProbes:
         parts = {
             "table": table,
             "order": order,
-            "age": column("age_column", declared.age_column),
-            "visible": column("visible_at_column", declared.visible_at_column),
+            "age": column("age_column", declared.age_column, "timestamptz", _TIMESTAMPS),
+            "visible": column("visible_at_column", declared.visible_at_column, "timestamptz", _TIMESTAMPS),
             "state": column("state_column", declared.state_column),
         }
         integer_order = columns[declared.order_by] in ("bigint", "integer", "smallint")
@@ -335,6 +338,11 @@ class PostgresProbes:
         )
 
 
+def _visible_text(value: str | None) -> str | None:
+    # pg_stat_activity's placeholder for what this role may not see.
+    return None if value in (None, "<insufficient privilege>") else value
+
+
 def build_lock_tree(waiting_rows: Iterable[dict], others: dict[int, dict]) -> tuple[tuple[BlockedSession, ...], tuple[Blocker, ...]]:
     """Blocked sessions with every blocker and their root, and the root blockers with how many
     sessions each holds up. Parallel workers fold into their leader; wait cycles (a deadlock the
@@ -385,7 +393,7 @@ def build_lock_tree(waiting_rows: Iterable[dict], others: dict[int, dict]) -> tu
                 lock_type=row["lock_type"],
                 mode=row["mode"],
                 relation=row["relation"] or _advisory_key(row),
-                query=row["query"],
+                query=_visible_text(row["query"]),
                 application=row["application_name"],
                 state=row["state"],
                 in_cycle=cycle,
@@ -400,7 +408,7 @@ def build_lock_tree(waiting_rows: Iterable[dict], others: dict[int, dict]) -> tu
                 blocked_count=count,
                 state=info.get("state"),
                 xact_age_s=info.get("xact_age_s"),
-                query=info.get("query"),
+                query=_visible_text(info.get("query")),
                 application=info.get("application_name"),
             )
         )

@@ -37,6 +37,9 @@ from .postgres import (
 )
 
 log = logging.getLogger("queuetop.sampler")
+# The pool would log every failed reconnection to stderr (under a dashboard, across the screen);
+# the snapshot says that the database is unreachable instead.
+logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
 Sink = Callable[[Snapshot], None]
 MAX_PROBE_SESSIONS = 2
 
@@ -99,6 +102,7 @@ class Sampler:
         self._results: dict[str, tuple[ProbeStatus, object]] = {}
         self._server: ServerInfo | None = None
         self._running = 0
+        self._last_emit = 0.0
         self._lock = threading.Lock()
         self._connected = False
         self._last_error: str | None = None
@@ -108,7 +112,7 @@ class Sampler:
             max_size=MAX_PROBE_SESSIONS,
             open=False,
             timeout=5.0,
-            reconnect_timeout=0,  # keep trying for ever: the database may come back
+            reconnect_timeout=365 * 24 * 3600.0,  # keep trying: the database may come back
             check=ConnectionPool.check_connection,
             kwargs={
                 "autocommit": True,
@@ -174,7 +178,8 @@ class Sampler:
             self._running += 1
         try:
             try:
-                with self._pool.connection() as conn:
+                # Once the database is known to be down, the other probes fail fast.
+                with self._pool.connection(timeout=5.0 if self._connected else 0.5) as conn:
                     if self._server is None:
                         self._server = self.probes.server(conn, label=self.target.masked)
                     result = run_probe(self.probes, name, conn)
@@ -188,7 +193,13 @@ class Sampler:
         finally:
             with self._lock:
                 self._running -= 1
-                ready = self._running == 0 and all(p in self._results for p in PROBE_NAMES)
+                complete = all(p in self._results for p in PROBE_NAMES)
+                # Probes due together are reported together; but when they never all rest at
+                # once (slow probes, short interval), still at least one snapshot per interval.
+                overdue = time.monotonic() - self._last_emit >= self.interval_s
+                ready = complete and (self._running == 0 or overdue)
+                if ready:
+                    self._last_emit = time.monotonic()
                 results = dict(self._results)
             if ready:
                 self._emit(results)

@@ -18,9 +18,9 @@ WITH running AS (
     SELECT backend_xid AS xid FROM pg_stat_activity WHERE backend_xid IS NOT NULL
 ), head AS (
     SELECT h.id, h.enqueued_at,
-           (h.claim_token IS NOT NULL AND h.visible_at > now()) AS claimed,
-           (h.claim_token IS NULL AND h.visible_at > now()) AS delayed,
-           (h.xmax <> '0'::xid AND h.xmax IN (SELECT xid FROM running)) AS held
+           coalesce(h.claim_token IS NOT NULL AND h.visible_at > now(), false) AS claimed,
+           coalesce(h.claim_token IS NULL AND h.visible_at > now(), false) AS delayed,
+           coalesce(h.xmax <> '0'::xid AND h.xmax IN (SELECT xid FROM running), false) AS held
     FROM (SELECT id, enqueued_at, claim_token, visible_at, xmax FROM {table} ORDER BY id LIMIT %(window)s::integer) h
 )
 SELECT count(*) AS head_rows,
@@ -72,7 +72,7 @@ WITH running AS (
     SELECT h.k,
            h.ts,
            coalesce(h.vis > now(), false) AS hidden,
-           (h.xmax <> '0'::xid AND h.xmax IN (SELECT xid FROM running)) AS held,
+           coalesce(h.xmax <> '0'::xid AND h.xmax IN (SELECT xid FROM running), false) AS held,
            coalesce(h.st = ANY(%(in_flight_states)s::text[]), false) AS in_flight_state,
            coalesce(h.st = ANY(%(dead_states)s::text[]), false) AS dead_state,
            CASE WHEN cardinality(%(ready_states)s::text[]) = 0 THEN true
