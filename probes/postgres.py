@@ -292,7 +292,9 @@ class PostgresProbes:
     def locks(self, conn: psycopg.Connection) -> tuple[tuple[BlockedSession, ...], tuple[Blocker, ...]]:
         q = queries("locks")
         query = q["waiting_post_140000"] if self._version_num >= 140000 else q["waiting"]
-        waiting_rows = conn.execute(query).fetchall()
+        # pg_locks and pg_blocking_pids are not read at one instant: a wait that ended in between
+        # has no blockers left and is not reported.
+        waiting_rows = [r for r in conn.execute(query).fetchall() if r["blocked_by"]]
         if not waiting_rows:
             return (), ()
         mentioned = {pid for row in waiting_rows for pid in row["blocked_by"]} - {r["pid"] for r in waiting_rows}

@@ -27,3 +27,20 @@ def test_bench_engine_tiny_run_prints_all_figures(db, cli):
     # The bench cleans up after itself: its queue is left empty.
     with db.connect() as conn:
         assert conn.execute('SELECT count(*) FROM queuetop."q_bench.engine"').fetchone()[0] == 0
+
+
+def test_bench_probes_tiny_run(db, cli):
+    result = cli(
+        "bench", "probes", "--dsn", db.dsn, "--json", "--small-depth", "20", "--large-depth", "3000",
+        "--idle-connections", "3", "--cycles", "3",
+    )
+    assert result.returncode == 0, result.stderr
+    (report,) = result.json_lines()
+    assert report["cycle_ms_p50_small"] > 0 and report["cycle_ms_p50_large"] > 0
+    assert abs(report["ratio"] - report["cycle_ms_p50_large"] / report["cycle_ms_p50_small"]) < 0.01
+    assert report["large_depth"] == 3000
+    # 3000 filled, one dead-lettered; above the default window the depth is an estimate.
+    assert report["large_depth_reported"] == 2999 and report["large_depth_is_estimate"] is True
+    assert set(report["probe_ms_p50_large"]) == {"queues", "rings", "leases", "locks", "connections"}
+    with db.connect() as conn:
+        assert conn.execute('SELECT count(*) FROM queuetop."q_bench.probes"').fetchone()[0] == 0

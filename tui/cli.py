@@ -246,6 +246,25 @@ def cmd_bench_engine(ctx: Context) -> int:
     return 0
 
 
+def cmd_bench_probes(ctx: Context) -> int:
+    from probes.bench import run_probe_bench
+
+    args = ctx.args
+    result = run_probe_bench(
+        ctx.target,
+        small_depth=args.small_depth,
+        large_depth=args.large_depth,
+        idle_connections=args.idle_connections,
+        cycles=args.cycles,
+        progress=None if args.json else lambda line: print(line, file=sys.stderr, flush=True),
+    )
+    if args.json:
+        emit(result)
+    else:
+        print(json.dumps(result, indent=2))
+    return 0
+
+
 def cmd_server_status(ctx: Context) -> int:
     from queues.embedded import server_status
 
@@ -406,6 +425,13 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--batch", type=int, default=100, help="batch size for the batch runs (default 100)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds; medians are reported (default 3)")
     p.add_argument("--idle-seconds", type=_positive_float, default=10.0, help="how long to watch an idle queue (default 10)")
+
+    p = _leaf(bench_sub, "probes", cmd_bench_probes, "a full probe cycle's cost at a small and a large queue depth")
+    p.add_argument("--json", action="store_true", help="print one JSON line")
+    p.add_argument("--small-depth", type=int, default=1_000, help="messages in the small run (default 1000)")
+    p.add_argument("--large-depth", type=int, default=1_000_000, help="messages in the large run (default 1000000)")
+    p.add_argument("--idle-connections", type=int, default=50, help="idle sessions held open meanwhile (default 50)")
+    p.add_argument("--cycles", type=int, default=50, help="timed cycles per depth; p50/p95 reported (default 50)")
 
     server = commands.add_parser("server", help="the embedded PostgreSQL server")
     server_sub = server.add_subparsers(title="server commands", metavar="ACTION", required=True, parser_class=ArgumentParser)

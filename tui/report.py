@@ -59,12 +59,12 @@ def render(snapshot: Snapshot) -> str:
     rings = [(r.name, f"{r.used:,}/{r.capacity:,}", r.refused_total) for r in s.rings]
     leases = [(lease.name, lease.state, lease.holder or "-", lease.token, lease.expires_in_s) for lease in s.leases]
     blocked = [
-        (b.pid, ",".join(map(str, b.blocked_by)), _num(b.root_blocker), b.wait_s, b.lock_type or "-", b.mode or "-",
+        (str(b.pid), ",".join(map(str, b.blocked_by)), str(b.root_blocker or "-"), b.wait_s, b.lock_type or "-", b.mode or "-",
          b.relation or "-", _shorten(b.query, 40))
         for b in s.blocked
     ]
     blockers = [
-        (b.pid, b.blocked_count, b.state or "-", b.xact_age_s, b.application or "-", _shorten(b.query, 40)) for b in s.blockers
+        (str(b.pid), b.blocked_count, b.state or "-", b.xact_age_s, b.application or "-", _shorten(b.query, 40)) for b in s.blockers
     ]
     parts = [
         head,
@@ -84,8 +84,8 @@ def render(snapshot: Snapshot) -> str:
         apps = ", ".join(f"{k or '(none)'} {v}" for k, v in list(c.by_application.items())[:6]) or "-"
         parts.append(
             f"Connections\n  {c.total}/{c.max}  by state: {states}\n  by application: {apps}\n"
-            f"  oldest transaction: {_num(c.oldest_xact_age_s, ' s')} (pid {_num(c.oldest_xact_pid)})"
-            f"  xmin held by: pid {_num(c.xmin_holder_pid)} ({c.xmin_holder_application or '-'})"
+            f"  oldest transaction: {_num(c.oldest_xact_age_s, ' s')} (pid {c.oldest_xact_pid or '-'})"
+            f"  xmin held by: pid {c.xmin_holder_pid or '-'} ({c.xmin_holder_application or '-'})"
         )
     if problems:
         parts.append("Probe problems\n" + "\n".join(problems))
