@@ -1,6 +1,9 @@
 """The user's configuration: queue tables the operator already has, declared in TOML.
 
     # ~/.config/queuetop/config.toml (or --config FILE)
+    [keys]                    # remap dashboard keys by binding id (see `?` in the dashboard)
+    pause = "space"
+
     [probes]
     interval = 2.0            # seconds between samples
     window = 1000             # rows read from a queue's head; above it depth is an estimate
@@ -55,6 +58,7 @@ class Config:
     interval_s: float = DEFAULT_INTERVAL_S
     window: int = DEFAULT_WINDOW
     queues: tuple[DeclaredQueue, ...] = field(default_factory=tuple)
+    keys: dict[str, str] = field(default_factory=dict)  # dashboard binding id -> key(s)
     path: Path | None = None
 
 
@@ -82,7 +86,7 @@ def load_config(path: str | Path | None = None) -> Config:
 
 def parse_config(data: dict, path: Path | None = None) -> Config:
     where = f"config {str(path)!r}" if path else "config"
-    unknown = set(data) - {"probes", "queues"}
+    unknown = set(data) - {"probes", "queues", "keys"}
     if unknown:
         raise UsageError(f"{where}: unknown section(s) {', '.join(sorted(unknown))}")
     probes = data.get("probes", {})
@@ -101,7 +105,10 @@ def parse_config(data: dict, path: Path | None = None) -> Config:
     names = [q.name for q in queues]
     if len(set(names)) != len(names):
         raise UsageError(f"{where}: queue names must be unique")
-    return Config(interval_s=float(interval), window=window, queues=queues, path=path)
+    keys = data.get("keys", {})
+    if not isinstance(keys, dict) or not all(isinstance(k, str) and isinstance(v, str) and v for k, v in keys.items()):
+        raise UsageError(f"{where}: [keys] maps binding ids to keys, e.g. pause = \"space\"")
+    return Config(interval_s=float(interval), window=window, queues=queues, keys=dict(keys), path=path)
 
 
 _KEYS = {

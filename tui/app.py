@@ -1,22 +1,61 @@
-"""`queuetop` with no command. The live Textual dashboard is built on the probes (issue 4);
-until then this prints one probe cycle as text, the same view as `queuetop snapshot`."""
+"""`queuetop` with no command: the live dashboard."""
 
 from __future__ import annotations
 
-import sys
+import logging
+from pathlib import Path
+
+from platformdirs import user_log_dir
 
 from probes.config import load_config
-from probes.sampler import run_cycle
-from tui.report import render
+from probes.sampler import Sampler
+from queues import schema
+from queues.database import connect
 
 
 def run_dashboard(ctx) -> int:
-    config = load_config(getattr(ctx.args, "config", None))
+    from queues.control import EngineControls
+    from queues.demo import Demo
+    from tui.backend import DatabaseBackend
+    from tui.dashboard import QueuetopApp
+
+    args = ctx.args
+    config = load_config(getattr(args, "config", None))
     target = ctx.target  # starts the embedded server when no DSN is given
-    print(render(run_cycle(target, config)))
-    print(
-        "\n(the live dashboard is not built yet: this is one probe cycle; "
-        "`queuetop --help` lists the commands)",
-        file=sys.stderr,
+    interval = args.interval if args.interval != 2.0 else config.interval_s
+    if not 0.1 <= interval <= 3600:
+        from queues.errors import UsageError
+
+        raise UsageError("--interval must be between 0.1 and 3600 seconds")
+    _log_to_file()
+    controls = demo = None
+    if not args.read_only:
+        with connect(target, application_name="queuetop-cli:dashboard") as conn:
+            # Engine controls only where the engine's schema is (queuetop engine init).
+            engine_ready = bool(conn.execute(schema.queries()["schema_present"]).fetchone()[0])
+        if engine_ready:
+            controls = EngineControls(target)
+            if target.embedded and not args.no_demo:
+                demo = Demo(controls)
+    app = QueuetopApp(
+        lambda sink: Sampler(target, sink, config, interval_s=interval),
+        backend=DatabaseBackend(target),
+        controls=controls,
+        demo=demo,
+        read_only=args.read_only,
+        keymap=config.keys,
     )
+    app.run()
     return 0
+
+
+def _log_to_file() -> None:
+    """Warnings go to a file: on the terminal they would scribble over the dashboard."""
+    directory = Path(user_log_dir("queuetop"))
+    directory.mkdir(parents=True, exist_ok=True)
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    handler = logging.FileHandler(directory / "queuetop.log")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root.addHandler(handler)

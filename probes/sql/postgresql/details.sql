@@ -1,0 +1,32 @@
+-- What Enter shows: a queue's head and dead letters, a session's query and locks. Bounded.
+
+-- name: queue_head
+SELECT id, enqueued_at, attempts,
+       CASE WHEN claim_token IS NOT NULL AND visible_at > now() THEN 'in flight'
+            WHEN visible_at > now() THEN 'delayed'
+            ELSE 'ready' END AS state,
+       left(body::text, 200) AS body, last_error
+FROM {table} ORDER BY id LIMIT %(limit)s::integer;
+
+-- name: queue_dead_letters
+SELECT message_id, attempts, died_at, left(last_error, 300) AS last_error, left(body::text, 200) AS body
+FROM queuetop.dead_letters WHERE queue = %(queue)s::text
+ORDER BY id DESC LIMIT %(limit)s::integer;
+
+-- name: table_head
+SELECT left(row_to_json(t)::text, 300) AS row FROM (SELECT * FROM {table} ORDER BY {order} LIMIT %(limit)s::integer) t;
+
+-- name: session
+SELECT pid, usename, application_name, client_addr::text, backend_type, state, wait_event_type, wait_event,
+       extract(epoch FROM now() - backend_start)::float8 AS session_age_s,
+       extract(epoch FROM now() - xact_start)::float8 AS xact_age_s,
+       extract(epoch FROM now() - query_start)::float8 AS query_age_s,
+       query
+FROM pg_stat_activity WHERE pid = %(pid)s::integer;
+
+-- name: session_locks
+SELECT locktype, mode, granted,
+       CASE WHEN relation IS NOT NULL THEN relation::regclass::text END AS relation,
+       transactionid::text AS transactionid, classid, objid, objsubid
+FROM pg_locks WHERE pid = %(pid)s::integer
+ORDER BY granted, locktype;

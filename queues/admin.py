@@ -1,0 +1,14 @@
+"""The dashboard's one write to someone else's session: cancel or terminate a backend."""
+
+from __future__ import annotations
+
+from .database import Target, connect
+
+
+def signal_backend(target: Target, pid: int, *, terminate: bool) -> bool:
+    """pg_cancel_backend / pg_terminate_backend; False when the server refused or the pid is gone."""
+    function = "pg_terminate_backend" if terminate else "pg_cancel_backend"
+    with connect(target, application_name="queuetop-admin") as conn:
+        statement = "SELECT pg_terminate_backend(%s)" if terminate else "SELECT pg_cancel_backend(%s)"
+        assert function in statement
+        return bool(conn.execute(statement, (int(pid),)).fetchone()[0])

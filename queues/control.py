@@ -1,0 +1,212 @@
+"""Engine controls: what the dashboard (or a script) can start, stop and do on the reference
+engine of one database. Every control runs in background threads with its own sessions, so the
+caller never waits on the database for longer than one short statement.
+
+Each running thing is an `Activity` with a stable key (`producer:orders`, `consumers:orders`,
+`blocker:orders`), so the UI can list and stop them; `stop_all()` ends everything this object
+started (the dashboard calls it on quit).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+import psycopg
+from psycopg import sql
+
+from . import lease as leases
+from . import ring as rings
+from .database import Target, connect
+from .errors import UsageError
+from .handlers import parse_handler
+from .table_queue import SCHEMA, TableQueue, check_name, default_bodies
+from .worker import WorkerPool, WorkOptions
+
+log = logging.getLogger("queuetop.control")
+MAX_RATE = 10_000.0
+
+
+@dataclass(slots=True)
+class Activity:
+    key: str
+    description: str
+    stop_event: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+    pool: WorkerPool | None = None
+    error: str | None = None
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        if self.pool is not None:
+            self.pool.stop()
+
+    def join(self, timeout: float = 10.0) -> None:
+        if self.pool is not None:
+            self.pool.join(timeout)
+        if self.thread is not None:
+            self.thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        if self.pool is not None:
+            return self.pool.running
+        return self.thread is not None and self.thread.is_alive()
+
+
+class EngineControls:
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self._activities: dict[str, Activity] = {}
+        self._lock = threading.Lock()
+
+    # -- bookkeeping ----------------------------------------------------------------------
+
+    def activities(self) -> list[Activity]:
+        with self._lock:
+            for key in [k for k, a in self._activities.items() if not a.alive]:
+                del self._activities[key]
+            return list(self._activities.values())
+
+    def _register(self, activity: Activity) -> Activity:
+        with self._lock:
+            old = self._activities.get(activity.key)
+            if old is not None and old.alive:
+                raise UsageError(f"{activity.key} is already running (stop it first)")
+            self._activities[activity.key] = activity
+        return activity
+
+    def stop(self, key: str) -> bool:
+        with self._lock:
+            activity = self._activities.pop(key, None)
+        if activity is None:
+            return False
+        activity.stop()
+        activity.join()
+        return True
+
+    def stop_all(self) -> None:
+        with self._lock:
+            running = list(self._activities.values())
+            self._activities.clear()
+        for activity in running:
+            activity.stop()
+        for activity in running:
+            activity.join()
+
+    def _thread(self, activity: Activity, target, *args) -> Activity:
+        def run() -> None:
+            try:
+                target(activity, *args)
+            except Exception as exc:  # reported in the activity, never raised into the UI
+                activity.error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                log.warning("%s stopped: %s", activity.key, activity.error)
+
+        activity.thread = threading.Thread(target=run, name=activity.key, daemon=True)
+        self._register(activity)
+        activity.thread.start()
+        return activity
+
+    def _connect(self, role: str, **kwargs) -> psycopg.Connection:
+        return connect(self.target, application_name=f"queuetop-{role}", **kwargs)
+
+    # -- queues ---------------------------------------------------------------------------
+
+    def ensure_queue(self, name: str) -> TableQueue:
+        with self._connect("control") as conn:
+            return TableQueue.create(conn, check_name("queue", name))
+
+    def start_producer(self, queue: str, rate_per_s: float) -> Activity:
+        if not 0 < rate_per_s <= MAX_RATE:
+            raise UsageError(f"producer rate must be between 0 and {MAX_RATE:g} messages/s")
+        table_queue = self.ensure_queue(queue)
+        activity = Activity(f"producer:{queue}", f"producer {queue} {rate_per_s:g}/s")
+        return self._thread(activity, self._produce, table_queue, rate_per_s)
+
+    def _produce(self, activity: Activity, queue: TableQueue, rate: float) -> None:
+        with self._connect(f"produce:{queue.name}") as conn:
+            started, sent = time.monotonic(), 0
+            while not activity.stop_event.is_set():
+                due = int((time.monotonic() - started) * rate) - sent
+                if due > 0:
+                    batch = min(due, 1000)
+                    queue.enqueue_batch(conn, list(default_bodies(batch, sent + 1)))
+                    sent += batch
+                activity.stop_event.wait(max(0.02, 1.0 / rate if rate < 50 else 0.02))
+
+    def start_consumers(self, queue: str, *, workers: int = 1, handler: str = "noop", mode: str = "claim",
+                        max_attempts: int = 5, visibility_s: float = 30.0) -> Activity:
+        self.ensure_queue(queue)
+        pool = WorkerPool(
+            self.target, queue, parse_handler(handler),
+            WorkOptions(workers=workers, mode=mode, max_attempts=max_attempts, visibility_s=visibility_s),
+        )
+        activity = Activity(f"consumers:{queue}", f"{workers} consumer(s) {queue} {handler} {mode}", pool=pool)
+        self._register(activity)
+        pool.start()
+        return activity
+
+    def burst(self, queue: str, count: int, body: str | None = None) -> int:
+        if not 1 <= count <= 1_000_000:
+            raise UsageError("burst count must be between 1 and 1000000")
+        table_queue = self.ensure_queue(queue)
+        with self._connect(f"burst:{queue}") as conn, conn.transaction():
+            for start in range(0, count, 1000):
+                n = min(1000, count - start)
+                bodies = [body] * n if body is not None else list(default_bodies(n, start + 1))
+                table_queue.enqueue_batch(conn, bodies)
+        return count
+
+    # -- rings and leases -----------------------------------------------------------------
+
+    def ring_create(self, name: str, capacity: int) -> None:
+        with self._connect("control") as conn:
+            rings.create(conn, name, capacity)
+
+    def ring_put(self, name: str, count: int = 1) -> int:
+        with self._connect("ring") as conn:
+            rings.put(conn, name, [json.dumps({"n": i}) for i in range(1, count + 1)])
+        return count
+
+    def ring_take(self, name: str, count: int = 1) -> int:
+        with self._connect("ring") as conn:
+            return len(rings.take(conn, name, count))
+
+    def lease_take(self, name: str, holder: str, ttl_s: float) -> int:
+        with self._connect("lease") as conn:
+            return leases.acquire(conn, name, holder, ttl_s)
+
+    def lease_release(self, name: str, holder: str) -> int:
+        with self._connect("lease") as conn:
+            return leases.release(conn, name, holder)
+
+    # -- blockers -------------------------------------------------------------------------
+
+    def inject_blocker(self, queue: str, seconds: float, *, row: bool = False) -> Activity:
+        """A session that locks the queue's table (EXCLUSIVE: readers pass, writers wait) or its
+        head row (FOR UPDATE) for `seconds`, idle in transaction meanwhile: the classic culprit."""
+        if not 0 < seconds <= 3600:
+            raise UsageError("blocker duration must be between 0 and 3600 seconds")
+        table_queue = self.ensure_queue(queue)
+        kind = "row" if row else "table"
+        activity = Activity(f"blocker:{queue}", f"blocker on {queue} ({kind}) for {seconds:g}s")
+        ready = threading.Event()
+        self._thread(activity, self._block, table_queue, seconds, row, ready)
+        ready.wait(10)
+        return activity
+
+    def _block(self, activity: Activity, queue: TableQueue, seconds: float, row: bool, ready: threading.Event) -> None:
+        table = sql.Identifier(SCHEMA, queue.table_name)
+        with self._connect(f"blocker:{queue.name}", autocommit=False) as conn:
+            try:
+                if row:
+                    conn.execute(sql.SQL("SELECT id FROM {} ORDER BY id LIMIT 1 FOR UPDATE").format(table))
+                else:
+                    conn.execute(sql.SQL("LOCK TABLE {} IN EXCLUSIVE MODE").format(table))
+            finally:
+                ready.set()
+            activity.stop_event.wait(seconds)
+            conn.rollback()

@@ -1,0 +1,94 @@
+"""The demo workload that `queuetop` starts on the embedded server, so that a newcomer sees every
+panel alive within seconds:
+
+Everything is named `demo.*`, so that it never touches the user's own queues, rings or leases.
+
+- queue `demo.orders`: a producer at 20/s and two consumers;
+- queue `demo.emails`: a producer at 4/s and one consumer failing 30 % of attempts (retries, then
+  dead letters with their errors);
+- ring `demo.audit` (capacity 40): three puts a second, and every 12 s a reader drains it — it fills,
+  refuses, drains;
+- lease `demo.relay`: renewed every 2 s with a 5 s TTL by `demo-relay`, which every 30 s "stalls"
+  for 8 s, so the lease expires and is then taken again with the next fencing token;
+- every 25 s a blocker holds `demo.orders` for 4 s, so the Locks panel shows a tree.
+
+The schedule is APScheduler's; all of it stops with `stop()`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from .control import EngineControls
+from .errors import QueuetopError, RingFull
+
+log = logging.getLogger("queuetop.demo")
+RELAY_HOLDER = "demo-relay"
+
+
+class Demo:
+    def __init__(self, controls: EngineControls) -> None:
+        self.controls = controls
+        self._scheduler = BackgroundScheduler(
+            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None}, timezone=timezone.utc
+        )
+        self._stall_until = 0.0
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        c = self.controls
+        for queue in ("demo.orders", "demo.emails"):
+            c.ensure_queue(queue)
+        c.ring_create("demo.audit", 40)
+        c.start_producer("demo.orders", 20)
+        c.start_consumers("demo.orders", workers=2, handler="sleep:0.05")
+        c.start_producer("demo.emails", 4)
+        c.start_consumers("demo.emails", workers=1, handler="fail:0.3", max_attempts=3)
+        now = datetime.now(timezone.utc)
+        self._scheduler.add_job(self._ring_put, "interval", seconds=1, next_run_time=now)
+        self._scheduler.add_job(self._ring_drain, "interval", seconds=12, next_run_time=now + timedelta(seconds=12))
+        self._scheduler.add_job(self._relay, "interval", seconds=2, next_run_time=now)
+        self._scheduler.add_job(self._stall_relay, "interval", seconds=30, next_run_time=now + timedelta(seconds=20))
+        self._scheduler.add_job(self._blocker, "interval", seconds=25, next_run_time=now + timedelta(seconds=6))
+        self._scheduler.start()
+
+    def stop(self) -> None:
+        if self._scheduler.running:
+            self._scheduler.shutdown(wait=True)
+        self.controls.stop_all()
+
+    def _quietly(self, action, *args) -> None:
+        try:
+            action(*args)
+        except QueuetopError as exc:  # a full ring or a taken lease is part of the show
+            log.debug("demo: %s", exc)
+        except Exception as exc:  # the demo must never take the dashboard down
+            log.warning("demo: %s", exc)
+
+    def _ring_put(self) -> None:
+        try:
+            self.controls.ring_put("demo.audit", 3)
+        except RingFull:
+            pass
+        except Exception as exc:
+            log.warning("demo ring: %s", exc)
+
+    def _ring_drain(self) -> None:
+        self._quietly(self.controls.ring_take, "demo.audit", 40)
+
+    def _relay(self) -> None:
+        if time.monotonic() < self._stall_until:
+            return
+        self._quietly(self.controls.lease_take, "demo.relay", RELAY_HOLDER, 5)
+
+    def _stall_relay(self) -> None:
+        self._stall_until = time.monotonic() + 8
+
+    def _blocker(self) -> None:
+        if not any(a.key == "blocker:demo.orders" for a in self.controls.activities()):
+            self._quietly(self.controls.inject_blocker, "demo.orders", 4)

@@ -1,0 +1,24 @@
+"""The dashboard's database side for details and backend signals (each call in a worker thread)."""
+
+from __future__ import annotations
+
+from probes.details import queue_details, session_details
+from probes.postgres import open_probe_connection
+from queues.admin import signal_backend
+from queues.database import Target
+
+
+class DatabaseBackend:
+    def __init__(self, target: Target) -> None:
+        self.target = target
+
+    def queue_details(self, name: str, kind: str, table: str) -> dict:
+        with open_probe_connection(self.target, application_name="queuetop-probe:details") as conn:
+            return queue_details(conn, name, kind, table)
+
+    def session_details(self, pid: int) -> dict:
+        with open_probe_connection(self.target, application_name="queuetop-probe:details") as conn:
+            return session_details(conn, pid)
+
+    def signal_backend(self, pid: int, terminate: bool) -> bool:
+        return signal_backend(self.target, pid, terminate=terminate)

@@ -1,0 +1,448 @@
+"""The live dashboard (Textual).
+
+Data flow, one direction each way:
+- probe → snapshot → message → widget: the sampler (or any `SnapshotSource`) calls the sink from
+  its thread; the sink posts `SnapshotArrived` (a newer one replaces an older one still queued);
+  the app hands the snapshot to each panel, which updates its rows in place.
+- UI action → engine command → database: a key or palette command opens a prompt or a
+  confirmation; the action runs in a thread worker (`EngineControls`, or one admin statement) and
+  reports back with a notification. The event loop never waits on the database.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Protocol
+
+from rich.text import Text
+from textual import on, work
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.command import Hit, Hits, Provider
+from textual.containers import Horizontal, Vertical
+from textual.widgets import DataTable, Footer, Input, Static, Tree
+
+from probes.model import Snapshot
+from queues.errors import QueuetopError
+
+from . import format as fmt
+from .messages import SnapshotArrived
+from .screens.details import DetailsScreen, queue_renderables, session_renderables
+from .screens.dialogs import ConfirmScreen, HelpScreen, PromptScreen
+from .widgets.panels import ConnectionsPanel, LeasesPanel, LocksPanel, QueuesPanel, RingsPanel
+
+INTERVALS = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+
+
+class SnapshotSource(Protocol):
+    interval_s: float
+
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+    def pause(self) -> None: ...
+    def resume(self) -> None: ...
+    def refresh_now(self) -> None: ...
+    def set_interval(self, seconds: float) -> None: ...
+
+
+class Backend(Protocol):
+    """What the dashboard may do to the database; None when it has none (replays, tests)."""
+
+    def queue_details(self, name: str, kind: str, table: str) -> dict: ...
+    def session_details(self, pid: int) -> dict: ...
+    def signal_backend(self, pid: int, terminate: bool) -> bool: ...
+
+
+# Engine actions: (binding id, key, title, prompt placeholder, default value)
+ENGINE_ACTIONS = [
+    ("producer.start", "n", "Start a producer", "QUEUE RATE_PER_S", "orders 50"),
+    ("producer.stop", "N", "Stop a producer", "QUEUE", "orders"),
+    ("consumers.start", "w", "Start consumers", "QUEUE WORKERS HANDLER MODE(claim|hold-transaction)", "orders 2 noop claim"),
+    ("consumers.stop", "W", "Stop consumers", "QUEUE", "orders"),
+    ("burst", "b", "Burst-enqueue", "QUEUE COUNT", "orders 1000"),
+    ("ring.put", "g", "Put on a ring", "RING COUNT", "audit 5"),
+    ("ring.take", "G", "Take from a ring", "RING COUNT", "audit 5"),
+    ("lease.take", "l", "Take a lease", "NAME HOLDER TTL_S", "relay operator 30"),
+    ("lease.release", "L", "Release a lease", "NAME HOLDER", "relay operator"),
+    ("blocker", "i", "Inject a blocker", "QUEUE SECONDS [row]", "orders 10"),
+]
+
+
+class StatusBar(Static):
+    DEFAULT_CSS = """
+    StatusBar { height: 1; background: $primary-background; color: $text; padding: 0 1; }
+    """
+
+
+class EngineCommands(Provider):
+    """The command palette: every action, searchable by name."""
+
+    async def search(self, query: str) -> Hits:
+        app = self.app
+        assert isinstance(app, QueuetopApp)
+        matcher = self.matcher(query)
+        for binding_id, _key, title, _placeholder, _default in ENGINE_ACTIONS:
+            score = matcher.match(title)
+            if score > 0:
+                yield Hit(score, matcher.highlight(title), partial(app.action_engine, binding_id), help=f"engine: {binding_id}")
+        for title, action in (
+            ("Pause / resume", app.action_toggle_pause), ("Refresh now", app.action_refresh_now),
+            ("Cancel the selected backend", partial(app.action_signal, False)),
+            ("Terminate the selected backend", partial(app.action_signal, True)),
+            ("Help", app.action_help), ("Stop everything the dashboard started", app.action_stop_all),
+        ):
+            score = matcher.match(title)
+            if score > 0:
+                yield Hit(score, matcher.highlight(title), action)
+
+
+class QueuetopApp(App[None]):
+    TITLE = "queuetop"
+    CSS = """
+    Screen { layout: vertical; }
+    #row-queues { height: 2fr; }
+    #row-locks { height: 2fr; }
+    #row-small { height: 1fr; }
+    #locks { width: 3fr; }
+    #connections { width: 2fr; }
+    #rings, #leases { width: 1fr; }
+    #connections-spark { height: 1; margin: 0 1; }
+    #connections-gauge { height: 2; padding: 0 1; }
+    #filter { dock: bottom; display: none; }
+    #filter.visible { display: block; }
+    """
+    BINDINGS = [
+        Binding("question_mark", "help", "Help", id="help"),
+        Binding("p", "toggle_pause", "Pause", id="pause"),
+        Binding("r", "refresh_now", "Refresh", id="refresh"),
+        Binding("plus", "interval(1)", "Slower", id="interval.slower", key_display="+"),
+        Binding("minus", "interval(-1)", "Faster", id="interval.faster", key_display="-"),
+        Binding("slash", "filter", "Filter", id="filter", key_display="/"),
+        Binding("c", "signal(False)", "Cancel backend", id="backend.cancel"),
+        Binding("k", "signal(True)", "Terminate backend", id="backend.terminate"),
+        Binding("q", "quit", "Quit", id="quit"),
+        *[Binding(key, f"engine('{binding_id}')", title, id=f"engine.{binding_id}", show=False)
+          for binding_id, key, title, _p, _d in ENGINE_ACTIONS],
+    ]
+    COMMANDS = App.COMMANDS | {EngineCommands}
+
+    def __init__(
+        self,
+        source_factory: Callable[[Callable[[Snapshot], None]], SnapshotSource],
+        *,
+        backend: Backend | None = None,
+        controls=None,
+        demo=None,
+        read_only: bool = False,
+        keymap: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__()
+        self.source = source_factory(self._sink)
+        self.backend = backend
+        self.controls = controls
+        self.demo = demo
+        self.read_only = read_only
+        self.paused = False
+        self.filter_text = ""
+        self.snapshot: Snapshot | None = None
+        self.apply_ms: list[float] = []  # time to apply each snapshot (bench tui)
+        self._keymap = keymap or {}
+
+    # -- layout ---------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield StatusBar("queuetop: waiting for the first sample…", id="status")
+        with Vertical():
+            with Horizontal(id="row-queues"):
+                yield QueuesPanel()
+            with Horizontal(id="row-locks"):
+                yield LocksPanel()
+                yield ConnectionsPanel()
+            with Horizontal(id="row-small"):
+                yield RingsPanel()
+                yield LeasesPanel()
+        yield Input(placeholder="filter: queue, application or query text (Enter applies, Esc clears)", id="filter")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        if self._keymap:
+            self.set_keymap(self._keymap)
+        if self.demo is not None:
+            self.run_worker(self._start_demo, thread=True, name="demo")
+        self.source.start()
+        self._render_status()
+
+    def _start_demo(self) -> None:
+        try:
+            self.demo.start()
+        except Exception as exc:
+            self.call_from_thread(self.notify, f"demo did not start: {fmt.one_line(str(exc), 120)}", severity="error")
+
+    def on_unmount(self) -> None:
+        self.source.stop()
+        if self.demo is not None:
+            self.demo.stop()
+        elif self.controls is not None:
+            self.controls.stop_all()
+
+    # -- snapshots ------------------------------------------------------------------------
+
+    def _sink(self, snapshot: Snapshot) -> None:
+        """Called from the sampler's thread."""
+        try:
+            self.post_message(SnapshotArrived(snapshot))
+        except Exception:  # the app is shutting down
+            pass
+
+    def on_snapshot_arrived(self, message: SnapshotArrived) -> None:
+        if self.paused:
+            return
+        self.apply_snapshot(message.snapshot)
+
+    def apply_snapshot(self, snapshot: Snapshot) -> None:
+        started = time.perf_counter()
+        previous = self.snapshot
+        self.snapshot = snapshot
+        connected = snapshot.extra.get("connected", True)
+        if connected or previous is None:
+            with self.batch_update():
+                for panel in (QueuesPanel, RingsPanel, LeasesPanel, LocksPanel, ConnectionsPanel):
+                    self.query_one(panel).show(snapshot, self.filter_text)
+        # Disconnected: keep the last figures on screen; the status bar says they are stale.
+        self._render_status()
+        self.apply_ms.append((time.perf_counter() - started) * 1000)
+
+    def _render_status(self) -> None:
+        s = self.snapshot
+        parts = [Text("queuetop ", style="bold")]
+        parts.append(Text("PAUSED" if self.paused else "LIVE", style="bold yellow" if self.paused else "bold green"))
+        parts.append(Text(f" every {self.source.interval_s:g}s"))
+        if s is not None:
+            server = s.server
+            parts.append(Text(f" │ {server.dialect} {server.version or '?'} db {server.database or '?'}"))
+            parts.append(Text(f" │ probes {s.elapsed_ms:.1f} ms"))
+            if not s.extra.get("connected", True):
+                reason = s.extra.get("connection_error") or "database unreachable"
+                parts.append(Text(f"  DISCONNECTED: {fmt.one_line(reason, 60)} (retrying)", style="bold white on red"))
+            failed = [name for name, p in s.probes.items() if p.error]
+            if failed and s.extra.get("connected", True):
+                parts.append(Text(f"  notes: {', '.join(failed)}", style="yellow"))
+        if self.read_only:
+            parts.append(Text("  READ-ONLY", style="bold cyan"))
+        if s is not None and s.server.label:
+            parts.append(Text(f" │ {s.server.label}", style="dim"))
+        self.query_one(StatusBar).update(Text.assemble(*parts))
+
+    # -- viewing actions ------------------------------------------------------------------
+
+    def action_help(self) -> None:
+        keys = []
+        for binding in self.BINDINGS:
+            key = self._keymap.get(binding.id or "", binding.key_display or binding.key)
+            keys.append((key, binding.description, binding.id or ""))
+        keys.append(("Tab / Shift-Tab", "move between panels", ""))
+        keys.append(("Enter", "details: a queue's head and dead letters, a session's query and locks", ""))
+        keys.append(("Ctrl-P", "command palette", ""))
+        self.push_screen(HelpScreen(keys))
+
+    def action_toggle_pause(self) -> None:
+        self.paused = not self.paused
+        if self.paused:
+            self.source.pause()
+        else:
+            self.source.resume()
+            self.source.refresh_now()
+        self._render_status()
+
+    def action_refresh_now(self) -> None:
+        self.source.refresh_now()
+
+    def action_interval(self, step: int) -> None:
+        current = self.source.interval_s
+        index = min(range(len(INTERVALS)), key=lambda i: abs(INTERVALS[i] - current))
+        new = INTERVALS[max(0, min(len(INTERVALS) - 1, index + step))]
+        self.source.set_interval(new)
+        self._render_status()
+        self.notify(f"refresh every {new:g}s", timeout=2)
+
+    def action_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.add_class("visible")
+        box.focus()
+
+    @on(Input.Submitted, "#filter")
+    def _apply_filter(self, event: Input.Submitted) -> None:
+        self.filter_text = event.value.strip()
+        if not self.filter_text:
+            event.input.remove_class("visible")
+        self.query_one(QueuesPanel).query_one(DataTable).focus()
+        if self.snapshot is not None:
+            self.apply_snapshot(self.snapshot)
+
+    def on_key(self, event) -> None:
+        box = self.query_one("#filter", Input)
+        if event.key == "escape" and box.has_focus:
+            box.value = ""
+            box.remove_class("visible")
+            self.filter_text = ""
+            if self.snapshot is not None:
+                self.apply_snapshot(self.snapshot)
+            self.query_one(QueuesPanel).query_one(DataTable).focus()
+
+    @on(DataTable.RowSelected, "#queues-table")
+    def _queue_details(self, event: DataTable.RowSelected) -> None:
+        if self.backend is None or self.snapshot is None:
+            self.notify("no database behind this view", severity="warning")
+            return
+        key = event.row_key.value or ""
+        kind, _, name = key.partition(":")
+        queue = next((q for q in self.snapshot.queues if q.kind == kind and q.name == name), None)
+        if queue is None:
+            return
+        backend = self.backend
+        self.push_screen(DetailsScreen(
+            f"Queue {name} ({queue.table})",
+            lambda: queue_renderables(backend.queue_details(queue.name, queue.kind, queue.table)),
+        ))
+
+    @on(Tree.NodeSelected, "#locks-tree")
+    def _session_details(self, event: Tree.NodeSelected) -> None:
+        pid = event.node.data
+        if pid is None or self.backend is None:
+            return
+        backend = self.backend
+        self.push_screen(DetailsScreen(f"Session {pid}", lambda: session_renderables(backend.session_details(pid))))
+
+    # -- acting ---------------------------------------------------------------------------
+
+    def _refuse_if_read_only(self, what: str) -> bool:
+        if self.read_only:
+            self.notify(f"{what} is disabled: queuetop runs with --read-only", severity="warning")
+            return True
+        return False
+
+    def action_signal(self, terminate: bool) -> None:
+        verb = "terminate" if terminate else "cancel"
+        if self._refuse_if_read_only(f"{verb} backend"):
+            return
+        pid = self.query_one(LocksPanel).selected_pid
+        if pid is None:
+            self.notify("select a session in the Locks panel first", severity="warning")
+            return
+        if self.backend is None:
+            self.notify("no database behind this view", severity="warning")
+            return
+        question = (f"Terminate backend {pid}? Its transaction is rolled back and its connection closed."
+                    if terminate else f"Cancel the running query of backend {pid}?")
+
+        def decided(yes: bool | None) -> None:
+            if yes:
+                self._signal_backend(pid, terminate)
+
+        self.push_screen(ConfirmScreen(question), decided)
+
+    @work(thread=True, group="admin")
+    def _signal_backend(self, pid: int, terminate: bool) -> None:
+        try:
+            done = self.backend.signal_backend(pid, terminate)
+            message, severity = (f"{'terminated' if terminate else 'cancelled'} backend {pid}", "information") if done \
+                else (f"backend {pid} was not signalled (gone, or not allowed)", "warning")
+        except Exception as exc:
+            message, severity = f"could not signal {pid}: {fmt.one_line(str(exc), 100)}", "error"
+        self.call_from_thread(self.notify, message, severity=severity)
+        self.call_from_thread(self.source.refresh_now)
+
+    def action_engine(self, binding_id: str) -> None:
+        spec = next((a for a in ENGINE_ACTIONS if a[0] == binding_id), None)
+        if spec is None:
+            return
+        _id, _key, title, placeholder, default = spec
+        if self._refuse_if_read_only(title):
+            return
+        if self.controls is None:
+            self.notify("engine controls need a database", severity="warning")
+            return
+
+        def submitted(text: str | None) -> None:
+            if text:
+                self._run_engine_action(binding_id, text)
+
+        self.push_screen(PromptScreen(title, placeholder, default), submitted)
+
+    def action_stop_all(self) -> None:
+        if self.controls is not None:
+            self.run_worker(self.controls.stop_all, thread=True)
+            self.notify("stopping everything the dashboard started")
+
+    @work(thread=True, group="engine")
+    def _run_engine_action(self, binding_id: str, text: str) -> None:
+        try:
+            message = run_engine_action(self.controls, binding_id, text)
+            severity = "information"
+        except QueuetopError as exc:
+            message, severity = str(exc), "error"
+        except Exception as exc:
+            message, severity = f"{binding_id} failed: {fmt.one_line(str(exc), 120)}", "error"
+        self.call_from_thread(self.notify, message, severity=severity)
+        self.call_from_thread(self.source.refresh_now)
+
+    def get_system_commands(self, screen):
+        yield from super().get_system_commands(screen)
+        yield SystemCommand("Pause / resume", "Stop or restart sampling", self.action_toggle_pause)
+
+
+def run_engine_action(controls, binding_id: str, text: str) -> str:
+    """Parse a prompt's words and run the action; returns what to tell the operator."""
+    from queues.errors import UsageError
+
+    words = text.split()
+
+    def arg(index: int, convert=str, name: str = "value"):
+        try:
+            return convert(words[index])
+        except (IndexError, ValueError):
+            raise UsageError(f"expected {name} as word {index + 1} in {text!r}") from None
+
+    if binding_id == "producer.start":
+        queue, rate = arg(0, name="QUEUE"), arg(1, float, "RATE_PER_S")
+        controls.start_producer(queue, rate)
+        return f"producer on {queue}: {rate:g} messages/s"
+    if binding_id == "producer.stop":
+        queue = arg(0, name="QUEUE")
+        return f"producer on {queue} stopped" if controls.stop(f"producer:{queue}") else f"no producer on {queue}"
+    if binding_id == "consumers.start":
+        queue = arg(0, name="QUEUE")
+        workers = arg(1, int, "WORKERS") if len(words) > 1 else 1
+        handler = words[2] if len(words) > 2 else "noop"
+        mode = words[3] if len(words) > 3 else "claim"
+        controls.start_consumers(queue, workers=workers, handler=handler, mode=mode)
+        return f"{workers} consumer(s) on {queue} ({handler}, {mode})"
+    if binding_id == "consumers.stop":
+        queue = arg(0, name="QUEUE")
+        return f"consumers on {queue} stopped" if controls.stop(f"consumers:{queue}") else f"no consumers on {queue}"
+    if binding_id == "burst":
+        queue, count = arg(0, name="QUEUE"), arg(1, int, "COUNT")
+        controls.burst(queue, count)
+        return f"enqueued {count:,} on {queue}"
+    if binding_id == "ring.put":
+        ring, count = arg(0, name="RING"), arg(1, int, "COUNT") if len(words) > 1 else 1
+        controls.ring_put(ring, count)
+        return f"put {count} on ring {ring}"
+    if binding_id == "ring.take":
+        ring, count = arg(0, name="RING"), arg(1, int, "COUNT") if len(words) > 1 else 1
+        return f"took {controls.ring_take(ring, count)} from ring {ring}"
+    if binding_id == "lease.take":
+        name, holder, ttl = arg(0, name="NAME"), arg(1, name="HOLDER"), arg(2, float, "TTL_S")
+        return f"lease {name} taken by {holder}, fencing token {controls.lease_take(name, holder, ttl)}"
+    if binding_id == "lease.release":
+        name, holder = arg(0, name="NAME"), arg(1, name="HOLDER")
+        controls.lease_release(name, holder)
+        return f"lease {name} released by {holder}"
+    if binding_id == "blocker":
+        queue, seconds = arg(0, name="QUEUE"), arg(1, float, "SECONDS")
+        row = len(words) > 2 and words[2] == "row"
+        controls.inject_blocker(queue, seconds, row=row)
+        return f"blocker holds {queue} ({'head row' if row else 'table'}) for {seconds:g}s"
+    raise UsageError(f"unknown action {binding_id}")

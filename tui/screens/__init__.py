@@ -1,0 +1,1 @@
+"""Modal screens: help, confirmation, prompts for engine actions, details."""

@@ -1,0 +1,84 @@
+"""Details on Enter: a queue's head messages and dead letters; a session's full query and locks.
+Fetched by a thread worker on a probe session, then shown."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Label, Static
+
+from .. import format as fmt
+
+
+class DetailsScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,q,enter", "close", "Close", id="details.close")]
+    DEFAULT_CSS = """
+    DetailsScreen { align: center middle; }
+    DetailsScreen > VerticalScroll { width: 95%; height: 90%; border: round $accent; background: $surface; padding: 0 1; }
+    """
+
+    def __init__(self, title: str, loader) -> None:
+        super().__init__()
+        self.title_text = title
+        self.loader = loader  # runs in a thread, returns a list of renderables
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Label(f"[b]{self.title_text}[/b]")
+            yield Static("loading…", id="details-body")
+
+    def on_mount(self) -> None:
+        self.run_worker(self._load, thread=True, exclusive=True)
+
+    def _load(self) -> None:
+        try:
+            renderables = self.loader()
+        except Exception as exc:
+            renderables = [Text(f"could not load: {fmt.one_line(str(exc), 200)}", style="red")]
+        self.app.call_from_thread(self._show, renderables)
+
+    def _show(self, renderables) -> None:
+        from rich.console import Group
+
+        self.query_one("#details-body", Static).update(Group(*renderables))
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+
+def queue_renderables(details: dict) -> list:
+    head = Table(title="Head messages (oldest first)", expand=True)
+    for column in ("id", "state", "attempts", "enqueued", "body", "last error"):
+        head.add_column(column)
+    for r in details["head"]:
+        head.add_row(str(r["id"]), r["state"], str(r["attempts"]), f"{r['enqueued_at']:%H:%M:%S}",
+                     fmt.one_line(r["body"], 60), fmt.one_line(r["last_error"], 60))
+    dead = Table(title="Dead letters (newest first)", expand=True)
+    for column in ("message", "attempts", "died", "error", "body"):
+        dead.add_column(column)
+    for r in details["dead"]:
+        dead.add_row(str(r["message_id"]), str(r["attempts"]), f"{r['died_at']:%H:%M:%S}",
+                     Text(fmt.one_line(r["last_error"], 80), style="red"), fmt.one_line(r["body"], 40))
+    return [head, dead]
+
+
+def session_renderables(details: dict) -> list:
+    s = details["session"]
+    if s is None:
+        return [Text("the session has ended", style="yellow")]
+    info = Table.grid(padding=(0, 2))
+    for key in ("pid", "usename", "application_name", "client_addr", "state", "wait_event_type", "wait_event"):
+        info.add_row(key, str(s[key]) if s[key] is not None else "-")
+    for key in ("session_age_s", "xact_age_s", "query_age_s"):
+        info.add_row(key.replace("_s", ""), fmt.seconds(s[key]))
+    locks = Table(title="Locks", expand=True)
+    for column in ("type", "mode", "granted", "relation / object"):
+        locks.add_column(column)
+    for lock in details["locks"]:
+        what = lock["relation"] or lock["transactionid"] or (f"{lock['classid']}/{lock['objid']}" if lock["objid"] else "-")
+        locks.add_row(lock["locktype"], lock["mode"], Text("yes", style="green") if lock["granted"] else Text("WAITING", style="bold red"), what)
+    return [info, Text("\nQuery:", style="bold"), Text(s["query"] or "-"), locks]

@@ -1,0 +1,85 @@
+"""Small modal screens: help, yes/no confirmation, a one-line prompt."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Input, Label, Static
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close", id="help.close")]
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen > Vertical { width: 90%; max-width: 100; height: 90%; border: round $accent; background: $surface; padding: 0 1; }
+    """
+
+    def __init__(self, bindings: list[tuple[str, str, str]]) -> None:
+        super().__init__()
+        self._bindings = bindings
+
+    def compose(self) -> ComposeResult:
+        table = Table(box=None, show_header=True, expand=True)
+        table.add_column("Key", style="bold cyan", no_wrap=True)
+        table.add_column("Action")
+        table.add_column("Binding id", style="dim")
+        for key, description, binding_id in self._bindings:
+            table.add_row(key, description, binding_id)
+        with Vertical():
+            yield Label("queuetop — keys (remap them by id in the config's [keys] table)")
+            yield Static(table)
+
+    def action_dismiss(self) -> None:
+        self.dismiss(None)
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    BINDINGS = [
+        Binding("y", "answer(True)", "Yes", id="confirm.yes"),
+        Binding("n,escape", "answer(False)", "No", id="confirm.no"),
+    ]
+    DEFAULT_CSS = """
+    ConfirmScreen { align: center middle; }
+    ConfirmScreen > Vertical { width: 70; height: auto; border: thick $error; background: $surface; padding: 1 2; }
+    """
+
+    def __init__(self, question: str) -> None:
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Label(self.question)
+            yield Label("[b]y[/b] yes    [b]n[/b] / Esc no")
+
+    def action_answer(self, answer: bool) -> None:
+        self.dismiss(answer)
+
+
+class PromptScreen(ModalScreen[str | None]):
+    """One line of input: Enter submits, Esc cancels."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel", id="prompt.cancel")]
+    DEFAULT_CSS = """
+    PromptScreen { align: center middle; }
+    PromptScreen > Vertical { width: 80%; max-width: 90; height: auto; border: round $accent; background: $surface; padding: 0 1; }
+    """
+
+    def __init__(self, title: str, placeholder: str, value: str = "") -> None:
+        super().__init__()
+        self.title_text, self.placeholder, self.value = title, placeholder, value
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Label(self.title_text)
+            yield Input(value=self.value, placeholder=self.placeholder, id="prompt-input")
+            yield Label(f"[dim]{self.placeholder} — Enter to run, Esc to cancel[/dim]")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.dismiss(event.value.strip())
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,256 @@
+"""The five panels. Each takes a snapshot (and the filter text) in `show()` and updates its
+widgets in place; none of them does I/O."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+
+from rich.text import Text
+from textual.containers import Vertical
+from textual.widgets import Sparkline, Static, Tree
+
+from probes.model import Snapshot
+
+from .. import format as fmt
+from .keyed_table import KeyedTable
+
+HISTORY = 30
+
+
+def _matches(filter_text: str, *fields: object) -> bool:
+    if not filter_text:
+        return True
+    needle = filter_text.lower()
+    return any(needle in str(f).lower() for f in fields if f is not None)
+
+
+class Panel(Vertical):
+    DEFAULT_CSS = """
+    Panel { border: round $primary-darken-2; height: 1fr; }
+    Panel:focus-within { border: round $accent; }
+    """
+
+    def __init__(self, title: str, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.border_title = title
+
+
+class QueuesPanel(Panel):
+    COLUMNS = [
+        ("name", "Queue"), ("depth", "Depth"), ("ready", "Ready"), ("in_flight", "In flight"),
+        ("dead", "Dead"), ("age", "Oldest"), ("in", "In/s"), ("out", "Out/s"), ("trend", "Depth trend"),
+        ("bloat", "Dead tup"), ("vacuum", "Vacuumed"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__("Queues", id="queues")
+        self.history: dict[str, deque[float]] = {}
+
+    def compose(self):
+        yield KeyedTable(self.COLUMNS, id="queues-table")
+
+    def show(self, snapshot: Snapshot, filter_text: str = "") -> None:
+        rows = {}
+        for q in snapshot.queues:
+            key = f"{q.kind}:{q.name}"
+            history = self.history.setdefault(key, deque(maxlen=HISTORY))
+            if q.depth is not None:
+                history.append(float(q.depth))
+            if not _matches(filter_text, q.name, q.table):
+                continue
+            if q.error and q.depth is None:
+                rows[key] = (Text(q.name, style="red"), Text(fmt.one_line(q.error, 60), style="red"),
+                             "", "", "", "", "", "", "", "", "")
+                continue
+            name = Text(q.name + ("" if q.kind == "reference" else " (table)"))
+            bloat = Text(fmt.count(q.dead_tuples))
+            if q.dead_tuples and q.live_tuples is not None and q.dead_tuples > max(1000, 2 * (q.live_tuples or 0)):
+                bloat.stylize("bold yellow")  # more dead than live: vacuum is not keeping up
+            age = Text(fmt.seconds(q.oldest_ready_age_s))
+            if q.oldest_ready_age_s is not None and q.oldest_ready_age_s > 60:
+                age.stylize("bold red")
+            dead = Text(fmt.count(q.dead))
+            if q.dead:
+                dead.stylize("red")
+            vacuum = "-" if q.last_vacuum_at is None else fmt.seconds(
+                snapshot.taken_at.timestamp() - q.last_vacuum_at.timestamp()) + " ago"
+            rows[key] = (
+                name, fmt.count(q.depth, q.depth_is_estimate), fmt.count(q.ready, q.depth_is_estimate),
+                fmt.count(q.in_flight), dead, age, fmt.rate(q.enqueued_per_s), fmt.rate(q.dequeued_per_s),
+                Text(fmt.sparkline(list(history)), style="cyan"), bloat, vacuum,
+            )
+        self.query_one(KeyedTable).sync(rows)
+
+
+class RingsPanel(Panel):
+    COLUMNS = [("name", "Ring"), ("occupancy", "Occupancy"), ("refused", "Refused")]
+
+    def __init__(self) -> None:
+        super().__init__("Rings", id="rings")
+
+    def compose(self):
+        yield KeyedTable(self.COLUMNS, id="rings-table")
+
+    def show(self, snapshot: Snapshot, filter_text: str = "") -> None:
+        rows = {}
+        for r in snapshot.rings:
+            if not _matches(filter_text, r.name):
+                continue
+            name = Text(r.name, style="bold red" if r.used >= r.capacity else "")
+            rows[r.name] = (name, fmt.gauge(r.used, r.capacity), fmt.count(r.refused_total))
+        self.query_one(KeyedTable).sync(rows)
+
+
+class LeasesPanel(Panel):
+    COLUMNS = [("name", "Lease"), ("state", "State"), ("holder", "Holder"), ("token", "Token"), ("expires", "Expires in")]
+
+    def __init__(self) -> None:
+        super().__init__("Leases", id="leases")
+        self._lease_snapshot: Snapshot | None = None
+        self._received = 0.0
+        self._filter_text = ""
+
+    def compose(self):
+        yield KeyedTable(self.COLUMNS, id="leases-table")
+
+    def on_mount(self) -> None:
+        # The countdown runs locally between samples: no query per second.
+        self.set_interval(1.0, self._tick)
+
+    def show(self, snapshot: Snapshot, filter_text: str = "") -> None:
+        self._lease_snapshot, self._received, self._filter_text = snapshot, time.monotonic(), filter_text
+        self._tick()
+
+    def _tick(self) -> None:
+        if self._lease_snapshot is None:
+            return
+        elapsed = time.monotonic() - self._received
+        rows = {}
+        for lease in self._lease_snapshot.leases:
+            if not _matches(self._filter_text, lease.name, lease.holder):
+                continue
+            left = None if lease.expires_in_s is None else lease.expires_in_s - elapsed
+            state = lease.state if not (lease.state == "held" and left is not None and left <= 0) else "expired"
+            style = {"held": "green", "expired": "bold red", "free": "dim"}[state]
+            rows[lease.name] = (
+                lease.name, Text(state, style=style), lease.holder or "-", fmt.count(lease.token),
+                Text(fmt.seconds(left), style="bold red" if left is not None and left <= 0 else ""),
+            )
+        self.query_one(KeyedTable).sync(rows)
+
+
+class LocksPanel(Panel):
+    """The blocking tree: root blocker → the sessions it blocks → ... Rebuilt only when the tree's
+    shape changes; otherwise labels (wait times) are refreshed in place."""
+
+    def __init__(self) -> None:
+        super().__init__("Locks", id="locks")
+        self._shape: tuple = ()
+        self._tree_nodes: dict[tuple[int, ...], object] = {}
+
+    def compose(self):
+        tree: Tree[int] = Tree("no blocked sessions", id="locks-tree")
+        tree.show_root = True
+        tree.guide_depth = 2
+        yield tree
+
+    def show(self, snapshot: Snapshot, filter_text: str = "") -> None:
+        tree = self.query_one(Tree)
+        blocked = {b.pid: b for b in snapshot.blocked}
+        roots = {r.pid: r for r in snapshot.blockers}
+        children: dict[int, list[int]] = {}
+        for b in blocked.values():
+            for parent in b.blocked_by:
+                children.setdefault(parent, []).append(b.pid)
+        visible_roots = [
+            pid for pid in roots
+            if _matches(filter_text, roots[pid].application, roots[pid].query,
+                        *[blocked[c].application for c in children.get(pid, []) if c in blocked])
+        ]
+        cycle = [b.pid for b in blocked.values() if b.in_cycle]
+
+        def label_root(pid: int) -> Text:
+            r = roots[pid]
+            text = Text.assemble((f"{pid} ", "bold"), (r.state or "?", "bold red" if r.state == "idle in transaction" else "yellow"),
+                                 f"  blocks {r.blocked_count}  xact {fmt.seconds(r.xact_age_s)}  ",
+                                 (r.application or "-", "cyan"), f"  {fmt.one_line(r.query, 60)}")
+            return text
+
+        def label_blocked(pid: int) -> Text:
+            b = blocked[pid]
+            what = b.relation or b.lock_type or "?"
+            return Text.assemble((f"{pid} ", "bold"), (f"waits {fmt.seconds(b.wait_s)}", "red"),
+                                 f"  {b.lock_type} {b.mode} ", (what, "magenta"), "  ",
+                                 (b.application or "-", "cyan"), f"  {fmt.one_line(b.query, 50)}")
+
+        # Shape: which pid hangs under which path. Labels change every tick; the shape rarely.
+        paths: list[tuple[int, ...]] = []
+
+        def walk(path: tuple[int, ...]) -> None:
+            paths.append(path)
+            for child in sorted(children.get(path[-1], [])):
+                if child not in path and len(path) < 12:
+                    walk(path + (child,))
+
+        for pid in visible_roots:
+            walk((pid,))
+        for pid in cycle:
+            paths.append((pid,))
+        shape = tuple(paths)
+        count = len(blocked)
+        tree.root.set_label(Text(f"{count} blocked session(s), {len(roots)} root blocker(s)" if count else "no blocked sessions",
+                                 style="bold red" if count else "green"))
+        if shape != self._shape:
+            tree.root.remove_children()
+            self._tree_nodes = {}
+            for path in paths:
+                parent = tree.root if len(path) == 1 else self._tree_nodes[path[:-1]]
+                pid = path[-1]
+                label = label_root(pid) if len(path) == 1 and pid in roots else label_blocked(pid)
+                self._tree_nodes[path] = parent.add(label, data=pid, expand=True)
+            tree.root.expand()
+            self._shape = shape
+        else:
+            for path, node in self._tree_nodes.items():
+                pid = path[-1]
+                node.set_label(label_root(pid) if len(path) == 1 and pid in roots else label_blocked(pid))
+
+    @property
+    def selected_pid(self) -> int | None:
+        node = self.query_one(Tree).cursor_node
+        return None if node is None else node.data
+
+
+class ConnectionsPanel(Panel):
+    COLUMNS = [("n", "#"), ("what", "By"), ("name", "Name")]
+
+    def __init__(self) -> None:
+        super().__init__("Connections", id="connections")
+        self._history: deque[float] = deque(maxlen=60)
+
+    def compose(self):
+        yield Static("", id="connections-gauge")
+        yield Sparkline([], id="connections-spark")
+        yield KeyedTable(self.COLUMNS, id="connections-table")
+
+    def show(self, snapshot: Snapshot, filter_text: str = "") -> None:
+        c = snapshot.connections
+        if c is None:
+            return
+        self._history.append(float(c.total))
+        gauge = fmt.gauge(c.total, c.max, width=16)
+        detail = Text.assemble(
+            gauge, " connections\n", "oldest xact ", (fmt.seconds(c.oldest_xact_age_s), "bold"),
+            f" (pid {c.oldest_xact_pid or '-'}) xmin: ",
+            (f"{c.xmin_holder_pid or '-'} {c.xmin_holder_application or ''}".strip(), "bold yellow" if c.xmin_holder_pid else ""),
+        )
+        self.query_one("#connections-gauge", Static).update(detail)
+        self.query_one(Sparkline).data = list(self._history)
+        rows = {}
+        for state, n in c.by_state.items():
+            rows[f"state:{state}"] = (fmt.count(n), "state", Text(state, style="bold red" if state == "idle in transaction" else ""))
+        for app, n in c.by_application.items():
+            if _matches(filter_text, app):
+                rows[f"app:{app}"] = (fmt.count(n), "app", app or "(none)")
+        self.query_one(KeyedTable).sync(rows)
