@@ -100,6 +100,7 @@ class EngineCommands(Provider):
 
 class QueuetopApp(App[None]):
     TITLE = "queuetop"
+    AUTO_FOCUS = "#queues-table"
     CSS = """
     Screen { layout: vertical; }
     #row-queues { height: 2fr; }
@@ -184,7 +185,7 @@ class QueuetopApp(App[None]):
         self.source.stop()
         if self.demo is not None:
             self.demo.stop()
-        elif self.controls is not None:
+        elif self.controls is not None and hasattr(self.controls, "stop_all"):
             self.controls.stop_all()
 
     # -- snapshots ------------------------------------------------------------------------

@@ -19,14 +19,14 @@ class HelpScreen(ModalScreen[None]):
 
     def __init__(self, bindings: list[tuple[str, str, str]]) -> None:
         super().__init__()
-        self._bindings = bindings
+        self._keys = bindings
 
     def compose(self) -> ComposeResult:
         table = Table(box=None, show_header=True, expand=True)
         table.add_column("Key", style="bold cyan", no_wrap=True)
         table.add_column("Action")
         table.add_column("Binding id", style="dim")
-        for key, description, binding_id in self._bindings:
+        for key, description, binding_id in self._keys:
             table.add_row(key, description, binding_id)
         with Vertical():
             yield Label("queuetop — keys (remap them by id in the config's [keys] table)")
@@ -61,6 +61,8 @@ class ConfirmScreen(ModalScreen[bool]):
 
 class PromptScreen(ModalScreen[str | None]):
     """One line of input: Enter submits, Esc cancels."""
+
+    AUTO_FOCUS = "#prompt-input"
 
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="prompt.cancel")]
     DEFAULT_CSS = """

@@ -180,8 +180,8 @@ class LocksPanel(Panel):
         def label_blocked(pid: int) -> Text:
             b = blocked[pid]
             what = b.relation or b.lock_type or "?"
-            return Text.assemble((f"{pid} ", "bold"), (f"waits {fmt.seconds(b.wait_s)}", "red"),
-                                 f"  {b.lock_type} {b.mode} ", (what, "magenta"), "  ",
+            return Text.assemble((f"{pid} ", "bold"), (what, "magenta"), f" {b.mode} ",
+                                 (f"waits {fmt.seconds(b.wait_s)}", "red"), "  ",
                                  (b.application or "-", "cyan"), f"  {fmt.one_line(b.query, 50)}")
 
         # Shape: which pid hangs under which path. Labels change every tick; the shape rarely.
@@ -239,9 +239,9 @@ class ConnectionsPanel(Panel):
         if c is None:
             return
         self._history.append(float(c.total))
-        gauge = fmt.gauge(c.total, c.max, width=16)
+        gauge = fmt.gauge(c.total, c.max, width=10)
         detail = Text.assemble(
-            gauge, " connections\n", "oldest xact ", (fmt.seconds(c.oldest_xact_age_s), "bold"),
+            gauge, " sessions\n", "oldest xact ", (fmt.seconds(c.oldest_xact_age_s), "bold"),
             f" (pid {c.oldest_xact_pid or '-'}) xmin: ",
             (f"{c.xmin_holder_pid or '-'} {c.xmin_holder_application or ''}".strip(), "bold yellow" if c.xmin_holder_pid else ""),
         )

@@ -1,0 +1,238 @@
+"""The dashboard, driven with Textual's Pilot: bindings, dialogs, read-only mode, engine controls
+against a real PostgreSQL, and snapshot tests of the main screen fed by a deterministic source."""
+
+from __future__ import annotations
+
+import json
+
+import psycopg
+import pytest
+from textual.widgets import DataTable, Input, Tree
+
+from probes.sampler import Sampler
+from queues.control import EngineControls
+from queues.table_queue import TableQueue
+from tui.backend import DatabaseBackend
+from tui.dashboard import QueuetopApp
+from tui.sample import SampleSource, sample_snapshot
+from tui.screens.dialogs import ConfirmScreen, HelpScreen, PromptScreen
+from tui.widgets.panels import LocksPanel, QueuesPanel
+
+from .conftest import wait_until
+
+
+def sample_app(**kwargs) -> QueuetopApp:
+    snapshots = kwargs.pop("snapshots", None) or [sample_snapshot(step=n) for n in range(3)]
+    return QueuetopApp(lambda sink: SampleSource(sink, snapshots), **kwargs)
+
+
+async def settle(pilot, app, predicate, what, attempts=200):
+    for _ in range(attempts):
+        await pilot.pause(0.02)
+        if predicate():
+            return
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def queue_rows(app) -> dict[str, tuple]:
+    table = app.query_one(QueuesPanel).query_one(DataTable)
+    return {key.value: tuple(str(c) for c in table.get_row(key)) for key in table.rows}
+
+
+# -- bindings and dialogs (deterministic source) -------------------------------------------
+
+
+async def test_panels_show_the_snapshot_exactly():
+    app = sample_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot, app, lambda: app.snapshot is not None, "first snapshot")
+        rows = queue_rows(app)
+        assert rows["table:orders"][1] == "4,321"  # exact, readable
+        assert rows["table:queue-03"][1].startswith("~")  # estimates marked
+        for title in ("Queues", "Rings", "Leases", "Locks", "Connections"):
+            assert any(w.border_title == title for w in app.query("Panel"))
+        tree = app.query_one(LocksPanel).query_one(Tree)
+        assert "blocked session" in str(tree.root.label)
+        [root] = tree.root.children
+        assert "idle in transaction" in str(root.label)
+
+
+async def test_rows_update_in_place():
+    app = sample_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot, app, lambda: app.snapshot is not None, "first snapshot")
+        table = app.query_one(QueuesPanel).query_one(DataTable)
+        keys_before = list(table.rows)
+        await pilot.press("r")
+        await settle(pilot, app, lambda: queue_rows(app)["table:orders"][1] == "4,328", "second sample")
+        assert list(table.rows) == keys_before  # same row keys: updated, not rebuilt
+
+
+async def test_help_pause_interval_and_quit():
+    app = sample_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+        await pilot.press("p")
+        assert app.paused and app.source.paused
+        assert "PAUSED" in str(app.query_one("#status").render())
+        await pilot.press("r")  # paused: nothing new is applied
+        await pilot.press("p")
+        assert not app.paused
+        before = app.source.interval_s
+        await pilot.press("plus")
+        assert app.source.interval_s > before
+        await pilot.press("minus", "minus")
+        assert app.source.interval_s < before
+        await pilot.press("q")
+    assert app.source.stopped
+
+
+async def test_filter_narrows_the_rows():
+    app = sample_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot, app, lambda: app.snapshot is not None, "first snapshot")
+        await pilot.press("slash")
+        assert app.query_one("#filter", Input).has_focus
+        await pilot.press(*"orders", "enter")
+        assert set(queue_rows(app)) == {"table:orders"}
+        await pilot.press("slash", "escape")
+        assert len(queue_rows(app)) == 4
+
+
+async def test_keys_can_be_remapped_by_binding_id():
+    app = sample_app(keymap={"pause": "space"})
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("space")
+        assert app.paused
+
+
+async def test_read_only_refuses_actions_without_asking():
+    app = sample_app(read_only=True, controls=object())
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot, app, lambda: app.snapshot is not None, "first snapshot")
+        for key in ("n", "w", "b", "i", "l", "c", "k"):
+            await pilot.press(key)
+            assert not isinstance(app.screen, (PromptScreen, ConfirmScreen)), key
+        assert "READ-ONLY" in str(app.query_one("#status").render())
+        assert any("--read-only" in n.message for n in app._notifications)
+
+
+async def test_disconnected_state_is_shown_and_figures_kept():
+    from dataclasses import replace
+
+    good = sample_snapshot()
+    down = replace(good, queues=(), extra={"connected": False, "connection_error": "cannot reach the database: refused"})
+    app = sample_app(snapshots=[good, down, good])
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot, app, lambda: app.snapshot is not None, "first snapshot")
+        await pilot.press("r")
+        await settle(pilot, app, lambda: "DISCONNECTED" in str(app.query_one("#status").render()), "disconnected")
+        assert "table:orders" in queue_rows(app)  # last figures stay on screen
+        await pilot.press("r")
+        await settle(pilot, app, lambda: "DISCONNECTED" not in str(app.query_one("#status").render()), "recovered")
+
+
+# -- snapshot tests ------------------------------------------------------------------------
+
+
+def test_main_screen_100x30(snap_compare):
+    assert snap_compare(sample_app(snapshots=[sample_snapshot()]), terminal_size=(100, 30))
+
+
+def test_main_screen_80x24(snap_compare):
+    assert snap_compare(sample_app(snapshots=[sample_snapshot()]), terminal_size=(80, 24))
+
+
+def test_help_screen_80x24(snap_compare):
+    assert snap_compare(sample_app(snapshots=[sample_snapshot()]), terminal_size=(80, 24), press=["question_mark"])
+
+
+# -- against a real PostgreSQL -------------------------------------------------------------
+
+
+def live_app(db, **kwargs) -> QueuetopApp:
+    return QueuetopApp(
+        lambda sink: Sampler(db.target, sink, interval_s=0.3),
+        backend=DatabaseBackend(db.target),
+        **kwargs,
+    )
+
+
+async def test_end_to_end_queue_depth_appears(db):
+    with db.connect() as conn:
+        queue = TableQueue.create(conn, "e2e")
+        queue.enqueue_batch(conn, [json.dumps({"n": n}) for n in range(987)])
+    app = live_app(db)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot, app, lambda: queue_rows(app).get("reference:e2e", ("", ""))[1] == "987", "depth 987", 500)
+        with db.connect() as conn:  # above the probe's window: still exact digits, marked ~
+            queue.enqueue_batch(conn, ["{}"] * 1234)
+        await settle(pilot, app, lambda: queue_rows(app)["reference:e2e"][1] == "~2,221", "depth ~2,221", 500)
+
+
+async def test_start_consumers_from_the_ui_drains_the_queue(db):
+    with db.connect() as conn:
+        queue = TableQueue.create(conn, "ui-drain")
+        queue.enqueue_batch(conn, ["{}"] * 300)
+    controls = EngineControls(db.target)
+    app = live_app(db, controls=controls)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("w")
+        assert isinstance(app.screen, PromptScreen)
+        app.screen.query_one(Input).value = "ui-drain 2 noop claim"
+        await pilot.press("enter")
+
+        def drained():
+            with db.connect() as conn:
+                return queue.counts(conn).depth == 0
+
+        await settle(pilot, app, drained, "the queue to drain", 1000)
+        await settle(pilot, app, lambda: queue_rows(app).get("reference:ui-drain", ("", ""))[1] == "0", "panel shows 0", 500)
+        assert any(a.key == "consumers:ui-drain" for a in controls.activities())
+    # Quitting stops what the dashboard started.
+    assert controls.activities() == []
+
+
+async def test_terminate_a_blocker_after_confirmation(db):
+    with db.connect() as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
+        conn.execute("INSERT INTO t VALUES (1)")
+    blocker = db.connect(application_name="qt-ui-blocker", autocommit=False)
+    blocker.execute("UPDATE t SET id = id WHERE id = 1")
+    waiter = db.connect(application_name="qt-ui-waiter")
+    import threading
+
+    def wait_for_lock():
+        try:
+            waiter.execute("UPDATE t SET id = id WHERE id = 1")
+        except psycopg.Error:
+            pass
+
+    thread = threading.Thread(target=wait_for_lock, daemon=True)
+    thread.start()
+    app = live_app(db)
+    try:
+        async with app.run_test(size=(100, 30)) as pilot:
+            tree = app.query_one(LocksPanel).query_one(Tree)
+            await settle(pilot, app, lambda: len(tree.root.children) == 1, "the blocker in the tree", 500)
+            tree.focus()
+            tree.move_cursor(tree.root.children[0])
+            assert app.query_one(LocksPanel).selected_pid == blocker.info.backend_pid
+            await pilot.press("k")
+            assert isinstance(app.screen, ConfirmScreen)
+            await pilot.press("y")
+
+            def gone():
+                with db.connect() as conn:
+                    return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s",
+                                        (blocker.info.backend_pid,)).fetchone()[0] == 0
+
+            await settle(pilot, app, gone, "the blocker terminated", 500)
+        thread.join(10)
+        assert not thread.is_alive()  # the waiter got its lock
+    finally:
+        waiter.close()
+        blocker.close()

@@ -1,0 +1,135 @@
+"""Deterministic snapshots without a database: for snapshot tests, the TUI benchmark and demos of
+the layout. Everything is derived from the arguments; nothing from the clock."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+
+from probes.model import (
+    Blocker,
+    BlockedSession,
+    Connections,
+    LeaseSample,
+    ProbeStatus,
+    QueueSample,
+    RingSample,
+    ServerInfo,
+    Snapshot,
+)
+
+TAKEN_AT = datetime(2026, 11, 21, 12, 0, 0, tzinfo=timezone.utc)
+
+
+def sample_snapshot(*, queues: int = 4, sessions: int = 12, tree_depth: int = 3, step: int = 0) -> Snapshot:
+    """A snapshot with `queues` queues, `sessions` client sessions of which most are blocked
+    in chains `tree_depth` deep under a few idle-in-transaction roots; `step` moves the figures
+    as successive samples would."""
+    queue_samples = tuple(
+        QueueSample(
+            name=f"queue-{i:02d}" if i else "orders",
+            kind="reference" if i % 3 else "table",
+            table=f'"queuetop"."q_queue-{i:02d}"',
+            depth=4321 * (i + 1) + step * 7,
+            ready=4000 * (i + 1) + step * 5,
+            in_flight=8 + i,
+            delayed=0,
+            dead=i * 3,
+            oldest_ready_age_s=12.5 + i * 30,
+            enqueued_per_s=50.0 + i,
+            dequeued_per_s=48.0 + i,
+            depth_is_estimate=i % 4 == 3,
+            dead_tuples=1500 * i,
+            live_tuples=4321 * (i + 1),
+            last_vacuum_at=TAKEN_AT - timedelta(seconds=90 + i),
+            last_autovacuum_at=TAKEN_AT - timedelta(seconds=90 + i),
+            inserted_total=100_000 + step * 50,
+            deleted_total=95_000 + step * 48,
+        )
+        for i in range(queues)
+    )
+    roots = max(1, sessions // 20)
+    blocked, blockers = [], []
+    pid = 1000
+    per_root = max(0, (sessions - roots) // roots)
+    for r in range(roots):
+        root_pid = pid
+        pid += 1
+        blockers.append(Blocker(pid=root_pid, blocked_count=per_root, state="idle in transaction",
+                                xact_age_s=120.0 + r, query=f"UPDATE accounts SET balance = balance - 1 WHERE id = {r}",
+                                application="billing"))
+        parents = [root_pid]
+        for n in range(per_root):
+            level = n % tree_depth
+            parent = parents[min(level, len(parents) - 1)]
+            blocked.append(BlockedSession(pid=pid, blocked_by=(parent,), root_blocker=root_pid, wait_s=5.0 + n % 30,
+                                          lock_type="transactionid" if level == 0 else "tuple",
+                                          mode="ShareLock" if level == 0 else "ExclusiveLock",
+                                          relation=None if level == 0 else "accounts",
+                                          query=f"UPDATE accounts SET balance = balance + 1 WHERE id = {r}",
+                                          application=f"worker-{n % 7}", state="active"))
+            if len(parents) <= level + 1:
+                parents.append(pid)
+            pid += 1
+    connections = Connections(
+        total=sessions + 3, max=200,
+        by_state={"active": len(blocked), "idle in transaction": roots, "idle": 3},
+        by_application={"billing": roots, **{f"worker-{k}": len(blocked) // 7 for k in range(7)}},
+        oldest_xact_age_s=120.0, oldest_xact_pid=1000, xmin_holder_pid=1000, xmin_holder_age_xids=5321,
+        xmin_holder_application="billing",
+    )
+    return Snapshot(
+        taken_at=TAKEN_AT + timedelta(seconds=step),
+        server=ServerInfo(dialect="postgresql", version="16.2", database="app", label="sample data"),
+        probes={name: ProbeStatus(elapsed_ms=1.0) for name in ("queues", "rings", "leases", "locks", "connections")},
+        queues=queue_samples,
+        rings=(RingSample(name="audit", capacity=40, used=40, refused_total=17),
+               RingSample(name="metrics", capacity=1000, used=250, refused_total=0)),
+        leases=(LeaseSample(name="relay", holder="relay-1", token=7, expires_in_s=3600.0, state="held"),
+                LeaseSample(name="compactor", holder="host-b", token=3, expires_in_s=-42.0, state="expired"),
+                LeaseSample(name="reports", holder=None, token=2, expires_in_s=None, state="free")),
+        blocked=tuple(blocked),
+        blockers=tuple(blockers),
+        connections=connections,
+        extra={"connected": True},
+    )
+
+
+class SampleSource:
+    """A SnapshotSource that hands out prepared snapshots: one on start and on each refresh."""
+
+    def __init__(self, sink: Callable[[Snapshot], None], snapshots: list[Snapshot] | None = None, interval_s: float = 2.0) -> None:
+        self.sink = sink
+        self.snapshots = snapshots or [sample_snapshot()]
+        self.interval_s = interval_s
+        self.paused = False
+        self.started = self.stopped = False
+        self._next = 0
+        self._lock = threading.Lock()
+
+    def _emit(self) -> None:
+        with self._lock:
+            snapshot = self.snapshots[min(self._next, len(self.snapshots) - 1)]
+            self._next += 1
+        self.sink(snapshot)
+
+    def start(self) -> None:
+        self.started = True
+        self._emit()
+
+    def stop(self) -> None:
+        self.stopped = True
+
+    def pause(self) -> None:
+        self.paused = True
+
+    def resume(self) -> None:
+        self.paused = False
+
+    def refresh_now(self) -> None:
+        if not self.paused:
+            self._emit()
+
+    def set_interval(self, seconds: float) -> None:
+        self.interval_s = seconds
