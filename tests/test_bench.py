@@ -44,3 +44,14 @@ def test_bench_probes_tiny_run(db, cli):
     assert set(report["probe_ms_p50_large"]) == {"queues", "rings", "leases", "locks", "connections"}
     with db.connect() as conn:
         assert conn.execute('SELECT count(*) FROM queuetop."q_bench.probes"').fetchone()[0] == 0
+
+
+def test_bench_tui_tiny_run(cli):
+    result = cli("bench", "tui", "--json", "--sessions", "40", "--queues", "5", "--snapshots", "3",
+                 "--idle-seconds", "0.5", "--warm-up", "0.5")
+    assert result.returncode == 0, result.stderr
+    (report,) = result.json_lines()
+    assert report["apply_ms_p50"] > 0 and report["apply_and_refresh_ms_p50"] >= report["apply_ms_p50"]
+    assert report["blocked_sessions"] == 38 and report["queues"] == 5
+    assert 0 <= report["idle_cpu_percent_of_one_core"] <= 100
+    assert 0 <= report["idle_cpu_percent_quiet_database"] <= 100

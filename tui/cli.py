@@ -265,6 +265,21 @@ def cmd_bench_probes(ctx: Context) -> int:
     return 0
 
 
+def cmd_bench_tui(ctx: Context) -> int:
+    from tui.bench import run_tui_bench
+
+    args = ctx.args
+    result = run_tui_bench(
+        sessions=args.sessions, queues=args.queues, snapshots=args.snapshots,
+        idle_seconds=args.idle_seconds, warm_up_s=args.warm_up,
+    )
+    if args.json:
+        emit(result)
+    else:
+        print(json.dumps(result, indent=2))
+    return 0
+
+
 def cmd_server_status(ctx: Context) -> int:
     from queues.embedded import server_status
 
@@ -432,6 +447,14 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--large-depth", type=int, default=1_000_000, help="messages in the large run (default 1000000)")
     p.add_argument("--idle-connections", type=int, default=50, help="idle sessions held open meanwhile (default 50)")
     p.add_argument("--cycles", type=int, default=50, help="timed cycles per depth; p50/p95 reported (default 50)")
+
+    p = _leaf(bench_sub, "tui", cmd_bench_tui, "the dashboard's cost per snapshot and when idle (synthetic data, no database)")
+    p.add_argument("--json", action="store_true", help="print one JSON line")
+    p.add_argument("--sessions", type=int, default=500, help="client sessions in each snapshot, most blocked (default 500)")
+    p.add_argument("--queues", type=int, default=50, help="queues in each snapshot (default 50)")
+    p.add_argument("--snapshots", type=int, default=60, help="snapshots applied and timed (default 60)")
+    p.add_argument("--idle-seconds", type=_positive_float, default=10.0, help="how long to measure idle CPU (default 10)")
+    p.add_argument("--warm-up", type=_positive_float, default=15.0, help="seconds before measuring idle CPU (default 15)")
 
     server = commands.add_parser("server", help="the embedded PostgreSQL server")
     server_sub = server.add_subparsers(title="server commands", metavar="ACTION", required=True, parser_class=ArgumentParser)

@@ -234,7 +234,7 @@ class QueuetopApp(App[None]):
             parts.append(Text("  READ-ONLY", style="bold cyan"))
         if s is not None and s.server.label:
             parts.append(Text(f" │ {s.server.label}", style="dim"))
-        self.query_one(StatusBar).update(Text.assemble(*parts))
+        self.query_one(StatusBar).update(Text.assemble(*parts), layout=False)  # one fixed line
 
     # -- viewing actions ------------------------------------------------------------------
 

@@ -148,6 +148,7 @@ class LocksPanel(Panel):
         super().__init__("Locks", id="locks")
         self._shape: tuple = ()
         self._tree_nodes: dict[tuple[int, ...], object] = {}
+        self._labels: dict[tuple[int, ...], object] = {}  # the frozen sample each label shows
 
     def compose(self):
         tree: Tree[int] = Tree("no blocked sessions", id="locks-tree")
@@ -199,22 +200,31 @@ class LocksPanel(Panel):
             paths.append((pid,))
         shape = tuple(paths)
         count = len(blocked)
-        tree.root.set_label(Text(f"{count} blocked session(s), {len(roots)} root blocker(s)" if count else "no blocked sessions",
-                                 style="bold red" if count else "green"))
+        root_label = Text(f"{count} blocked session(s), {len(roots)} root blocker(s)" if count else "no blocked sessions",
+                                 style="bold red" if count else "green")
+        if root_label.plain != str(tree.root.label):
+            tree.root.set_label(root_label)
         if shape != self._shape:
             tree.root.remove_children()
             self._tree_nodes = {}
+            self._labels = {}
             for path in paths:
                 parent = tree.root if len(path) == 1 else self._tree_nodes[path[:-1]]
                 pid = path[-1]
                 label = label_root(pid) if len(path) == 1 and pid in roots else label_blocked(pid)
                 self._tree_nodes[path] = parent.add(label, data=pid, expand=True)
+                self._labels[path] = roots[pid] if len(path) == 1 and pid in roots else blocked.get(pid)
             tree.root.expand()
             self._shape = shape
         else:
+            # Only labels whose facts changed are rebuilt and set: each set_label repaints.
             for path, node in self._tree_nodes.items():
                 pid = path[-1]
-                node.set_label(label_root(pid) if len(path) == 1 and pid in roots else label_blocked(pid))
+                is_root = len(path) == 1 and pid in roots
+                facts = roots[pid] if is_root else blocked.get(pid)
+                if facts != self._labels.get(path):
+                    node.set_label(label_root(pid) if is_root else label_blocked(pid))
+                    self._labels[path] = facts
 
     @property
     def selected_pid(self) -> int | None:
@@ -245,7 +255,7 @@ class ConnectionsPanel(Panel):
             f" (pid {c.oldest_xact_pid or '-'}) xmin: ",
             (f"{c.xmin_holder_pid or '-'} {c.xmin_holder_application or ''}".strip(), "bold yellow" if c.xmin_holder_pid else ""),
         )
-        self.query_one("#connections-gauge", Static).update(detail)
+        self.query_one("#connections-gauge", Static).update(detail, layout=False)  # fixed height
         self.query_one(Sparkline).data = list(self._history)
         rows = {}
         for state, n in c.by_state.items():
