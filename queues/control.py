@@ -21,7 +21,7 @@ from psycopg import sql
 from . import lease as leases
 from . import ring as rings
 from .database import Target, connect
-from .errors import UsageError
+from .errors import QueuetopError, UsageError
 from .handlers import parse_handler
 from .table_queue import SCHEMA, TableQueue, check_name, default_bodies
 from .worker import WorkerPool, WorkOptions
@@ -127,15 +127,22 @@ class EngineControls:
         return self._thread(activity, self._produce, table_queue, rate_per_s)
 
     def _produce(self, activity: Activity, queue: TableQueue, rate: float) -> None:
-        with self._connect(f"produce:{queue.name}") as conn:
-            started, sent = time.monotonic(), 0
-            while not activity.stop_event.is_set():
-                due = int((time.monotonic() - started) * rate) - sent
-                if due > 0:
-                    batch = min(due, 1000)
-                    queue.enqueue_batch(conn, list(default_bodies(batch, sent + 1)))
-                    sent += batch
-                activity.stop_event.wait(max(0.02, 1.0 / rate if rate < 50 else 0.02))
+        started, sent = time.monotonic(), 0
+        while not activity.stop_event.is_set():
+            try:
+                with self._connect(f"produce:{queue.name}") as conn:
+                    while not activity.stop_event.is_set():
+                        due = int((time.monotonic() - started) * rate) - sent
+                        if due > 0:
+                            batch = min(due, 1000)
+                            queue.enqueue_batch(conn, list(default_bodies(batch, sent + 1)))
+                            sent += batch
+                        activity.stop_event.wait(max(0.02, 1.0 / rate if rate < 50 else 0.02))
+            except (psycopg.OperationalError, QueuetopError) as exc:
+                # The database went away (a restart): keep trying, catch up at the same rate.
+                activity.error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                activity.stop_event.wait(1.0)
+                started, sent = time.monotonic(), 0
 
     def start_consumers(self, queue: str, *, workers: int = 1, handler: str = "noop", mode: str = "claim",
                         max_attempts: int = 5, visibility_s: float = 30.0) -> Activity:

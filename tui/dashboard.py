@@ -115,7 +115,7 @@ class QueuetopApp(App[None]):
     #filter.visible { display: block; }
     """
     BINDINGS = [
-        Binding("question_mark", "help", "Help", id="help"),
+        Binding("question_mark", "help", "Help", id="help", key_display="?"),
         Binding("p", "toggle_pause", "Pause", id="pause"),
         Binding("r", "refresh_now", "Refresh", id="refresh"),
         Binding("plus", "interval(1)", "Slower", id="interval.slower", key_display="+"),
@@ -219,17 +219,18 @@ class QueuetopApp(App[None]):
         s = self.snapshot
         parts = [Text("queuetop ", style="bold")]
         parts.append(Text("PAUSED" if self.paused else "LIVE", style="bold yellow" if self.paused else "bold green"))
+        if s is not None and not s.extra.get("connected", True):
+            # First, where it cannot be missed or cut off.
+            reason = s.extra.get("connection_error") or "database unreachable"
+            parts.append(Text(f" DISCONNECTED, retrying: {fmt.one_line(reason, 70)} ", style="bold white on red"))
         parts.append(Text(f" every {self.source.interval_s:g}s"))
         if s is not None:
             server = s.server
             parts.append(Text(f" │ {server.dialect} {server.version or '?'} db {server.database or '?'}"))
             parts.append(Text(f" │ probes {s.elapsed_ms:.1f} ms"))
-            if not s.extra.get("connected", True):
-                reason = s.extra.get("connection_error") or "database unreachable"
-                parts.append(Text(f"  DISCONNECTED: {fmt.one_line(reason, 60)} (retrying)", style="bold white on red"))
             failed = [name for name, p in s.probes.items() if p.error]
             if failed and s.extra.get("connected", True):
-                parts.append(Text(f"  notes: {', '.join(failed)}", style="yellow"))
+                parts.append(Text(f" │ notes: {', '.join(failed)}", style="yellow"))
         if self.read_only:
             parts.append(Text("  READ-ONLY", style="bold cyan"))
         if s is not None and s.server.label:

@@ -29,7 +29,7 @@ class HelpScreen(ModalScreen[None]):
         for key, description, binding_id in self._keys:
             table.add_row(key, description, binding_id)
         with Vertical():
-            yield Label("queuetop — keys (remap them by id in the config's [keys] table)")
+            yield Label("queuetop — keys (remap them by id in the config's \\[keys] table)")
             yield Static(table)
 
     def action_dismiss(self) -> None:

@@ -38,7 +38,7 @@ class KeyedTable(DataTable):
             elif old != cells:
                 for column, before, after in zip(column_keys, old, cells):
                     if before != after:
-                        self.update_cell(key, column, after)
+                        self.update_cell(key, column, after, update_width=True)
             self._cells[key] = cells
         if order_changed and list(self._cells) != list(rows):
             self._cells = {k: self._cells[k] for k in rows}
