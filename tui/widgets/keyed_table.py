@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from rich.cells import cell_len
+from rich.text import Text
+from textual.cache import LRUCache
 from textual.widgets import DataTable
 
 
@@ -17,6 +20,11 @@ class KeyedTable(DataTable):
         super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
         self._column_spec = list(columns)
         self._cells: dict[str, tuple] = {}
+        # DataTable's own cell cache is keyed by a table-wide update counter, so one changed cell
+        # re-renders every visible cell. This cache is keyed per cell by a version bumped only
+        # when that cell's value changes. It falls back to DataTable's path if its internals change.
+        self._cell_versions: dict[tuple[str, str], int] = {}
+        self._own_cache: LRUCache[tuple, object] = LRUCache(4096)
 
     def on_mount(self) -> None:
         for key, label in self._column_spec:
@@ -38,10 +46,31 @@ class KeyedTable(DataTable):
             elif old != cells:
                 for column, before, after in zip(column_keys, old, cells):
                     if before != after:
-                        self.update_cell(key, column, after, update_width=True)
+                        # Widening the column costs a layout pass: only when the value no longer fits.
+                        self._cell_versions[(key, column)] = self._cell_versions.get((key, column), 0) + 1
+                        wider = _cell_width(after) > self.columns[column].content_width
+                        self.update_cell(key, column, after, update_width=wider)
             self._cells[key] = cells
         if order_changed and list(self._cells) != list(rows):
             self._cells = {k: self._cells[k] for k in rows}
+
+    def _render_cell(self, row_index, column_index, base_style, width, cursor=False, hover=False):
+        if row_index < 0 or column_index < 0:
+            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+        try:
+            row_key = self._row_locations.get_key(row_index).value
+            column_key = self._column_locations.get_key(column_index).value
+            key = (
+                row_key, column_key, self._cell_versions.get((row_key, column_key), 0), row_index, column_index,
+                base_style, width, cursor, hover, self._show_hover_cursor, self._pseudo_class_state,
+            )
+        except AttributeError:  # DataTable internals changed: no shortcut
+            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+        lines = self._own_cache.get(key)
+        if lines is None:
+            lines = super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+            self._own_cache[key] = lines
+        return lines
 
     @property
     def selected_key(self) -> str | None:
@@ -52,3 +81,7 @@ class KeyedTable(DataTable):
         except Exception:
             return None
         return row_key.value
+
+
+def _cell_width(value: object) -> int:
+    return value.cell_len if isinstance(value, Text) else cell_len(str(value))
