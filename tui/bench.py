@@ -9,6 +9,7 @@ with one snapshot per second (everything it does between samples: timers, countd
 from __future__ import annotations
 
 import asyncio
+import gc
 import statistics
 import threading
 import time
@@ -84,6 +85,7 @@ async def _idle_cpu(frames, seconds, warm_up_s, size) -> float:
     app = QueuetopApp(lambda sink: _TimedSource(sink, frames, 1.0))
     async with app.run_test(size=size) as pilot:
         await pilot.pause(warm_up_s)  # steady state: sparkline histories full
+        gc.collect()  # not the previous run's garbage
         cpu0, wall0 = time.process_time(), time.perf_counter()
         await pilot.pause(seconds)
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0

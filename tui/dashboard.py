@@ -150,6 +150,7 @@ class QueuetopApp(App[None]):
         self.snapshot: Snapshot | None = None
         self.apply_ms: list[float] = []  # time to apply each snapshot (bench tui)
         self._keymap = keymap or {}
+        self._status_text = ""
 
     # -- layout ---------------------------------------------------------------------------
 
@@ -235,7 +236,10 @@ class QueuetopApp(App[None]):
             parts.append(Text("  READ-ONLY", style="bold cyan"))
         if s is not None and s.server.label:
             parts.append(Text(f" │ {s.server.label}", style="dim"))
-        self.query_one(StatusBar).update(Text.assemble(*parts), layout=False)  # one fixed line
+        status = Text.assemble(*parts)
+        if status.plain != self._status_text:  # repaint only what changed
+            self._status_text = status.plain
+            self.query_one(StatusBar).update(status, layout=False)  # one fixed line
 
     # -- viewing actions ------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from rich.cells import cell_len
 from rich.text import Text
 from textual.cache import LRUCache
 from textual.widgets import DataTable
+from textual.widgets.data_table import CellKey, ColumnKey, RowKey
 
 
 class KeyedTable(DataTable):
@@ -37,6 +38,7 @@ class KeyedTable(DataTable):
             self.remove_row(gone)
             del self._cells[gone]
         order_changed = False
+        changes: list[tuple[str, str, object, bool]] = []
         for key, cells in rows.items():
             cells = tuple(cells)
             old = self._cells.get(key)
@@ -49,10 +51,31 @@ class KeyedTable(DataTable):
                         # Widening the column costs a layout pass: only when the value no longer fits.
                         self._cell_versions[(key, column)] = self._cell_versions.get((key, column), 0) + 1
                         wider = _cell_width(after) > self.columns[column].content_width
-                        self.update_cell(key, column, after, update_width=wider)
+                        changes.append((key, column, after, wider))
             self._cells[key] = cells
+        self._apply_changes(changes)
         if order_changed and list(self._cells) != list(rows):
             self._cells = {k: self._cells[k] for k in rows}
+
+    def _apply_changes(self, changes: list[tuple[str, str, object, bool]]) -> None:
+        """All changed cells, then one refresh. DataTable.update_cell refreshes per cell (160 per
+        busy snapshot, most of the apply time); this writes the same state and refreshes once,
+        falling back to update_cell if DataTable's internals ever change."""
+        if not changes:
+            return
+        try:
+            data, updated = self._data, self._updated_cells
+            for key, column, value, wider in changes:
+                row_key, column_key = RowKey(key), ColumnKey(column)
+                data[row_key][column_key] = value
+                if wider:
+                    updated.add(CellKey(row_key, column_key))
+                    self._require_update_dimensions = True
+            self._update_count += 1
+            self.refresh()
+        except (AttributeError, KeyError, TypeError):
+            for key, column, value, wider in changes:
+                self.update_cell(key, column, value, update_width=wider)
 
     def _render_cell(self, row_index, column_index, base_style, width, cursor=False, hover=False):
         if row_index < 0 or column_index < 0:

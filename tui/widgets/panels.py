@@ -46,6 +46,7 @@ class QueuesPanel(Panel):
     def __init__(self) -> None:
         super().__init__("Queues", id="queues")
         self.history: dict[str, deque[float]] = {}
+        self._rendered: dict[str, tuple[object, tuple]] = {}  # key -> (facts, cells)
 
     def compose(self):
         yield KeyedTable(self.COLUMNS, id="queues-table")
@@ -59,9 +60,16 @@ class QueuesPanel(Panel):
                 history.append(float(q.depth))
             if not _matches(filter_text, q.name, q.table):
                 continue
+            # Same sample, same trend, same clock: the same cells (no Text built, none compared).
+            facts = (q, tuple(history)[-12:], snapshot.taken_at if q.last_vacuum_at else None)
+            cached = self._rendered.get(key)
+            if cached is not None and cached[0] == facts:
+                rows[key] = cached[1]
+                continue
             if q.error and q.depth is None:
                 rows[key] = (Text(q.name, style="red"), Text(fmt.one_line(q.error, 60), style="red"),
                              "", "", "", "", "", "", "", "", "")
+                self._rendered[key] = (facts, rows[key])
                 continue
             name = Text(q.name + ("" if q.kind == "reference" else " (table)"))
             bloat = Text(fmt.count(q.dead_tuples))
@@ -80,6 +88,7 @@ class QueuesPanel(Panel):
                 fmt.count(q.in_flight), dead, age, fmt.rate(q.enqueued_per_s), fmt.rate(q.dequeued_per_s),
                 Text(fmt.sparkline(list(history)), style="cyan"), bloat, vacuum,
             )
+            self._rendered[key] = (facts, rows[key])
         self.query_one(KeyedTable).sync(rows)
 
 
@@ -149,6 +158,7 @@ class LocksPanel(Panel):
         self._shape: tuple = ()
         self._tree_nodes: dict[tuple[int, ...], object] = {}
         self._labels: dict[tuple[int, ...], object] = {}  # the frozen sample each label shows
+        self._last_facts: tuple | None = None
 
     def compose(self):
         tree: Tree[int] = Tree("no blocked sessions", id="locks-tree")
@@ -157,6 +167,10 @@ class LocksPanel(Panel):
         yield tree
 
     def show(self, snapshot: Snapshot, filter_text: str = "") -> None:
+        facts = (snapshot.blocked, snapshot.blockers, filter_text)
+        if facts == self._last_facts:
+            return  # the same tree: nothing to rebuild or relabel
+        self._last_facts = facts
         tree = self.query_one(Tree)
         blocked = {b.pid: b for b in snapshot.blocked}
         roots = {r.pid: r for r in snapshot.blockers}
@@ -238,6 +252,7 @@ class ConnectionsPanel(Panel):
     def __init__(self) -> None:
         super().__init__("Connections", id="connections")
         self._history: deque[float] = deque(maxlen=60)
+        self._gauge_text = ""
 
     def compose(self):
         yield Static("", id="connections-gauge")
@@ -255,8 +270,13 @@ class ConnectionsPanel(Panel):
             f" (pid {c.oldest_xact_pid or '-'}) xmin: ",
             (f"{c.xmin_holder_pid or '-'} {c.xmin_holder_application or ''}".strip(), "bold yellow" if c.xmin_holder_pid else ""),
         )
-        self.query_one("#connections-gauge", Static).update(detail, layout=False)  # fixed height
-        self.query_one(Sparkline).data = list(self._history)
+        if detail.plain != self._gauge_text:  # repaint only what changed
+            self._gauge_text = detail.plain
+            self.query_one("#connections-gauge", Static).update(detail, layout=False)  # fixed height
+        spark = self.query_one(Sparkline)
+        history = list(self._history)
+        if spark.data != history:
+            spark.data = history
         rows = {}
         for state, n in c.by_state.items():
             rows[f"state:{state}"] = (fmt.count(n), "state", Text(state, style="bold red" if state == "idle in transaction" else ""))
