@@ -120,7 +120,7 @@ class PostgresProbes:
             table = sql.Identifier(entry["schema_name"], entry["table_name"])
             head, error = None, None
             try:
-                head = conn.execute(sql.SQL(q["reference_head"]).format(table=table), {"window": window}).fetchone()
+                head = conn.execute(sql.SQL(q["reference_head"]).format(table=table), {"window": window + 1}).fetchone()
                 dead = conn.execute(q["dead_letters"], {"queue": entry["name"], "cap": DEAD_COUNT_CAP}).fetchone()
                 head = {
                     **head,
@@ -175,7 +175,8 @@ class PostgresProbes:
             delayed = head.get("delayed", 0)
             dead = head.get("dead")
             age = head["oldest_ready_age_s"]
-            if head_rows < window:
+            # The probe reads one row more than the window: whether there is more is then known.
+            if head_rows <= window:
                 depth = head_rows
             else:
                 estimate = True
@@ -253,14 +254,14 @@ class PostgresProbes:
         head = conn.execute(
             resolved.head,
             {
-                "window": window,
+                "window": window + 1,
                 "ready_states": list(declared.ready_states),
                 "in_flight_states": list(declared.in_flight_states),
                 "dead_states": list(declared.dead_states),
             },
         ).fetchone()
         head = dict(head)
-        if head["head_rows"] >= window:
+        if head["head_rows"] > window:
             if resolved.max_key is not None and head["last_head_key"] is not None:
                 max_key = conn.execute(resolved.max_key).fetchone()["max_key"]
                 head["beyond_window"] = int(max_key) - int(head["last_head_key"])

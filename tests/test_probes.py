@@ -423,3 +423,15 @@ def test_a_role_without_privileges_sees_what_it_may(db):
         # Connections: counted, states of other roles' sessions unknown and it says so.
         assert snap.connections.total >= 3
         assert "pg_read_all_stats" in snap.probes["connections"].error
+
+
+def test_a_queue_exactly_as_deep_as_the_window_is_exact(db):
+    with db.connect() as conn:
+        queue = TableQueue.create(conn, "edge")
+        queue.enqueue_batch(conn, ["{}"] * 100)
+    [q] = [q for q in snapshot(db, Config(window=100)).queues if q.name == "edge"]
+    assert (q.depth, q.depth_is_estimate) == (100, False)
+    with db.connect() as conn:
+        queue.enqueue(conn, "{}")
+    [q] = [q for q in snapshot(db, Config(window=100)).queues if q.name == "edge"]
+    assert (q.depth, q.depth_is_estimate) == (101, True)
