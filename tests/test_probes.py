@@ -246,9 +246,13 @@ def test_rates_come_from_successive_samples(db):
     q = wait_until(counted, timeout=15, interval=0.2, what="counters")
     assert q.enqueued_per_s is not None and q.dequeued_per_s is not None
     assert q.enqueued_per_s >= 0 and q.dequeued_per_s >= 0
-    later = snapshot(db, probes=probes)
-    [q2] = [q for q in later.queues if q.name == "rated"]
-    assert q2.enqueued_per_s == 0 and q2.dequeued_per_s == 0  # nothing happened in between
+    def quiet():
+        [q2] = [q for q in snapshot(db, probes=probes).queues if q.name == "rated"]
+        return q2 if q2.enqueued_per_s == 0 and q2.dequeued_per_s == 0 else None
+
+    # Nothing more happens: once the counters have settled, the rates are zero.
+    q2 = wait_until(quiet, timeout=15, interval=0.2, what="zero rates on a quiet queue")
+    assert q2.inserted_total == 50 and q2.deleted_total == 20
 
 
 SEED_004 = """
@@ -346,17 +350,13 @@ def test_connections(db):
         in_tx.run("SELECT 1")
         snapshot_holder.run("BEGIN ISOLATION LEVEL REPEATABLE READ")
         snapshot_holder.run("SELECT count(*) FROM pg_class")  # keeps its snapshot: holds xmin
-        with db.connect() as admin:
-            expected_total = admin.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"
-            ).fetchone()[0]
         snap = snapshot(db)
         c = snap.connections
         assert c.by_application["qt-conn-x"] == 3
         assert c.by_state["idle in transaction"] >= 2
         assert c.max == 200
-        # The admin session above is gone and the probe's own session is counted instead.
-        assert c.total == expected_total
+        # Our three, the probe's own; sessions of earlier tests may still be closing.
+        assert c.total >= 4 and c.total == sum(c.by_state.values()) + 1
         assert c.oldest_xact_pid == in_tx.pid
         assert c.xmin_holder_pid == snapshot_holder.pid
         assert c.xmin_holder_application == "qt-conn-x"
