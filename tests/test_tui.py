@@ -3,6 +3,7 @@ against a real PostgreSQL, and snapshot tests of the main screen fed by a determ
 
 from __future__ import annotations
 
+import io
 import json
 
 import psycopg
@@ -236,3 +237,52 @@ async def test_terminate_a_blocker_after_confirmation(db):
     finally:
         waiter.close()
         blocker.close()
+
+
+async def test_tab_moves_between_panels_and_palette_finds_actions():
+    app = sample_app(controls=object())
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot, app, lambda: app.snapshot is not None, "first snapshot")
+        assert app.focused.id == "queues-table"
+        await pilot.press("tab")
+        assert app.focused.id == "locks-tree"
+        await pilot.press("tab")
+        assert app.focused.id == "connections-table"
+        await pilot.press("shift+tab", "shift+tab")
+        assert app.focused.id == "queues-table"
+        await pilot.press("ctrl+p")
+        await pilot.press(*"burst")
+        await settle(pilot, app, lambda: "Burst" in str(app.screen.query("CommandList").first().get_option_at_index(0).prompt)
+                     if app.screen.query("CommandList") and app.screen.query("CommandList").first().option_count else False,
+                     "the palette to offer the burst action")
+        await pilot.press("enter")
+        await settle(pilot, app, lambda: isinstance(app.screen, PromptScreen), "the burst prompt")
+
+
+async def test_enter_shows_a_queues_head_and_dead_letters(db):
+    with db.connect() as conn:
+        queue = TableQueue.create(conn, "details")
+        queue.enqueue_batch(conn, ['{"order": 1}', '{"order": 2}'])
+        [claimed] = queue.claim(conn, visibility_s=30)
+        queue.dead_letter_claimed(conn, claimed, "ValueError: bad order")
+    app = live_app(db)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot, app, lambda: "reference:details" in queue_rows(app), "the queue row", 500)
+        table = app.query_one(QueuesPanel).query_one(DataTable)
+        table.focus()
+        table.move_cursor(row=table.get_row_index("reference:details"))
+        await pilot.press("enter")
+        from tui.screens.details import DetailsScreen
+
+        assert isinstance(app.screen, DetailsScreen)
+
+        await settle(pilot, app, lambda: app.screen.renderables is not None, "details loaded", 500)
+        from rich.console import Console
+
+        console = Console(width=200, record=True, file=io.StringIO())
+        for renderable in app.screen.renderables:
+            console.print(renderable)
+        text = console.export_text()
+        assert '{"order": 2}' in text and "ValueError: bad order" in text
+        await pilot.press("escape")
+        assert not isinstance(app.screen, DetailsScreen)

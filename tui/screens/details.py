@@ -25,6 +25,7 @@ class DetailsScreen(ModalScreen[None]):
         super().__init__()
         self.title_text = title
         self.loader = loader  # runs in a thread, returns a list of renderables
+        self.renderables: list | None = None  # what is shown, once loaded
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
@@ -44,6 +45,7 @@ class DetailsScreen(ModalScreen[None]):
     def _show(self, renderables) -> None:
         from rich.console import Group
 
+        self.renderables = renderables
         self.query_one("#details-body", Static).update(Group(*renderables))
 
     def action_close(self) -> None:
