@@ -102,6 +102,10 @@ class CompactionSample:
     pending_deltas: int
     groups: int
     last_run_at: datetime | None
+    last_duration_ms: float | None = None
+    last_rows_folded: int | None = None
+    runs_total: int = 0
+    pending_is_estimate: bool = False  # at least this many (the count is capped)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -22,6 +22,7 @@ from queues.sqlfiles import load
 from .config import Config, DeclaredQueue
 from .model import (
     Blocker,
+    CompactionSample,
     BlockedSession,
     Connections,
     LeaseSample,
@@ -35,7 +36,8 @@ STATEMENT_TIMEOUT_MS = 2000
 LOCK_TIMEOUT_MS = 100
 DEAD_COUNT_CAP = 10_000
 _TIMESTAMPS = ("timestamp", "date")
-PROBE_NAMES = ("queues", "rings", "leases", "locks", "connections")
+PROBE_NAMES = ("queues", "rings", "leases", "locks", "connections", "compaction")
+COMPACTION_COUNT_CAP = 100_000
 
 
 def queries(probe: str) -> dict[str, str]:
@@ -286,6 +288,23 @@ class PostgresProbes:
         return tuple(
             LeaseSample(name=r["name"], holder=r["holder"], token=r["token"], expires_in_s=r["expires_in_s"], state=r["state"])
             for r in rows
+        )
+
+    def compaction(self, conn: psycopg.Connection) -> tuple[CompactionSample, ...]:
+        if not _has_table(conn, "queuetop.task_status_deltas"):
+            return ()
+        row = conn.execute(queries("compaction")["compaction"], {"cap": COMPACTION_COUNT_CAP}).fetchone()
+        return (
+            CompactionSample(
+                name="task_status",
+                pending_deltas=row["pending_deltas"],
+                groups=row["groups"],
+                last_run_at=row["last_run_at"],
+                last_duration_ms=row["last_duration_ms"],
+                last_rows_folded=row["last_rows_folded"],
+                runs_total=row["runs_total"] or 0,
+                pending_is_estimate=row["pending_deltas"] >= COMPACTION_COUNT_CAP,
+            ),
         )
 
     # -- locks ---------------------------------------------------------------------------

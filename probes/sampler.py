@@ -72,6 +72,7 @@ def compose(server: ServerInfo, results: dict[str, tuple[ProbeStatus, object]], 
         blocked=blocked,
         blockers=blockers,
         connections=value("connections", None),
+        compaction=value("compaction", ()),
         extra=extra or {},
     )
 

@@ -40,7 +40,7 @@ def test_sampler_hands_complete_snapshots_with_rates(db):
     sampler.start()
     try:
         first = wait_until(sink.latest, timeout=15, what="a snapshot")
-        assert set(first.probes) == {"queues", "rings", "leases", "locks", "connections"}
+        assert set(first.probes) == {"queues", "rings", "leases", "locks", "connections", "compaction"}
         assert first.extra["connected"] is True
         with db.connect() as conn:
             queue.enqueue_batch(conn, ["{}"] * 30)
@@ -119,7 +119,7 @@ def test_snapshot_json_has_every_v1_key(db, cli):
     assert V1_KEYS <= set(snap)
     assert snap["version"] == 1 and snap["taken_at"].endswith("Z")
     assert snap["server"]["dialect"] == "postgresql" and snap["server"]["database"] == db.name
-    assert set(snap["probes"]) == {"queues", "rings", "leases", "locks", "connections"}
+    assert set(snap["probes"]) == {"queues", "rings", "leases", "locks", "connections", "compaction"}
     assert all(p["error"] is None and p["elapsed_ms"] >= 0 for p in snap["probes"].values())
     [q] = [q for q in snap["queues"] if q["name"] == "cli-q"]
     required = {"name", "kind", "depth", "ready", "in_flight", "dead", "oldest_ready_age_s",

@@ -297,6 +297,16 @@ def cmd_server_stop(ctx: Context) -> int:
     return 0
 
 
+def cmd_engine_compact(ctx: Context) -> int:
+    from queues.compactor import compact
+
+    group = ctx.args.group
+    with ctx.engine_connection("compact") as conn:
+        result = compact(conn, group)
+    emit(result.as_dict())
+    return 0
+
+
 def cmd_snapshot(ctx: Context) -> int:
     import time as _time
 
@@ -402,6 +412,9 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--batch", type=int, default=1, help="messages claimed per round trip (default 1)")
     p.add_argument("--poll-interval", type=_positive_float, default=5.0, help="seconds between fallback polls of an idle queue (default 5)")
     p.add_argument("--retry-delay", type=_positive_float, default=0.0, help="back-off before a retry, doubling per attempt (default 0)")
+
+    p = _leaf(engine_sub, "compact", cmd_engine_compact, "fold pending status deltas into aggregates now (prints a JSON summary)")
+    p.add_argument("--group", type=int, default=None, metavar="KEY", help="only this group (task id)")
 
     ring = engine_sub.add_parser("ring", help="ring buffer queues")
     ring_sub = ring.add_subparsers(title="ring commands", metavar="ACTION", required=True, parser_class=ArgumentParser)

@@ -78,6 +78,12 @@ def render(snapshot: Snapshot) -> str:
         _table("Blocked", ("pid", "blocked by", "root", "wait s", "lock", "mode", "relation", "query"), blocked),
         _table("Root blockers", ("pid", "blocks", "state", "xact s", "application", "query"), blockers),
     ]
+    parts.append(_table(
+        "Compaction",
+        ("name", "pending deltas", "groups", "last run", "rows folded", "ms"),
+        [(x.name, x.pending_deltas, x.groups, f"{x.last_run_at:%H:%M:%S}" if x.last_run_at else "-",
+          x.last_rows_folded, x.last_duration_ms) for x in s.compaction],
+    ))
     c = s.connections
     if c is not None:
         states = ", ".join(f"{k} {v}" for k, v in c.by_state.items()) or "-"

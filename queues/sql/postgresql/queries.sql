@@ -218,3 +218,65 @@ SELECT json_build_object('n', g)::json FROM generate_series(1, %(count)s::intege
 
 -- name: vacuum_queue
 VACUUM ANALYZE {table};
+
+-- name: task_create
+INSERT INTO queuetop.tasks (title) VALUES (%(title)s::text) RETURNING id;
+
+-- name: task_submit
+-- Insert-only: the task reaches these users (new ones only), and one +n PENDING delta says so.
+WITH added AS (
+    INSERT INTO queuetop.user_tasks (task_id, user_id)
+    SELECT %(task_id)s::bigint, u FROM unnest(%(users)s::bigint[]) AS u
+    ON CONFLICT DO NOTHING
+    RETURNING 1
+)
+INSERT INTO queuetop.task_status_deltas (task_id, status, count)
+SELECT %(task_id)s::bigint, 'PENDING', count(*) FROM added HAVING count(*) > 0
+RETURNING count;
+
+-- name: task_answer
+-- The user's own row changes (no one else touches it); the aggregate only gets two inserts.
+WITH answered AS (
+    UPDATE queuetop.user_tasks SET status = 'DONE', answered_at = now()
+    WHERE task_id = %(task_id)s::bigint AND user_id = %(user_id)s::bigint AND status = 'PENDING'
+    RETURNING task_id
+)
+INSERT INTO queuetop.task_status_deltas (task_id, status, count)
+SELECT a.task_id, d.status, d.count FROM answered a, (VALUES ('PENDING', -1), ('DONE', 1)) AS d(status, count)
+RETURNING 1;
+
+-- name: task_status_counts
+SELECT status, sum(count)::bigint AS count
+FROM queuetop.task_status_deltas WHERE task_id = %(task_id)s::bigint
+GROUP BY status ORDER BY status;
+
+-- name: compaction_groups
+-- Groups with delta rows not yet folded (the partial index holds only those).
+SELECT DISTINCT task_id FROM queuetop.task_status_deltas WHERE NOT is_aggregate ORDER BY task_id;
+
+-- name: compaction_take_ids
+-- Step 1: the group's row ids as of now (deltas inserted later are left for the next run).
+SELECT id FROM queuetop.task_status_deltas WHERE task_id = %(task_id)s::bigint ORDER BY id;
+
+-- name: compaction_fold
+-- Step 2, one statement in the compaction's transaction: delete exactly those ids and insert the
+-- sums of the rows this statement really deleted. A row another compactor deleted first is not
+-- returned here, so it cannot be counted twice.
+WITH gone AS (
+    DELETE FROM queuetop.task_status_deltas
+    WHERE task_id = %(task_id)s::bigint AND id = ANY(%(ids)s::bigint[])
+    RETURNING status, count
+), folded AS (
+    INSERT INTO queuetop.task_status_deltas (task_id, status, count, is_aggregate)
+    SELECT %(task_id)s::bigint, status, sum(count), true FROM gone GROUP BY status HAVING sum(count) <> 0
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM gone) AS deleted, (SELECT count(*) FROM folded) AS inserted;
+
+-- name: compaction_record
+INSERT INTO queuetop.compactor_runs AS r (name, last_run_at, last_duration_ms, last_rows_folded, last_groups, runs_total)
+VALUES (%(name)s::text, now(), %(duration_ms)s::float8, %(rows)s::bigint, %(groups)s::integer, 1)
+ON CONFLICT (name) DO UPDATE
+SET last_run_at = excluded.last_run_at, last_duration_ms = excluded.last_duration_ms,
+    last_rows_folded = excluded.last_rows_folded, last_groups = excluded.last_groups,
+    runs_total = r.runs_total + 1;

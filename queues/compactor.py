@@ -1,0 +1,151 @@
+"""Pattern 5: the aggregation compactor (design note 001, "The short transaction trap").
+
+Writers never update an aggregate row: a task reaching users inserts one +n PENDING delta, an
+answer inserts -1 PENDING and +1 DONE. Readers always read SUM(count) GROUP BY status, so a
+delta counts the moment it commits. The compacting agent keeps the table small: per group (task)
+it takes the group's row ids, then in one transaction deletes exactly those ids and inserts the
+sums of the rows it really deleted.
+
+Races closed:
+- a writer inserting during a compaction: its row has an id the compactor did not take, so it
+  stays as a delta for the next run, counted once by readers all along;
+- two compactors at once: a transaction-level advisory lock per group makes the second skip the
+  group; and even without it, the fold aggregates only the rows its own DELETE returned, so a
+  row deleted by the other compactor cannot be summed twice;
+- a compactor killed mid-way: its transaction rolls back; deltas and aggregates are as before.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import psycopg
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from . import schema
+from .database import Target, connect
+from .errors import UsageError
+
+log = logging.getLogger("queuetop.compactor")
+NAME = "task_status"
+LOCK_CLASS = 0x71636D70  # advisory lock space of the compactor ("qcmp"); the key is the group
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionResult:
+    groups: int
+    groups_skipped: int  # another compactor held them
+    rows_deleted: int
+    aggregates_inserted: int
+    duration_ms: float
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "name": NAME,
+            "groups": self.groups,
+            "groups_skipped": self.groups_skipped,
+            "rows_folded": self.rows_deleted,
+            "aggregates_inserted": self.aggregates_inserted,
+            "duration_ms": round(self.duration_ms, 3),
+        }
+
+
+# -- writers and readers --------------------------------------------------------------------
+
+
+def create_task(conn: psycopg.Connection, title: str) -> int:
+    return conn.execute(schema.queries()["task_create"], {"title": title}).fetchone()[0]
+
+
+def submit(conn: psycopg.Connection, task_id: int, users: list[int]) -> int:
+    """The task reaches `users`; returns how many were new to it."""
+    row = conn.execute(schema.queries()["task_submit"], {"task_id": task_id, "users": users}).fetchone()
+    return int(row[0]) if row else 0
+
+
+def answer(conn: psycopg.Connection, task_id: int, user_id: int) -> bool:
+    """The user answers; False if the task never reached them or they already answered."""
+    rows = conn.execute(schema.queries()["task_answer"], {"task_id": task_id, "user_id": user_id}).fetchall()
+    return bool(rows)
+
+
+def status_counts(conn: psycopg.Connection, task_id: int) -> dict[str, int]:
+    rows = conn.execute(schema.queries()["task_status_counts"], {"task_id": task_id}).fetchall()
+    return {status: int(count) for status, count in rows if count}
+
+
+# -- the compacting agent -------------------------------------------------------------------
+
+
+def compact(conn: psycopg.Connection, group: int | None = None, *, record: bool = True) -> CompactionResult:
+    """Fold every group with pending deltas (or just `group`), each in its own transaction."""
+    q = schema.queries()
+    started = time.perf_counter()
+    if group is not None:
+        groups = [group]
+    else:
+        groups = [row[0] for row in conn.execute(q["compaction_groups"])]
+    done = skipped = deleted = inserted = 0
+    for task_id in groups:
+        with conn.transaction():
+            locked = conn.execute(
+                "SELECT pg_try_advisory_xact_lock(%s::integer, %s::integer)", (LOCK_CLASS, _lock_key(task_id))
+            ).fetchone()[0]
+            if not locked:
+                skipped += 1
+                continue
+            ids = [row[0] for row in conn.execute(q["compaction_take_ids"], {"task_id": task_id})]
+            if not ids:
+                continue  # the group is gone
+            row = conn.execute(q["compaction_fold"], {"task_id": task_id, "ids": ids}).fetchone()
+            deleted += row[0]
+            inserted += row[1]
+            done += 1
+    result = CompactionResult(done, skipped, deleted, inserted, (time.perf_counter() - started) * 1000)
+    if record:
+        conn.execute(
+            q["compaction_record"],
+            {"name": NAME, "duration_ms": result.duration_ms, "rows": deleted, "groups": done},
+        )
+    return result
+
+
+def _lock_key(task_id: int) -> int:
+    # Advisory locks take two int4 keys: the class and the group folded into 32 bits.
+    return ((task_id ^ (task_id >> 32)) & 0xFFFFFFFF) - (1 << 31)
+
+
+class CompactorAgent:
+    """The compactor on a schedule (APScheduler: never overlapping itself, missed runs coalesced)."""
+
+    def __init__(self, target: Target, interval_s: float = 2.0) -> None:
+        if not 0.05 <= interval_s <= 3600:
+            raise UsageError("compactor interval must be between 0.05 and 3600 seconds")
+        self.target = target
+        self.interval_s = interval_s
+        self.last: CompactionResult | None = None
+        self.errors = 0
+        self._scheduler = BackgroundScheduler(
+            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None}, timezone=timezone.utc
+        )
+
+    def start(self) -> None:
+        self._scheduler.add_job(self.run_once, "interval", seconds=self.interval_s, next_run_time=datetime.now(timezone.utc))
+        self._scheduler.start()
+
+    def stop(self) -> None:
+        if self._scheduler.running:
+            self._scheduler.shutdown(wait=True)
+
+    def run_once(self) -> CompactionResult | None:
+        try:
+            with connect(self.target, application_name=f"queuetop-compactor:{NAME}") as conn:
+                self.last = compact(conn)
+                return self.last
+        except psycopg.Error as exc:
+            self.errors += 1
+            log.warning("compaction failed: %s", exc)
+            return None
