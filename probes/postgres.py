@@ -17,6 +17,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from queues.database import Target, connect
+from queues.errors import first_line
 from queues.sqlfiles import load
 
 from .config import Config, DeclaredQueue
@@ -59,11 +60,6 @@ def open_probe_connection(target: Target, *, application_name: str = APPLICATION
     )
     conn.row_factory = dict_row
     return conn
-
-
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 @dataclass(frozen=True, slots=True)

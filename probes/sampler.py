@@ -23,6 +23,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from queues.database import Target
+from queues.errors import first_line
 
 from .config import Config
 from .model import ProbeStatus, ServerInfo, Snapshot
@@ -32,7 +33,6 @@ from .postgres import (
     PROBE_NAMES,
     STATEMENT_TIMEOUT_MS,
     PostgresProbes,
-    first_line,
     open_probe_connection,
 )
 

@@ -21,7 +21,7 @@ from psycopg import sql
 from . import lease as leases
 from . import ring as rings
 from .database import Target, connect
-from .errors import QueuetopError, UsageError
+from .errors import QueuetopError, UsageError, first_line
 from .handlers import parse_handler
 from .table_queue import SCHEMA, TableQueue, check_name, default_bodies
 from .worker import WorkerPool, WorkOptions
@@ -102,7 +102,7 @@ class EngineControls:
             try:
                 target(activity, *args)
             except Exception as exc:  # reported in the activity, never raised into the UI
-                activity.error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                activity.error = first_line(exc)
                 log.warning("%s stopped: %s", activity.key, activity.error)
 
         activity.thread = threading.Thread(target=run, name=activity.key, daemon=True)
@@ -140,7 +140,7 @@ class EngineControls:
                         activity.stop_event.wait(max(0.02, 1.0 / rate if rate < 50 else 0.02))
             except (psycopg.OperationalError, QueuetopError) as exc:
                 # The database went away (a restart): keep trying, catch up at the same rate.
-                activity.error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                activity.error = first_line(exc)
                 activity.stop_event.wait(1.0)
                 started, sent = time.monotonic(), 0
 

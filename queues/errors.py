@@ -37,3 +37,9 @@ class LeaseHeld(QueuetopError):
     """The lease belongs to another holder (exit 4)."""
 
     exit_code = 4
+
+
+def first_line(exc: BaseException) -> str:
+    """An exception as one line: its message's first line, or its type when it has none."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -23,7 +23,7 @@ import psycopg
 from psycopg import sql
 
 from .database import Target, connect
-from .errors import OperationFailed, UsageError
+from .errors import OperationFailed, UsageError, first_line
 from .handlers import Handler
 from .hotpath import HotPath
 from .table_queue import NOTIFY_CHANNEL, Message, TableQueue
@@ -271,7 +271,7 @@ class WorkerPool:
         try:
             self._work_with_reconnect(index)
         except Exception as exc:  # a worker that cannot go on stops the pool with the reason
-            self._errors.append(f"worker for queue {self.queue_name!r} failed: {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}")
+            self._errors.append(f"worker for queue {self.queue_name!r} failed: {first_line(exc)}")
             self.stop()
 
     def _work_with_reconnect(self, index: int) -> None:

@@ -18,7 +18,7 @@ from queues import lease as leases
 from queues import ring as rings
 from queues import schema
 from queues.database import MASK, ENV_DSN, Target, connect, resolve_target
-from queues.errors import QueuetopError, UsageError
+from queues.errors import QueuetopError, UsageError, first_line
 
 PROG = "queuetop"
 
@@ -488,12 +488,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except QueuetopError as exc:
         return _fail(ctx, str(exc), exc.exit_code, debug)
     except psycopg.OperationalError as exc:
-        return _fail(ctx, f"database connection failed: {_first_line(exc)}", 2, debug)
+        return _fail(ctx, f"database connection failed: {first_line(exc)}", 2, debug)
     except psycopg.errors.InsufficientPrivilege as exc:
         # A configuration problem (grant the role what it needs), not a run-time failure.
-        return _fail(ctx, f"missing privilege: {_first_line(exc)}", 2, debug)
+        return _fail(ctx, f"missing privilege: {first_line(exc)}", 2, debug)
     except psycopg.Error as exc:
-        return _fail(ctx, f"database error: {_first_line(exc)}", 1, debug)
+        return _fail(ctx, f"database error: {first_line(exc)}", 1, debug)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
@@ -502,12 +502,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 1
     except Exception as exc:  # noqa: BLE001 - the last line of defence: no traceback by default
-        return _fail(ctx, f"internal error: {type(exc).__name__}: {_first_line(exc)} (rerun with --debug for details)", 1, debug)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+        return _fail(ctx, f"internal error: {type(exc).__name__}: {first_line(exc)} (rerun with --debug for details)", 1, debug)
 
 
 def _fail(ctx: Context | None, message: str, code: int, debug: bool) -> int:
