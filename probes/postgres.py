@@ -37,6 +37,13 @@ STATEMENT_TIMEOUT_MS = 2000
 LOCK_TIMEOUT_MS = 100
 DEAD_COUNT_CAP = 10_000
 _TIMESTAMPS = ("timestamp", "date")
+# Every probe session, however opened (one-off or pooled), runs with these.
+PROBE_SETTINGS = {
+    "default_transaction_read_only": "on",
+    "statement_timeout": str(STATEMENT_TIMEOUT_MS),
+    "lock_timeout": str(LOCK_TIMEOUT_MS),
+    "idle_in_transaction_session_timeout": "10000",
+}
 PROBE_NAMES = ("queues", "rings", "leases", "locks", "connections", "compaction")
 COMPACTION_COUNT_CAP = 100_000
 
@@ -48,18 +55,13 @@ def queries(probe: str) -> dict[str, str]:
 def open_probe_connection(target: Target, *, application_name: str = APPLICATION_NAME) -> psycopg.Connection:
     """A session that cannot hurt the monitored database: read-only, autocommit, short
     statement and lock timeouts, and a name that says whose it is."""
-    conn = connect(
-        target,
-        application_name=application_name,
-        options={
-            "default_transaction_read_only": "on",
-            "statement_timeout": str(STATEMENT_TIMEOUT_MS),
-            "lock_timeout": str(LOCK_TIMEOUT_MS),
-            "idle_in_transaction_session_timeout": "10000",
-        },
-    )
-    conn.row_factory = dict_row
+    conn = connect(target, application_name=application_name, options=PROBE_SETTINGS)
+    configure_probe_session(conn)
     return conn
+
+
+def configure_probe_session(conn: psycopg.Connection) -> None:
+    conn.row_factory = dict_row
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +129,7 @@ class PostgresProbes:
                     "dead_is_estimate": dead["counted"] >= DEAD_COUNT_CAP,
                 }
             except psycopg.Error as exc:
-                error = _explain(exc)
+                error = describe_error(exc)
                 problems.append(f"{entry['name']}: {error}")
             samples.append(("reference", entry["name"], table.as_string(conn), entry["relid"], head, error))
         for declared in self.config.queues:
@@ -137,7 +139,7 @@ class PostgresProbes:
                 relid, qualified = resolved.relid, resolved.qualified
                 head = self._declared_head(conn, declared, resolved)
             except (psycopg.Error, LookupError) as exc:
-                error = _explain(exc) if isinstance(exc, psycopg.Error) else str(exc.args[0])
+                error = describe_error(exc) if isinstance(exc, psycopg.Error) else str(exc.args[0])
                 problems.append(f"{declared.name}: {error}")
             samples.append(("table", declared.name, qualified, relid, head, error))
 
@@ -452,11 +454,11 @@ def _latest(a, b):
     return max(values) if values else None
 
 
-def _explain(exc: psycopg.Error) -> str:
+def describe_error(exc: psycopg.Error) -> str:
     """One line for a failed probe statement, saying what the operator can do about it."""
     line = first_line(exc)
     if isinstance(exc, psycopg.errors.LockNotAvailable):
-        return f"skipped: the table is locked by another session ({line})"
+        return f"skipped: lock timeout ({LOCK_TIMEOUT_MS} ms), the table is locked by another session ({line})"
     if isinstance(exc, psycopg.errors.QueryCanceled):
         return f"skipped: statement timeout ({STATEMENT_TIMEOUT_MS} ms) reached"
     if isinstance(exc, psycopg.errors.InsufficientPrivilege):

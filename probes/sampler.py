@@ -19,20 +19,20 @@ from datetime import datetime, timezone
 import psycopg
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
-from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from queues.database import Target
+from queues.database import Target, server_options
 from queues.errors import first_line
 
 from .config import Config
 from .model import ProbeStatus, ServerInfo, Snapshot
 from .postgres import (
     APPLICATION_NAME,
-    LOCK_TIMEOUT_MS,
     PROBE_NAMES,
-    STATEMENT_TIMEOUT_MS,
+    PROBE_SETTINGS,
     PostgresProbes,
+    configure_probe_session,
+    describe_error,
     open_probe_connection,
 )
 
@@ -52,7 +52,7 @@ def run_probe(probes: PostgresProbes, name: str, conn: psycopg.Connection) -> tu
         result = getattr(probes, name)(conn)
         error = probes.notes.pop(name, None)  # what it could not see, when it saw the rest
     except psycopg.Error as exc:
-        result, error = None, _describe(exc)
+        result, error = None, describe_error(exc)
     return ProbeStatus(elapsed_ms=(time.perf_counter() - started) * 1000, error=error), result
 
 
@@ -119,12 +119,9 @@ class Sampler:
                 "autocommit": True,
                 "application_name": APPLICATION_NAME,
                 "connect_timeout": 5,
-                "options": (
-                    f"-c default_transaction_read_only=on -c statement_timeout={STATEMENT_TIMEOUT_MS}"
-                    f" -c lock_timeout={LOCK_TIMEOUT_MS} -c idle_in_transaction_session_timeout=10000"
-                ),
+                "options": server_options(PROBE_SETTINGS),
             },
-            configure=_configure,
+            configure=configure_probe_session,
             name="queuetop-probes",
         )
         self._scheduler = BackgroundScheduler(
@@ -212,17 +209,3 @@ class Sampler:
             self.sink(snapshot)
         except Exception:  # a failing sink must not stop the probes
             log.exception("snapshot sink failed")
-
-
-def _configure(conn: psycopg.Connection) -> None:
-    conn.row_factory = dict_row
-
-
-def _describe(exc: psycopg.Error) -> str:
-    if isinstance(exc, psycopg.errors.InsufficientPrivilege):
-        return f"no privilege: {first_line(exc)}"
-    if isinstance(exc, psycopg.errors.QueryCanceled):
-        return f"statement timeout ({STATEMENT_TIMEOUT_MS} ms) reached"
-    if isinstance(exc, psycopg.errors.LockNotAvailable):
-        return f"lock timeout ({LOCK_TIMEOUT_MS} ms): {first_line(exc)}"
-    return first_line(exc)

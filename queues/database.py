@@ -126,6 +126,11 @@ def describe_connect_error(target: Target, exc: BaseException) -> str:
     return f"cannot connect to {target.masked}: {reason}"
 
 
+def server_options(settings: dict[str, str]) -> str:
+    """Server settings as libpq's `options` connection parameter (`-c key=value ...`)."""
+    return " ".join(f"-c {key}={value}" for key, value in settings.items())
+
+
 def connect(
     target: Target,
     *,
@@ -144,7 +149,7 @@ def connect(
         "connect_timeout": connect_timeout,
     }
     if options:
-        kwargs["options"] = " ".join(f"-c {key}={value}" for key, value in options.items())
+        kwargs["options"] = server_options(options)
     try:
         return psycopg.connect(target.conninfo, autocommit=autocommit, **kwargs)
     except psycopg.OperationalError as exc:
