@@ -225,6 +225,19 @@ def cmd_lease_release(ctx: Context) -> int:
 # -- other commands -------------------------------------------------------------------------
 
 
+def _progress(args: argparse.Namespace) -> Callable[[str], None] | None:
+    """Benchmarks narrate their rounds on stderr, unless the output is --json."""
+    return None if args.json else lambda line: print(line, file=sys.stderr, flush=True)
+
+
+def _report(args: argparse.Namespace, result: dict) -> int:
+    if args.json:
+        emit(result)
+    else:
+        print(json.dumps(result, indent=2))
+    return 0
+
+
 def cmd_bench_engine(ctx: Context) -> int:
     from queues.bench import run_engine_bench
 
@@ -237,13 +250,9 @@ def cmd_bench_engine(ctx: Context) -> int:
         batch=args.batch,
         rounds=args.rounds,
         idle_seconds=args.idle_seconds,
-        progress=None if args.json else lambda line: print(line, file=sys.stderr, flush=True),
+        progress=_progress(args),
     )
-    if args.json:
-        emit(result)
-    else:
-        print(json.dumps(result, indent=2))
-    return 0
+    return _report(args, result)
 
 
 def cmd_bench_probes(ctx: Context) -> int:
@@ -256,13 +265,9 @@ def cmd_bench_probes(ctx: Context) -> int:
         large_depth=args.large_depth,
         idle_connections=args.idle_connections,
         cycles=args.cycles,
-        progress=None if args.json else lambda line: print(line, file=sys.stderr, flush=True),
+        progress=_progress(args),
     )
-    if args.json:
-        emit(result)
-    else:
-        print(json.dumps(result, indent=2))
-    return 0
+    return _report(args, result)
 
 
 def cmd_bench_tui(ctx: Context) -> int:
@@ -273,11 +278,7 @@ def cmd_bench_tui(ctx: Context) -> int:
         sessions=args.sessions, queues=args.queues, snapshots=args.snapshots,
         idle_seconds=args.idle_seconds, warm_up_s=args.warm_up,
     )
-    if args.json:
-        emit(result)
-    else:
-        print(json.dumps(result, indent=2))
-    return 0
+    return _report(args, result)
 
 
 def cmd_server_status(ctx: Context) -> int:
