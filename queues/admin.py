@@ -7,8 +7,6 @@ from .database import Target, connect
 
 def signal_backend(target: Target, pid: int, *, terminate: bool) -> bool:
     """pg_cancel_backend / pg_terminate_backend; False when the server refused or the pid is gone."""
-    function = "pg_terminate_backend" if terminate else "pg_cancel_backend"
+    statement = "SELECT pg_terminate_backend(%s)" if terminate else "SELECT pg_cancel_backend(%s)"
     with connect(target, application_name="queuetop-admin") as conn:
-        statement = "SELECT pg_terminate_backend(%s)" if terminate else "SELECT pg_cancel_backend(%s)"
-        assert function in statement
         return bool(conn.execute(statement, (int(pid),)).fetchone()[0])

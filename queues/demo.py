@@ -18,14 +18,13 @@ The schedule is APScheduler's; all of it stops with `stop()`.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from datetime import datetime, timedelta, timezone
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from .control import EngineControls
-from .errors import QueuetopError, RingFull
+from .errors import QueuetopError
 
 log = logging.getLogger("queuetop.demo")
 RELAY_HOLDER = "demo-relay"
@@ -38,7 +37,6 @@ class Demo:
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None}, timezone=timezone.utc
         )
         self._stall_until = 0.0
-        self._lock = threading.Lock()
 
     def start(self) -> None:
         c = self.controls
@@ -71,12 +69,7 @@ class Demo:
             log.warning("demo: %s", exc)
 
     def _ring_put(self) -> None:
-        try:
-            self.controls.ring_put("demo.audit", 3)
-        except RingFull:
-            pass
-        except Exception as exc:
-            log.warning("demo ring: %s", exc)
+        self._quietly(self.controls.ring_put, "demo.audit", 3)  # refused when full: part of the show
 
     def _ring_drain(self) -> None:
         self._quietly(self.controls.ring_take, "demo.audit", 40)

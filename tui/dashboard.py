@@ -18,7 +18,7 @@ from typing import Protocol
 
 from rich.text import Text
 from textual import on, work
-from textual.app import App, ComposeResult, SystemCommand
+from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.command import Hit, Hits, Provider
 from textual.containers import Horizontal, Vertical
@@ -393,10 +393,6 @@ class QueuetopApp(App[None]):
             message, severity = f"{binding_id} failed: {fmt.one_line(str(exc), 120)}", "error"
         self.call_from_thread(self.notify, message, severity=severity)
         self.call_from_thread(self.source.refresh_now)
-
-    def get_system_commands(self, screen):
-        yield from super().get_system_commands(screen)
-        yield SystemCommand("Pause / resume", "Stop or restart sampling", self.action_toggle_pause)
 
 
 def run_engine_action(controls, binding_id: str, text: str) -> str:
