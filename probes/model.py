@@ -97,6 +97,13 @@ class Connections:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CompactionGroup:
+    group: int  # the group's key (a task id)
+    title: str | None
+    pending_deltas: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CompactionSample:
     name: str
     pending_deltas: int
@@ -106,6 +113,7 @@ class CompactionSample:
     last_rows_folded: int | None = None
     runs_total: int = 0
     pending_is_estimate: bool = False  # at least this many (the count is capped)
+    by_group: tuple[CompactionGroup, ...] = ()  # the groups with the most pending deltas
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

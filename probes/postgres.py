@@ -23,6 +23,7 @@ from queues.sqlfiles import load
 from .config import Config, DeclaredQueue
 from .model import (
     Blocker,
+    CompactionGroup,
     CompactionSample,
     BlockedSession,
     Connections,
@@ -45,7 +46,8 @@ PROBE_SETTINGS = {
     "idle_in_transaction_session_timeout": "10000",
 }
 PROBE_NAMES = ("queues", "rings", "leases", "locks", "connections", "compaction")
-COMPACTION_COUNT_CAP = 100_000
+COMPACTION_COUNT_CAP = 20_000
+COMPACTION_TOP_GROUPS = 20
 
 
 def queries(probe: str) -> dict[str, str]:
@@ -291,7 +293,9 @@ class PostgresProbes:
     def compaction(self, conn: psycopg.Connection) -> tuple[CompactionSample, ...]:
         if not _has_table(conn, "queuetop.task_status_deltas"):
             return ()
-        row = conn.execute(queries("compaction")["compaction"], {"cap": COMPACTION_COUNT_CAP}).fetchone()
+        row = conn.execute(
+            queries("compaction")["compaction"], {"cap": COMPACTION_COUNT_CAP, "top": COMPACTION_TOP_GROUPS}
+        ).fetchone()
         return (
             CompactionSample(
                 name="task_status",
@@ -302,6 +306,10 @@ class PostgresProbes:
                 last_rows_folded=row["last_rows_folded"],
                 runs_total=row["runs_total"] or 0,
                 pending_is_estimate=row["pending_deltas"] >= COMPACTION_COUNT_CAP,
+                by_group=tuple(
+                    CompactionGroup(group=g["group"], title=g["title"], pending_deltas=g["pending_deltas"])
+                    for g in row["top_groups"]
+                ),
             ),
         )
 

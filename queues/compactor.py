@@ -27,7 +27,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from . import schema
 from .database import Target, connect
-from .errors import UsageError
+from .errors import QueuetopError, UsageError
 
 log = logging.getLogger("queuetop.compactor")
 NAME = "task_status"
@@ -70,6 +70,24 @@ def answer(conn: psycopg.Connection, task_id: int, user_id: int) -> bool:
     """The user answers; False if the task never reached them or they already answered."""
     rows = conn.execute(schema.queries()["task_answer"], {"task_id": task_id, "user_id": user_id}).fetchall()
     return bool(rows)
+
+
+def ensure_task(conn: psycopg.Connection, title: str) -> int:
+    """The oldest task of that title, created if there is none."""
+    row = conn.execute(schema.queries()["task_by_title"], {"title": title}).fetchone()
+    return row[0] if row else create_task(conn, title)
+
+
+def reach_new_users(conn: psycopg.Connection, task_id: int, count: int) -> int:
+    """A resubmission: the task reaches `count` users it has not reached yet."""
+    users = [row[0] for row in conn.execute(schema.queries()["task_next_users"], {"task_id": task_id, "count": count})]
+    return submit(conn, task_id, users)
+
+
+def answer_some(conn: psycopg.Connection, task_id: int, count: int) -> int:
+    """Up to `count` of the task's pending users answer; returns how many did."""
+    users = [row[0] for row in conn.execute(schema.queries()["task_pending_users"], {"task_id": task_id, "limit": count})]
+    return sum(answer(conn, task_id, user) for user in users)
 
 
 def status_counts(conn: psycopg.Connection, task_id: int) -> dict[str, int]:
@@ -121,13 +139,17 @@ def _lock_key(task_id: int) -> int:
 class CompactorAgent:
     """The compactor on a schedule (APScheduler: never overlapping itself, missed runs coalesced)."""
 
-    def __init__(self, target: Target, interval_s: float = 2.0) -> None:
+    def __init__(self, target: Target, interval_s: float = 2.0, *, application_name: str = f"queuetop-compactor:{NAME}") -> None:
         if not 0.05 <= interval_s <= 3600:
             raise UsageError("compactor interval must be between 0.05 and 3600 seconds")
         self.target = target
         self.interval_s = interval_s
+        self.application_name = application_name
         self.last: CompactionResult | None = None
+        self.runs = 0
+        self.rows_folded = 0
         self.errors = 0
+        self._conn: psycopg.Connection | None = None  # kept between runs; reopened after a failure
         self._scheduler = BackgroundScheduler(
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None}, timezone=timezone.utc
         )
@@ -139,13 +161,23 @@ class CompactorAgent:
     def stop(self) -> None:
         if self._scheduler.running:
             self._scheduler.shutdown(wait=True)
+        self._close()
 
     def run_once(self) -> CompactionResult | None:
         try:
-            with connect(self.target, application_name=f"queuetop-compactor:{NAME}") as conn:
-                self.last = compact(conn)
-                return self.last
-        except psycopg.Error as exc:
+            if self._conn is None or self._conn.closed:
+                self._conn = connect(self.target, application_name=self.application_name)
+            self.last = compact(self._conn)
+        except (psycopg.Error, QueuetopError) as exc:
             self.errors += 1
             log.warning("compaction failed: %s", exc)
+            self._close()
             return None
+        self.runs += 1
+        self.rows_folded += self.last.rows_deleted
+        return self.last
+
+    def _close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None

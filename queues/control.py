@@ -3,7 +3,7 @@ engine of one database. Every control runs in background threads with its own se
 caller never waits on the database for longer than one short statement.
 
 Each running thing is an `Activity` with a stable key (`producer:orders`, `consumers:orders`,
-`blocker:orders`), so the UI can list and stop them; `stop_all()` ends everything this object
+`blocker:orders`, `scenario:contention`), so the UI can list and stop them; `stop_all()` ends everything this object
 started (the dashboard calls it on quit).
 """
 
@@ -13,21 +13,25 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import psycopg
 from psycopg import sql
 
+from . import compactor
 from . import lease as leases
 from . import ring as rings
 from .database import Target, connect
 from .errors import QueuetopError, UsageError, first_line
 from .handlers import parse_handler
+from .scenarios.contention import ContentionOptions, ContentionScenario
 from .table_queue import SCHEMA, TableQueue, check_name, default_bodies
 from .worker import WorkerPool, WorkOptions
 
 log = logging.getLogger("queuetop.control")
 MAX_RATE = 10_000.0
+SCENARIO_KEY = "scenario:contention"
 
 
 @dataclass(slots=True)
@@ -38,6 +42,7 @@ class Activity:
     thread: threading.Thread | None = None
     pool: WorkerPool | None = None
     error: str | None = None
+    result: dict | None = None  # what a finite activity (a scenario) reported
 
     def stop(self) -> None:
         self.stop_event.set()
@@ -217,3 +222,31 @@ class EngineControls:
                 ready.set()
             activity.stop_event.wait(seconds)
             conn.rollback()
+
+    # -- compaction -----------------------------------------------------------------------
+
+    def compact(self, group: int | None = None) -> compactor.CompactionResult:
+        with self._connect("compact") as conn:
+            return compactor.compact(conn, group)
+
+    def survey(self, title: str, *, reach: int = 0, answers: int = 0) -> tuple[int, int]:
+        """The task `title` reaches `reach` new users and up to `answers` of its pending users
+        answer (the demo's trickle of deltas); returns (reached, answered)."""
+        with self._connect("survey") as conn:
+            task = compactor.ensure_task(conn, title)
+            reached = compactor.reach_new_users(conn, task, reach) if reach else 0
+            answered = compactor.answer_some(conn, task, answers) if answers else 0
+        return reached, answered
+
+    def start_scenario(self, options: ContentionOptions, on_done: Callable[[dict], None] | None = None) -> Activity:
+        """The contention scenario in the background until its duration ends or it is stopped;
+        `on_done` receives its summary (from the scenario's thread)."""
+        options.validate()
+        activity = Activity(SCENARIO_KEY, f"contention scenario ({options.mode}, {options.submitters} submitters)")
+        scenario = ContentionScenario(self.target, options, stop_event=activity.stop_event)
+        return self._thread(activity, self._scenario, scenario, on_done)
+
+    def _scenario(self, activity: Activity, scenario: ContentionScenario, on_done) -> None:
+        activity.result = scenario.run()
+        if on_done is not None:
+            on_done(activity.result)

@@ -10,7 +10,9 @@ Everything is named `demo.*`, so that it never touches the user's own queues, ri
   refuses, drains;
 - lease `demo.relay`: renewed every 2 s with a 5 s TTL by `demo-relay`, which every 30 s "stalls"
   for 8 s, so the lease expires and is then taken again with the next fencing token;
-- every 25 s a blocker holds `demo.orders` for 4 s, so the Locks panel shows a tree.
+- every 25 s a blocker holds `demo.orders` for 4 s, so the Locks panel shows a tree;
+- task `demo.survey` (pattern 5): every 15 s it reaches 40 more users, every second two of them
+  answer (insert-only status deltas), and every 10 s the compactor folds the pending deltas.
 
 The schedule is APScheduler's; all of it stops with `stop()`.
 """
@@ -28,6 +30,7 @@ from .errors import QueuetopError
 
 log = logging.getLogger("queuetop.demo")
 RELAY_HOLDER = "demo-relay"
+SURVEY = "demo.survey"
 
 
 class Demo:
@@ -53,6 +56,9 @@ class Demo:
         self._scheduler.add_job(self._relay, "interval", seconds=2, next_run_time=now)
         self._scheduler.add_job(self._stall_relay, "interval", seconds=30, next_run_time=now + timedelta(seconds=20))
         self._scheduler.add_job(self._blocker, "interval", seconds=25, next_run_time=now + timedelta(seconds=6))
+        self._scheduler.add_job(self._survey_reach, "interval", seconds=15, next_run_time=now)
+        self._scheduler.add_job(self._survey_answer, "interval", seconds=1, next_run_time=now + timedelta(seconds=1))
+        self._scheduler.add_job(self._compact, "interval", seconds=10, next_run_time=now + timedelta(seconds=10))
         self._scheduler.start()
 
     def stop(self) -> None:
@@ -60,9 +66,9 @@ class Demo:
             self._scheduler.shutdown(wait=True)
         self.controls.stop_all()
 
-    def _quietly(self, action, *args) -> None:
+    def _quietly(self, action, *args, **kwargs) -> None:
         try:
-            action(*args)
+            action(*args, **kwargs)
         except QueuetopError as exc:  # a full ring or a taken lease is part of the show
             log.debug("demo: %s", exc)
         except Exception as exc:  # the demo must never take the dashboard down
@@ -85,3 +91,12 @@ class Demo:
     def _blocker(self) -> None:
         if not any(a.key == "blocker:demo.orders" for a in self.controls.activities()):
             self._quietly(self.controls.inject_blocker, "demo.orders", 4)
+
+    def _survey_reach(self) -> None:
+        self._quietly(self.controls.survey, SURVEY, reach=40)
+
+    def _survey_answer(self) -> None:
+        self._quietly(self.controls.survey, SURVEY, answers=2)
+
+    def _compact(self) -> None:
+        self._quietly(self.controls.compact)

@@ -13,7 +13,7 @@ import threading
 from queues import compactor
 from queues.compactor import answer, compact, create_task, status_counts, submit
 
-from .conftest import REPO
+from .conftest import REPO, wait_until
 
 
 def deltas(conn, task_id):
@@ -218,9 +218,49 @@ def test_snapshot_shows_pending_deltas_and_the_last_run(db):
     assert snap.probes["compaction"].error is None
     [c] = snap.compaction
     assert (c.name, c.pending_deltas, c.groups, c.last_run_at) == ("task_status", 4, 2, None)
+    # Per group, the most pending first, with the task's title.
+    assert [(g.group, g.title, g.pending_deltas) for g in c.by_group] == [(task, "probe", 3), (other, "probe-2", 1)]
+    assert snap.to_json()["compaction"][0]["by_group"][0] == {"group": task, "title": "probe", "pending_deltas": 3}
     with db.connect() as conn:
         compact(conn)
     [c] = run_cycle(db.target).compaction
     assert (c.pending_deltas, c.groups, c.last_rows_folded, c.runs_total) == (0, 0, 4, 1)  # 3 + 1
+    assert c.by_group == ()
     assert c.last_run_at is not None and c.last_duration_ms > 0
     assert run_cycle(db.target).to_json()["compaction"][0]["pending_deltas"] == 0
+
+
+def test_pending_count_is_capped_and_flagged(db, monkeypatch):
+    from probes import postgres
+    from probes.sampler import run_cycle
+
+    monkeypatch.setattr(postgres, "COMPACTION_COUNT_CAP", 5)  # the probe reads at most this many rows
+    with db.connect() as conn:
+        task = create_task(conn, "big")
+        submit(conn, task, list(range(1, 20)))
+        for user in range(1, 8):
+            answer(conn, task, user)  # 1 + 14 pending delta rows
+    [c] = run_cycle(db.target).compaction
+    assert c.pending_deltas == 5 and c.pending_is_estimate
+    assert sum(g.pending_deltas for g in c.by_group) == 5
+
+
+def test_scheduled_agent_folds_what_writers_leave(db):
+    with db.connect() as conn:
+        task = create_task(conn, "agent")
+        submit(conn, task, list(range(1, 11)))
+    agent = compactor.CompactorAgent(db.target, interval_s=0.05, application_name="queuetop-compactor:test")
+    agent.start()
+    try:
+        with db.connect() as conn:
+            for user in range(1, 6):
+                answer(conn, task, user)
+            wait_until(lambda: deltas(conn, task)[0] == 0, what="the agent to fold every delta")
+            assert status_counts(conn, task) == {"PENDING": 5, "DONE": 5}
+        assert agent.runs >= 1 and agent.rows_folded >= 11 and agent.errors == 0  # aggregates refold too
+    finally:
+        agent.stop()
+    with db.connect() as conn:
+        assert conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'queuetop-compactor:test'"
+        ).fetchone()[0] == 0  # its session closed with it

@@ -84,12 +84,14 @@ def test_demo_brings_every_panel_alive_and_stops_cleanly(db):
             orders, emails = queue_of(snap, "demo.orders"), queue_of(snap, "demo.emails")
             rings = {r.name: r for r in snap.rings}
             leases = {lease.name: lease for lease in snap.leases}
+            survey = [g for c in snap.compaction for g in c.by_group if g.title == "demo.survey"]
             ok = (orders and orders.inserted_total and emails and emails.dead is not None
                   and rings.get("demo.audit") and rings["demo.audit"].used > 0
-                  and leases.get("demo.relay") and leases["demo.relay"].state == "held")
+                  and leases.get("demo.relay") and leases["demo.relay"].state == "held"
+                  and survey and survey[0].pending_deltas > 1)  # the survey's answers, not yet folded
             return snap if ok else None
 
-        snap = wait_until(alive, timeout=20, interval=0.3, what="the demo's queues, ring and lease")
+        snap = wait_until(alive, timeout=20, interval=0.3, what="the demo's queues, ring, lease and survey")
         apps = snap.connections.by_application
         assert any(a.startswith("queuetop-work:claim:demo.orders") for a in apps)
     finally:

@@ -11,13 +11,14 @@ import pytest
 from textual.widgets import DataTable, Input, Tree
 
 from probes.sampler import Sampler
-from queues.control import EngineControls
+from queues import compactor
+from queues.control import SCENARIO_KEY, EngineControls
 from queues.table_queue import TableQueue
 from tui.backend import DatabaseBackend
 from tui.dashboard import QueuetopApp
 from tui.sample import SampleSource, sample_snapshot
 from tui.screens.dialogs import ConfirmScreen, HelpScreen, PromptScreen
-from tui.widgets.panels import LocksPanel, QueuesPanel
+from tui.widgets.panels import CompactionPanel, LocksPanel, QueuesPanel
 
 from .conftest import wait_until
 
@@ -36,7 +37,15 @@ async def settle(pilot, app, predicate, what, attempts=200):
 
 
 def queue_rows(app) -> dict[str, tuple]:
-    table = app.query_one(QueuesPanel).query_one(DataTable)
+    return panel_rows(app, QueuesPanel)
+
+
+def compaction_rows(app) -> dict[str, tuple]:
+    return panel_rows(app, CompactionPanel)
+
+
+def panel_rows(app, panel) -> dict[str, tuple]:
+    table = app.query_one(panel).query_one(DataTable)
     return {key.value: tuple(str(c) for c in table.get_row(key)) for key in table.rows}
 
 
@@ -50,8 +59,15 @@ async def test_panels_show_the_snapshot_exactly():
         rows = queue_rows(app)
         assert rows["table:orders"][1] == "4,321"  # exact, readable
         assert rows["table:queue-03"][1].startswith("~")  # estimates marked
-        for title in ("Queues", "Rings", "Leases", "Locks", "Connections"):
+        for title in ("Queues", "Rings", "Leases", "Locks", "Connections", "Compaction"):
             assert any(w.border_title == title for w in app.query("Panel"))
+        assert compaction_rows(app) == {
+            "all:task_status": ("1,234", "all (3 groups)"),
+            "group:task_status:12": ("1,000", "#12 spring survey"),
+            "group:task_status:7": ("200", "#7 onboarding"),
+            "group:task_status:3": ("34", "#3 nps"),
+        }
+        assert app.query_one(CompactionPanel).border_subtitle == "4.0s ago: 980 folded"
         tree = app.query_one(LocksPanel).query_one(Tree)
         assert "blocked session" in str(tree.root.label)
         [root] = tree.root.children
@@ -286,3 +302,56 @@ async def test_enter_shows_a_queues_head_and_dead_letters(db):
         assert '{"order": 2}' in text and "ValueError: bad order" in text
         await pilot.press("escape")
         assert not isinstance(app.screen, DetailsScreen)
+
+
+async def test_compact_now_from_the_ui_is_reflected_in_the_snapshot(db):
+    with db.connect() as conn:
+        task = compactor.create_task(conn, "ui survey")
+        compactor.submit(conn, task, list(range(1, 31)))
+        for user in range(1, 11):
+            compactor.answer(conn, task, user)  # 1 + 20 delta rows pending
+    controls = EngineControls(db.target)
+    app = live_app(db, controls=controls)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot, app, lambda: compaction_rows(app).get(f"group:task_status:{task}") == ("21", f"#{task} ui survey"),
+                     "21 pending deltas for the task", 500)
+        assert app.snapshot.compaction[0].runs_total == 0
+        await pilot.press("o")
+        assert isinstance(app.screen, PromptScreen)
+        assert app.screen.query_one(Input).value == "all"
+        await pilot.press("enter")
+
+        def folded():
+            c = app.snapshot.compaction[0]
+            return c.pending_deltas == 0 and c.runs_total == 1 and c.last_rows_folded == 21
+
+        await settle(pilot, app, folded, "the snapshot to show the compaction", 500)
+        await settle(pilot, app, lambda: compaction_rows(app) == {"all:task_status": ("0", "all (0 groups)")},
+                     "the panel to show nothing pending", 500)
+        assert app.query_one(CompactionPanel).border_subtitle.endswith("ago: 21 folded")
+    with db.connect() as conn:
+        assert compactor.status_counts(conn, task) == {"PENDING": 20, "DONE": 10}
+
+
+async def test_contention_scenario_from_the_ui_fills_the_locks_panel(db):
+    controls = EngineControls(db.target)
+    app = live_app(db, controls=controls)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("s")
+        assert isinstance(app.screen, PromptScreen)
+        app.screen.query_one(Input).value = "naive 8 120"
+        await pilot.press("enter")
+        tree = app.query_one(LocksPanel).query_one(Tree)
+
+        def scenario_blocked():
+            s = app.snapshot
+            return s is not None and sum(1 for b in s.blocked if (b.application or "").startswith("queuetop-scenario")) >= 2
+
+        await settle(pilot, app, scenario_blocked, "scenario sessions blocked in the Locks panel", 1500)
+        await settle(pilot, app, lambda: "blocked session" in str(tree.root.label), "the tree's label", 500)
+        await pilot.press("S")  # no prompt: stops at once, then reports
+        await settle(pilot, app, lambda: not any(a.key == SCENARIO_KEY for a in controls.activities()), "stopped", 1500)
+        await settle(pilot, app, lambda: any("contention naive" in str(n.message) and ", consistent" in str(n.message)
+                                             for n in app._notifications), "the summary notification", 500)
+    with db.connect() as conn:
+        assert conn.execute("SELECT count(*) FROM queuetop.tasks WHERE title LIKE 'contention%'").fetchone()[0] == 0

@@ -308,6 +308,26 @@ def cmd_engine_compact(ctx: Context) -> int:
     return 0
 
 
+def cmd_scenario_contention(ctx: Context) -> int:
+    from queues.scenarios.contention import ContentionOptions, ContentionScenario
+
+    args = ctx.args
+    options = ContentionOptions(
+        mode=args.mode, submitters=args.submitters, duration_s=args.duration, compactor=not args.no_compactor,
+        tasks=args.tasks, users=args.users, resubmit_every_s=args.resubmit_every, submission_s=args.submission_seconds,
+        submission_users=args.submission_users, submission_batches=args.submission_batches,
+        compact_every_s=args.compact_every, sample_every_s=args.sample_every, keep=args.keep,
+    ).validate()  # before anything is written
+    scenario = ContentionScenario(ctx.target, options, progress=_progress(args))
+    try:
+        result = scenario.run()
+    except KeyboardInterrupt:
+        scenario.stop()
+        raise
+    _report(args, result)
+    return 0 if result["consistent"] and not result["errors"] else 1
+
+
 def cmd_snapshot(ctx: Context) -> int:
     import time as _time
 
@@ -416,6 +436,26 @@ def build_parser() -> ArgumentParser:
 
     p = _leaf(engine_sub, "compact", cmd_engine_compact, "fold pending status deltas into aggregates now (prints a JSON summary)")
     p.add_argument("--group", type=int, default=None, metavar="KEY", help="only this group (task id)")
+
+    scenario = engine_sub.add_parser("scenario", help="stories played against the database (print one JSON line)")
+    scenario_sub = scenario.add_subparsers(title="scenarios", metavar="NAME", required=True, parser_class=ArgumentParser)
+    p = _leaf(scenario_sub, "contention", cmd_scenario_contention,
+              "hot aggregate rows (naive) against insert-only deltas and a compactor (compacted)")
+    p.add_argument("--mode", choices=("naive", "compacted"), required=True, help="naive: hot rows; compacted: deltas")
+    p.add_argument("--submitters", type=int, default=16, help="concurrent answering sessions (default 16)")
+    p.add_argument("--duration", type=_positive_float, default=20.0, help="seconds to run (default 20)")
+    p.add_argument("--no-compactor", action="store_true", help="compacted mode without the compacting agent")
+    p.add_argument("--tasks", type=int, default=4, help="tasks answered in parallel (default 4)")
+    p.add_argument("--users", type=int, default=100_000, help="users the tasks reach before the clock starts (default 100000)")
+    p.add_argument("--resubmit-every", type=_positive_float, default=2.0, help="seconds between (re)submissions (default 2)")
+    p.add_argument("--submission-seconds", type=_positive_float, default=1.0,
+                   help="how long a (re)submission transaction stays open (default 1)")
+    p.add_argument("--submission-users", type=int, default=2000, help="new users per (re)submission (default 2000)")
+    p.add_argument("--submission-batches", type=int, default=10, help="batches per (re)submission (default 10)")
+    p.add_argument("--compact-every", type=_positive_float, default=0.5, help="compactor interval in seconds (default 0.5)")
+    p.add_argument("--sample-every", type=_positive_float, default=0.1, help="seconds between lock samples (default 0.1)")
+    p.add_argument("--keep", action="store_true", help="leave the scenario's tasks and rows in the database")
+    p.add_argument("--json", action="store_true", help="print one JSON line (progress on stderr otherwise)")
 
     ring = engine_sub.add_parser("ring", help="ring buffer queues")
     ring_sub = ring.add_subparsers(title="ring commands", metavar="ACTION", required=True, parser_class=ArgumentParser)

@@ -28,10 +28,12 @@ from probes.model import Snapshot
 from queues.errors import QueuetopError
 
 from . import format as fmt
-from .messages import SnapshotArrived
+from .messages import ActivityEnded, SnapshotArrived
 from .screens.details import DetailsScreen, queue_renderables, session_renderables
 from .screens.dialogs import ConfirmScreen, HelpScreen, PromptScreen
-from .widgets.panels import ConnectionsPanel, LeasesPanel, LocksPanel, QueuesPanel, RingsPanel
+from .widgets.panels import CompactionPanel, ConnectionsPanel, LeasesPanel, LocksPanel, QueuesPanel, RingsPanel
+
+PANELS = (QueuesPanel, RingsPanel, LeasesPanel, CompactionPanel, LocksPanel, ConnectionsPanel)
 
 INTERVALS = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 
@@ -55,7 +57,7 @@ class Backend(Protocol):
     def signal_backend(self, pid: int, terminate: bool) -> bool: ...
 
 
-# Engine actions: (binding id, key, title, prompt placeholder, default value)
+# Engine actions: (binding id, key, title, prompt placeholder, default value); no placeholder: no prompt.
 ENGINE_ACTIONS = [
     ("producer.start", "n", "Start a producer", "QUEUE RATE_PER_S", "orders 50"),
     ("producer.stop", "N", "Stop a producer", "QUEUE", "orders"),
@@ -67,6 +69,9 @@ ENGINE_ACTIONS = [
     ("lease.take", "l", "Take a lease", "NAME HOLDER TTL_S", "relay operator 30"),
     ("lease.release", "L", "Release a lease", "NAME HOLDER", "relay operator"),
     ("blocker", "i", "Inject a blocker", "QUEUE SECONDS [row]", "orders 10"),
+    ("compact", "o", "Compact now", "GROUP (a task id) or all", "all"),
+    ("scenario.start", "s", "Start the contention scenario", "MODE(naive|compacted) SUBMITTERS [SECONDS]", "naive 16 60"),
+    ("scenario.stop", "S", "Stop the contention scenario", None, None),
 ]
 
 
@@ -108,7 +113,8 @@ class QueuetopApp(App[None]):
     #row-small { height: 1fr; }
     #locks { width: 3fr; }
     #connections { width: 2fr; }
-    #rings, #leases { width: 1fr; }
+    #rings, #compaction { width: 2fr; }
+    #leases { width: 3fr; }
     #connections-spark { height: 1; margin: 0 1; }
     #connections-gauge { height: 2; padding: 0 1; }
     #filter { dock: bottom; display: none; }
@@ -165,6 +171,7 @@ class QueuetopApp(App[None]):
             with Horizontal(id="row-small"):
                 yield RingsPanel()
                 yield LeasesPanel()
+                yield CompactionPanel()
         yield Input(placeholder="filter: queue, application or query text (Enter applies, Esc clears)", id="filter")
         yield Footer()
 
@@ -210,7 +217,7 @@ class QueuetopApp(App[None]):
         connected = snapshot.extra.get("connected", True)
         if connected or previous is None:
             with self.batch_update():
-                for panel in (QueuesPanel, RingsPanel, LeasesPanel, LocksPanel, ConnectionsPanel):
+                for panel in PANELS:
                     self.query_one(panel).show(snapshot, self.filter_text)
         # Disconnected: keep the last figures on screen; the status bar says they are stale.
         self._render_status()
@@ -371,6 +378,10 @@ class QueuetopApp(App[None]):
             self.notify("engine controls need a database", severity="warning")
             return
 
+        if placeholder is None:
+            self._run_engine_action(binding_id, "")
+            return
+
         def submitted(text: str | None) -> None:
             if text:
                 self._run_engine_action(binding_id, text)
@@ -385,7 +396,7 @@ class QueuetopApp(App[None]):
     @work(thread=True, group="engine")
     def _run_engine_action(self, binding_id: str, text: str) -> None:
         try:
-            message = run_engine_action(self.controls, binding_id, text)
+            message = run_engine_action(self.controls, binding_id, text, report=self._report_from_thread)
             severity = "information"
         except QueuetopError as exc:
             message, severity = str(exc), "error"
@@ -395,9 +406,20 @@ class QueuetopApp(App[None]):
         self.call_from_thread(self.source.refresh_now)
 
 
-def run_engine_action(controls, binding_id: str, text: str) -> str:
-    """Parse a prompt's words and run the action; returns what to tell the operator."""
+    def _report_from_thread(self, message: str) -> None:
+        self.post_message(ActivityEnded(message))  # thread-safe, and does not wait
+
+    def on_activity_ended(self, message: ActivityEnded) -> None:
+        self.notify(message.text, timeout=15)
+        self.source.refresh_now()
+
+
+def run_engine_action(controls, binding_id: str, text: str, report: Callable[[str], None] | None = None) -> str:
+    """Parse a prompt's words and run the action; returns what to tell the operator. `report`
+    receives what an action running on in the background has to say when it ends."""
+    from queues.control import SCENARIO_KEY
     from queues.errors import UsageError
+    from queues.scenarios.contention import ContentionOptions
 
     words = text.split()
 
@@ -447,4 +469,27 @@ def run_engine_action(controls, binding_id: str, text: str) -> str:
         row = len(words) > 2 and words[2] == "row"
         controls.inject_blocker(queue, seconds, row=row)
         return f"blocker holds {queue} ({'head row' if row else 'table'}) for {seconds:g}s"
+    if binding_id == "compact":
+        group = None if not words or words[0] == "all" else arg(0, int, "GROUP (a task id) or all")
+        result = controls.compact(group)
+        return (f"compacted {result.groups} group(s): {result.rows_deleted:,} delta rows folded into "
+                f"{result.aggregates_inserted:,} in {result.duration_ms:.0f} ms")
+    if binding_id == "scenario.start":
+        mode = arg(0, name="MODE")
+        submitters = arg(1, int, "SUBMITTERS") if len(words) > 1 else 16
+        seconds = arg(2, float, "SECONDS") if len(words) > 2 else 60.0
+        options = ContentionOptions(mode=mode, submitters=submitters, duration_s=seconds)
+        controls.start_scenario(options, on_done=lambda result: report and report(scenario_summary(result)))
+        watch = "the Locks panel fill up" if mode == "naive" else "the Compaction panel fold and Locks stay empty"
+        return f"contention scenario: {mode}, {submitters} submitters, {seconds:g}s; watch {watch}"
+    if binding_id == "scenario.stop":
+        if controls.stop(SCENARIO_KEY):
+            return "contention scenario stopped"
+        return "no contention scenario is running"
     raise UsageError(f"unknown action {binding_id}")
+
+
+def scenario_summary(result: dict) -> str:
+    verdict = "consistent" if result.get("consistent") else "INCONSISTENT"
+    return (f"contention {result['mode']}: {result['answers']:,} answers, {result['answers_per_s']:,.0f}/s, "
+            f"at most {result['max_blocked_sessions']} blocked, {result['retries']:,} retries, {verdict}")

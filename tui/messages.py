@@ -15,3 +15,12 @@ class SnapshotArrived(Message):
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, SnapshotArrived)
+
+
+class ActivityEnded(Message):
+    """Something the dashboard started in the background (the contention scenario) has ended;
+    posted from its thread, which must never wait on the event loop (quit joins that thread)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text

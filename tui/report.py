@@ -84,6 +84,9 @@ def render(snapshot: Snapshot) -> str:
         [(x.name, x.pending_deltas, x.groups, f"{x.last_run_at:%H:%M:%S}" if x.last_run_at else "-",
           x.last_rows_folded, x.last_duration_ms) for x in s.compaction],
     ))
+    groups = [(str(g.group), _shorten(g.title, 40), g.pending_deltas) for x in s.compaction for g in x.by_group]
+    if groups:
+        parts.append(_table("Pending deltas by group", ("group", "title", "pending"), groups))
     c = s.connections
     if c is not None:
         states = ", ".join(f"{k} {v}" for k, v in c.by_state.items()) or "-"

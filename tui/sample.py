@@ -10,6 +10,8 @@ from datetime import datetime, timedelta, timezone
 from probes.model import (
     Blocker,
     BlockedSession,
+    CompactionGroup,
+    CompactionSample,
     Connections,
     LeaseSample,
     ProbeStatus,
@@ -82,7 +84,7 @@ def sample_snapshot(*, queues: int = 4, sessions: int = 12, tree_depth: int = 3,
     return Snapshot(
         taken_at=TAKEN_AT + timedelta(seconds=step),
         server=ServerInfo(dialect="postgresql", version="16.2", database="app", label="sample data"),
-        probes={name: ProbeStatus(elapsed_ms=1.0) for name in ("queues", "rings", "leases", "locks", "connections")},
+        probes={name: ProbeStatus(elapsed_ms=1.0) for name in ("queues", "rings", "leases", "locks", "connections", "compaction")},
         queues=queue_samples,
         rings=(RingSample(name="audit", capacity=40, used=40, refused_total=17),
                RingSample(name="metrics", capacity=1000, used=250, refused_total=0)),
@@ -92,6 +94,13 @@ def sample_snapshot(*, queues: int = 4, sessions: int = 12, tree_depth: int = 3,
         blocked=tuple(blocked),
         blockers=tuple(blockers),
         connections=connections,
+        compaction=(CompactionSample(
+            name="task_status", pending_deltas=1234 + step, groups=3, last_run_at=TAKEN_AT - timedelta(seconds=4),
+            last_duration_ms=6.5, last_rows_folded=980, runs_total=57,
+            by_group=(CompactionGroup(group=12, title="spring survey", pending_deltas=1000 + step),
+                      CompactionGroup(group=7, title="onboarding", pending_deltas=200),
+                      CompactionGroup(group=3, title="nps", pending_deltas=34)),
+        ),),
         extra={"connected": True},
     )
 

@@ -7,6 +7,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
+from rich.markup import escape
 from textual.widgets import Input, Label, Static
 
 
@@ -52,7 +53,7 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label(self.question)
+            yield Label(escape(self.question))
             yield Label("[b]y[/b] yes    [b]n[/b] / Esc no")
 
     def action_answer(self, answer: bool) -> None:
@@ -76,9 +77,9 @@ class PromptScreen(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label(self.title_text)
+            yield Label(escape(self.title_text))
             yield Input(value=self.value, placeholder=self.placeholder, id="prompt-input")
-            yield Label(f"[dim]{self.placeholder} — Enter to run, Esc to cancel[/dim]")
+            yield Label(f"[dim]{escape(self.placeholder)} — Enter to run, Esc to cancel[/dim]")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self.dismiss(event.value.strip())

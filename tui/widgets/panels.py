@@ -1,4 +1,4 @@
-"""The five panels. Each takes a snapshot (and the filter text) in `show()` and updates its
+"""The six panels. Each takes a snapshot (and the filter text) in `show()` and updates its
 widgets in place; none of them does I/O."""
 
 from __future__ import annotations
@@ -283,4 +283,39 @@ class ConnectionsPanel(Panel):
         for app, n in c.by_application.items():
             if _matches(filter_text, app):
                 rows[f"app:{app}"] = (fmt.count(n), "app", app or "(none)")
+        self.query_one(KeyedTable).sync(rows)
+
+
+class CompactionPanel(Panel):
+    """Pattern 5's compactor: delta rows waiting to be folded, per group, and its last run (in the
+    border's subtitle, so the table keeps every line)."""
+
+    COLUMNS = [("pending", "Pending"), ("group", "Group")]  # the figure first: it must never scroll away
+
+    def __init__(self) -> None:
+        super().__init__("Compaction", id="compaction")
+        self._subtitle = ""
+
+    def compose(self):
+        yield KeyedTable(self.COLUMNS, id="compaction-table")
+
+    def show(self, snapshot: Snapshot, filter_text: str = "") -> None:
+        rows = {}
+        subtitle = ""
+        for c in snapshot.compaction:
+            total = Text(fmt.count(c.pending_deltas, c.pending_is_estimate), style="bold yellow" if c.pending_deltas else "")
+            rows[f"all:{c.name}"] = (total, Text(f"all ({c.groups:,} groups)", style="bold"))
+            for g in c.by_group:
+                if _matches(filter_text, g.title, g.group):
+                    rows[f"group:{c.name}:{g.group}"] = (
+                        fmt.count(g.pending_deltas, c.pending_is_estimate), f"#{g.group} {fmt.one_line(g.title, 40)}"
+                    )
+            if c.last_run_at is None:
+                subtitle = "never compacted"
+            else:
+                ago = fmt.seconds(max(0.0, (snapshot.taken_at - c.last_run_at).total_seconds()))
+                subtitle = f"{ago} ago: {fmt.count(c.last_rows_folded)} folded"
+        if subtitle != self._subtitle:
+            self._subtitle = subtitle
+            self.border_subtitle = subtitle
         self.query_one(KeyedTable).sync(rows)

@@ -280,3 +280,66 @@ ON CONFLICT (name) DO UPDATE
 SET last_run_at = excluded.last_run_at, last_duration_ms = excluded.last_duration_ms,
     last_rows_folded = excluded.last_rows_folded, last_groups = excluded.last_groups,
     runs_total = r.runs_total + 1;
+
+-- name: user_task_counts
+-- The ground truth the aggregates must agree with: every user's own row.
+SELECT status, count(*)::bigint AS count FROM queuetop.user_tasks WHERE task_id = %(task_id)s::bigint
+GROUP BY status ORDER BY status;
+
+-- name: naive_task_init
+-- The hot-row design (the contention scenario's "naive" mode): one aggregate row per status,
+-- created with the task (the note's step 2, "inserts empty statuses rows").
+INSERT INTO queuetop.task_status_naive (task_id, status, count)
+VALUES (%(task_id)s::bigint, 'PENDING', 0), (%(task_id)s::bigint, 'DONE', 0)
+ON CONFLICT DO NOTHING;
+
+-- name: naive_submit
+-- The task reaches these users, and the PENDING row is updated in the same transaction (the
+-- note's trigger): from here to COMMIT the submission holds that row's lock.
+WITH added AS (
+    INSERT INTO queuetop.user_tasks (task_id, user_id)
+    SELECT %(task_id)s::bigint, u FROM unnest(%(users)s::bigint[]) AS u
+    ON CONFLICT DO NOTHING
+    RETURNING 1
+)
+UPDATE queuetop.task_status_naive SET count = count + (SELECT count(*) FROM added)
+WHERE task_id = %(task_id)s::bigint AND status = 'PENDING'
+RETURNING (SELECT count(*) FROM added);
+
+-- name: naive_answer
+-- The user's row, then both hot aggregate rows: PENDING -1, DONE +1.
+WITH answered AS (
+    UPDATE queuetop.user_tasks SET status = 'DONE', answered_at = now()
+    WHERE task_id = %(task_id)s::bigint AND user_id = %(user_id)s::bigint AND status = 'PENDING'
+    RETURNING task_id
+)
+UPDATE queuetop.task_status_naive n
+SET count = n.count + CASE WHEN n.status = 'DONE' THEN 1 ELSE -1 END
+FROM answered a
+WHERE n.task_id = a.task_id AND n.status IN ('PENDING', 'DONE')
+RETURNING 1;
+
+-- name: naive_status_counts
+SELECT status, count FROM queuetop.task_status_naive WHERE task_id = %(task_id)s::bigint ORDER BY status;
+
+-- name: scenario_drop_deltas
+DELETE FROM queuetop.task_status_deltas WHERE task_id = ANY(%(tasks)s::bigint[]);
+
+-- name: scenario_drop_naive
+DELETE FROM queuetop.task_status_naive WHERE task_id = ANY(%(tasks)s::bigint[]);
+
+-- name: scenario_drop_tasks
+-- user_tasks go with their tasks (ON DELETE CASCADE).
+DELETE FROM queuetop.tasks WHERE id = ANY(%(tasks)s::bigint[]);
+
+-- name: task_by_title
+SELECT id FROM queuetop.tasks WHERE title = %(title)s::text ORDER BY id LIMIT 1;
+
+-- name: task_next_users
+-- User ids the task has not reached yet, after the highest it has (the demo's resubmissions).
+SELECT coalesce((SELECT max(user_id) FROM queuetop.user_tasks WHERE task_id = %(task_id)s::bigint), 0) + g AS user_id
+FROM generate_series(1, %(count)s::integer) AS g ORDER BY g;
+
+-- name: task_pending_users
+SELECT user_id FROM queuetop.user_tasks
+WHERE task_id = %(task_id)s::bigint AND status = 'PENDING' ORDER BY user_id LIMIT %(limit)s::integer;

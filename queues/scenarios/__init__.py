@@ -1,0 +1,1 @@
+"""Scenarios: stories the reference engine plays against a real database, printing one JSON line."""
