@@ -343,3 +343,84 @@ FROM generate_series(1, %(count)s::integer) AS g ORDER BY g;
 -- name: task_pending_users
 SELECT user_id FROM queuetop.user_tasks
 WHERE task_id = %(task_id)s::bigint AND status = 'PENDING' ORDER BY user_id LIMIT %(limit)s::integer;
+
+-- Exactly-once endpoints (pattern 4). The inbox store's statements run alone, in autocommit.
+
+-- name: eo_payload_put
+INSERT INTO queuetop.eo_payloads (id, body) VALUES (%(id)s::uuid, %(body)s::text) ON CONFLICT (id) DO NOTHING;
+
+-- name: eo_payload_get
+SELECT body FROM queuetop.eo_payloads WHERE id = %(id)s::uuid;
+
+-- name: eo_payload_delete
+DELETE FROM queuetop.eo_payloads WHERE id = %(id)s::uuid;
+
+-- name: eo_inbox_create
+INSERT INTO queuetop.eo_inbox (endpoint, attempt_id, message_id)
+VALUES (%(endpoint)s::text, %(attempt_id)s::uuid, %(message_id)s::uuid)
+ON CONFLICT DO NOTHING;
+
+-- name: eo_inbox_exists
+SELECT 1 FROM queuetop.eo_inbox WHERE endpoint = %(endpoint)s::text AND attempt_id = %(attempt_id)s::uuid;
+
+-- name: eo_inbox_claim
+-- Compare-and-swap: set the claim id if none is set (or it is already this one).
+UPDATE queuetop.eo_inbox SET claim_id = %(claim_id)s::uuid
+WHERE endpoint = %(endpoint)s::text AND attempt_id = %(attempt_id)s::uuid
+  AND message_id = %(message_id)s::uuid
+  AND (claim_id IS NULL OR claim_id = %(claim_id)s::uuid)
+RETURNING 1;
+
+-- name: eo_inbox_delete
+DELETE FROM queuetop.eo_inbox
+WHERE endpoint = %(endpoint)s::text AND attempt_id = %(attempt_id)s::uuid
+  AND (%(claim_id)s::uuid IS NULL OR claim_id = %(claim_id)s::uuid);
+
+-- name: eo_outbox_get
+SELECT message_id, claim_id, state, outgoing, attempts FROM queuetop.eo_outbox
+WHERE endpoint = %(endpoint)s::text AND message_id = %(message_id)s::uuid;
+
+-- name: eo_outbox_create
+-- A fresh claim id, unless a record exists already (another copy of the message made it).
+INSERT INTO queuetop.eo_outbox (endpoint, message_id, claim_id)
+VALUES (%(endpoint)s::text, %(message_id)s::uuid, %(claim_id)s::uuid)
+ON CONFLICT (endpoint, message_id) DO NOTHING;
+
+-- name: eo_outbox_processed
+-- In the business transaction: only the record's own claim, only once.
+UPDATE queuetop.eo_outbox SET state = 'processed'
+WHERE endpoint = %(endpoint)s::text AND message_id = %(message_id)s::uuid
+  AND claim_id = %(claim_id)s::uuid AND state = 'claimed'
+RETURNING 1;
+
+-- name: eo_outbox_new
+-- A business operation with no incoming message (the sender): processed from the start.
+INSERT INTO queuetop.eo_outbox (endpoint, message_id, claim_id, state, outgoing)
+VALUES (%(endpoint)s::text, %(message_id)s::uuid, %(claim_id)s::uuid, 'processed', %(outgoing)s::jsonb);
+
+-- name: eo_outbox_set_attempts
+-- Persisted before sending; compare-and-swap, so that two dispatchers never both send.
+UPDATE queuetop.eo_outbox SET attempts = %(attempts)s::jsonb
+WHERE endpoint = %(endpoint)s::text AND message_id = %(message_id)s::uuid AND attempts IS NULL
+RETURNING 1;
+
+-- name: eo_outbox_discard
+-- A claim that lost: its record goes (only if it is still unprocessed and still its own).
+DELETE FROM queuetop.eo_outbox
+WHERE endpoint = %(endpoint)s::text AND message_id = %(message_id)s::uuid
+  AND claim_id = %(claim_id)s::uuid AND state = 'claimed';
+
+-- name: eo_outbox_delete
+DELETE FROM queuetop.eo_outbox
+WHERE endpoint = %(endpoint)s::text AND message_id = %(message_id)s::uuid AND state = 'processed';
+
+-- name: eo_outbox_pending
+SELECT message_id FROM queuetop.eo_outbox
+WHERE endpoint = %(endpoint)s::text AND state = 'processed' ORDER BY created_at LIMIT %(limit)s::integer;
+
+-- name: eo_effect
+INSERT INTO queuetop.eo_effects (endpoint, message_id) VALUES (%(endpoint)s::text, %(message_id)s::uuid);
+
+-- name: eo_outbox_outgoing
+UPDATE queuetop.eo_outbox SET outgoing = %(outgoing)s::jsonb
+WHERE endpoint = %(endpoint)s::text AND message_id = %(message_id)s::uuid;

@@ -200,3 +200,39 @@ CREATE TABLE IF NOT EXISTS queuetop.compactor_runs (
 
 INSERT INTO queuetop.meta (key, value) VALUES ('schema_version', '1')
 ON CONFLICT (key) DO UPDATE SET value = excluded.value;
+
+-- Pattern 4, exactly-once processing with inbox/outbox and claims (design note 002). Each
+-- endpoint has an inbox store (eo_inbox: only single-statement compare-and-swap operations,
+-- never inside a business transaction, as if it were a remote blob store), an outbox (eo_outbox:
+-- written in the same transaction as the business change), signals on a table queue
+-- (`eo.<endpoint>`) and a payload store (eo_payloads: the claim-check).
+CREATE TABLE IF NOT EXISTS queuetop.eo_payloads (
+    id         uuid PRIMARY KEY,
+    body       text NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS queuetop.eo_inbox (
+    endpoint   text NOT NULL,
+    attempt_id uuid NOT NULL,   -- fresh for every attempt to create the record
+    message_id uuid NOT NULL,
+    claim_id   uuid,            -- set once, by compare-and-swap, to the claiming outbox record's
+    created_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (endpoint, attempt_id)
+);
+CREATE TABLE IF NOT EXISTS queuetop.eo_outbox (
+    endpoint   text NOT NULL,
+    message_id uuid NOT NULL,   -- the incoming message (or the business operation) it stands for
+    claim_id   uuid NOT NULL,
+    state      text NOT NULL DEFAULT 'claimed' CHECK (state IN ('claimed', 'processed')),
+    outgoing   jsonb NOT NULL DEFAULT '[]',  -- [{message_id, destination, body}]
+    attempts   jsonb,           -- {message_id: attempt_id}, persisted before any signal is sent
+    created_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (endpoint, message_id)
+);
+-- The business side effect of the scenario's endpoints: deliberately not idempotent (no key).
+CREATE TABLE IF NOT EXISTS queuetop.eo_effects (
+    endpoint   text NOT NULL,
+    message_id uuid NOT NULL,
+    at         timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS eo_effects_message_idx ON queuetop.eo_effects (endpoint, message_id);
