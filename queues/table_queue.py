@@ -95,6 +95,12 @@ class TableQueue:
             conn.execute(schema.queries()["register_queue"], {"name": name, "table_name": queue.table_name})
         return queue
 
+    def drop(self, conn: psycopg.Connection) -> None:
+        """Remove the queue: its table and its registration (scenarios clean up with this)."""
+        with conn.transaction():
+            conn.execute(self._sql("drop_queue_table"))
+            conn.execute(schema.queries()["unregister_queue"], {"name": self.name})
+
     @classmethod
     def open(cls, conn: psycopg.Connection, name: str) -> TableQueue:
         """An existing queue; unknown names are a usage error (exit 2)."""

@@ -328,6 +328,20 @@ def cmd_scenario_contention(ctx: Context) -> int:
     return 0 if result["consistent"] and not result["errors"] else 1
 
 
+def cmd_scenario_exactly_once(ctx: Context) -> int:
+    from queues.scenarios.exactly_once import ExactlyOnceScenario
+
+    args = ctx.args
+    scenario = ExactlyOnceScenario(
+        ctx.target, messages=args.messages, duplicate_rate=args.duplicate_rate, crash_rate=args.crash_rate,
+        variant=args.variant, receivers=args.receivers, visibility_s=args.visibility, seed=args.seed,
+        keep=args.keep, progress=_progress(args),
+    )
+    result = scenario.run()
+    _report(args, result)
+    return 0
+
+
 def cmd_snapshot(ctx: Context) -> int:
     import time as _time
 
@@ -456,6 +470,20 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--sample-every", type=_positive_float, default=0.1, help="seconds between lock samples (default 0.1)")
     p.add_argument("--keep", action="store_true", help="leave the scenario's tasks and rows in the database")
     p.add_argument("--json", action="store_true", help="print one JSON line (progress on stderr otherwise)")
+
+    p = _leaf(scenario_sub, "exactly-once", cmd_scenario_exactly_once,
+              "messages through an inbox/outbox endpoint with duplicate deliveries and receiver crashes")
+    p.add_argument("--messages", type=int, default=1000, help="messages sent (default 1000)")
+    p.add_argument("--duplicate-rate", type=_positive_float, default=0.2, help="share of messages signalled twice (default 0.2)")
+    p.add_argument("--crash-rate", type=_positive_float, default=0.02,
+                   help="chance that a delivery kills its receiving process at a random step (default 0.02)")
+    p.add_argument("--variant", choices=("claims", "naive"), default="claims",
+                   help="claims: inbox/outbox with claims; naive: check the inbox, then process (default claims)")
+    p.add_argument("--receivers", type=int, default=4, help="receiving processes (default 4)")
+    p.add_argument("--visibility", type=_positive_float, default=1.0, help="seconds before a crashed delivery comes back (default 1)")
+    p.add_argument("--seed", type=int, default=None, help="random seed (default: a random one, printed)")
+    p.add_argument("--keep", action="store_true", help="leave the scenario's rows and signal queue in place")
+    p.add_argument("--json", action="store_true", help="print one JSON line")
 
     ring = engine_sub.add_parser("ring", help="ring buffer queues")
     ring_sub = ring.add_subparsers(title="ring commands", metavar="ACTION", required=True, parser_class=ArgumentParser)

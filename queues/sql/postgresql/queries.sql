@@ -424,3 +424,18 @@ INSERT INTO queuetop.eo_effects (endpoint, message_id) VALUES (%(endpoint)s::tex
 -- name: eo_outbox_outgoing
 UPDATE queuetop.eo_outbox SET outgoing = %(outgoing)s::jsonb
 WHERE endpoint = %(endpoint)s::text AND message_id = %(message_id)s::uuid;
+
+-- name: drop_queue_table
+DROP TABLE IF EXISTS {table};
+
+-- name: unregister_queue
+DELETE FROM queuetop.queues WHERE name = %(name)s;
+
+-- name: scenario_drop_eo_effects
+DELETE FROM queuetop.eo_effects WHERE endpoint = ANY(%(endpoints)s::text[]);
+
+-- name: scenario_drop_eo_inbox
+DELETE FROM queuetop.eo_inbox WHERE endpoint = ANY(%(endpoints)s::text[]);
+
+-- name: scenario_drop_eo_outbox
+DELETE FROM queuetop.eo_outbox WHERE endpoint = ANY(%(endpoints)s::text[]);
