@@ -248,3 +248,40 @@ def test_receiver_killed_at_each_step_processes_exactly_once(db, step):
         assert not queue.has_messages(conn) and not sink_queue.has_messages(conn)
     assert effects(db, RECEIVER) == 1 and effects(db, SINK) == 1
     assert leftovers(db) == (0, 0, 0)
+
+
+# -- the scenario: real processes, random crash points, duplicates --------------------------
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_scenario_claims_exactly_once_at_random_crash_points(db, seed):
+    from queues.scenarios.exactly_once import ExactlyOnceScenario
+
+    result = ExactlyOnceScenario(db.target, messages=80, duplicate_rate=0.4, crash_rate=0.15, receivers=3,
+                                 visibility_s=0.3, seed=seed).run()
+    assert result["crashes"] > 0 and result["duplicates_delivered"] > 0
+    assert result["deliveries"] >= result["messages"] + result["duplicates_delivered"]
+    assert result["side_effects"] == result["messages"] == 80
+    assert result["lost"] == 0 and result["duplicate_effects"] == 0
+    assert result["inbox_left"] == 0 and result["outbox_left"] == 0
+    with db.connect() as conn:  # the run cleaned up after itself
+        assert conn.execute("SELECT count(*) FROM queuetop.eo_effects").fetchone()[0] == 0
+        assert conn.execute("SELECT count(*) FROM queuetop.queues WHERE name LIKE 'eo.%'").fetchone()[0] == 0
+
+
+def test_scenario_naive_lets_duplicates_through(db, cli):
+    result = cli("engine", "scenario", "exactly-once", "--dsn", db.dsn, "--messages", "100", "--duplicate-rate", "0.5",
+                 "--crash-rate", "0.2", "--variant", "naive", "--receivers", "3", "--visibility", "0.3",
+                 "--seed", "7", "--json")
+    assert result.returncode == 0, result.stderr
+    [line] = result.json_lines()
+    for key in ("messages", "deliveries", "duplicates_delivered", "crashes", "side_effects", "lost"):
+        assert key in line
+    assert line["variant"] == "naive" and line["messages"] == 100
+    assert line["side_effects"] > line["messages"] and line["duplicate_effects"] > 0
+
+
+def test_scenario_bad_options_are_one_line(db, cli):
+    result = cli("engine", "scenario", "exactly-once", "--dsn", db.dsn, "--crash-rate", "1.5", "--json")
+    assert result.returncode == 2 and "--crash-rate must be" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and result.stdout == ""

@@ -342,6 +342,17 @@ def cmd_scenario_exactly_once(ctx: Context) -> int:
     return 0
 
 
+def cmd_scenario_relay(ctx: Context) -> int:
+    from queues.scenarios.relay import RelayScenario
+
+    args = ctx.args
+    scenario = RelayScenario(
+        ctx.target, relays=args.relays, messages=args.messages, kill_leader=args.kill_leader, ttl_s=args.ttl,
+        batch=args.batch, rate=args.rate, keep=args.keep, progress=_progress(args),
+    )
+    return _report(args, scenario.run())
+
+
 def cmd_snapshot(ctx: Context) -> int:
     import time as _time
 
@@ -483,6 +494,16 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--visibility", type=_positive_float, default=1.0, help="seconds before a crashed delivery comes back (default 1)")
     p.add_argument("--seed", type=int, default=None, help="random seed (default: a random one, printed)")
     p.add_argument("--keep", action="store_true", help="leave the scenario's rows and signal queue in place")
+    p.add_argument("--json", action="store_true", help="print one JSON line")
+
+    p = _leaf(scenario_sub, "relay", cmd_scenario_relay, "outbox relays scaled out by a lease, optionally killing the leader")
+    p.add_argument("--relays", type=int, default=3, help="relay processes (default 3)")
+    p.add_argument("--messages", type=int, default=10_000, help="outbox messages written (default 10000)")
+    p.add_argument("--kill-leader", action="store_true", help="SIGKILL the lease holder a third of the way through")
+    p.add_argument("--ttl", type=_positive_float, default=2.0, help="the relay lease's TTL in seconds (default 2)")
+    p.add_argument("--batch", type=int, default=100, help="outbox rows per relay transaction (default 100)")
+    p.add_argument("--rate", type=_positive_float, default=2000.0, help="messages written per second (default 2000)")
+    p.add_argument("--keep", action="store_true", help="leave the scenario's queues in place")
     p.add_argument("--json", action="store_true", help="print one JSON line")
 
     ring = engine_sub.add_parser("ring", help="ring buffer queues")

@@ -439,3 +439,45 @@ DELETE FROM queuetop.eo_inbox WHERE endpoint = ANY(%(endpoints)s::text[]);
 
 -- name: scenario_drop_eo_outbox
 DELETE FROM queuetop.eo_outbox WHERE endpoint = ANY(%(endpoints)s::text[]);
+
+-- Outbox and relay (patterns 3 and 4).
+
+-- name: outbox_write
+INSERT INTO queuetop.outbox (kind, destination, body)
+VALUES (%(kind)s::text, %(destination)s::text, %(body)s::json) RETURNING id;
+
+-- name: outbox_peek
+-- The leader's next batch, read without locks (it is supposed to be alone: the fence checks it).
+SELECT id, kind, destination FROM queuetop.outbox ORDER BY id LIMIT %(limit)s::integer;
+
+-- name: outbox_take
+-- In the relay's transaction: exactly the rows this DELETE returns are published. Rows locked by
+-- another relay's open batch (a zombie that lost its lease and has not noticed yet) are skipped,
+-- not waited for: they come back if its fence refuses it.
+DELETE FROM queuetop.outbox
+WHERE id IN (SELECT id FROM queuetop.outbox WHERE id = ANY(%(ids)s::bigint[]) ORDER BY id FOR UPDATE SKIP LOCKED)
+RETURNING id, kind, destination, body::text AS body;
+
+-- name: subscribers
+SELECT topic, queue FROM queuetop.subscriptions WHERE topic = ANY(%(topics)s::text[]) ORDER BY topic, queue;
+
+-- name: subscribe
+INSERT INTO queuetop.subscriptions (topic, queue) VALUES (%(topic)s::text, %(queue)s::text) ON CONFLICT DO NOTHING;
+
+-- name: unsubscribe
+DELETE FROM queuetop.subscriptions WHERE topic = %(topic)s::text AND queue = %(queue)s::text;
+
+-- name: lease_fence
+-- The last statement of every relay transaction: the lease is still ours, under our token, by
+-- the database clock now (not at transaction start). FOR SHARE holds off a takeover until COMMIT.
+SELECT token FROM queuetop.leases
+WHERE name = %(name)s::text AND holder = %(holder)s::text AND token = %(token)s::bigint
+  AND expires_at > clock_timestamp()
+FOR SHARE;
+
+
+-- name: outbox_rows
+SELECT count(*) FROM queuetop.outbox;
+
+-- name: lease_forget
+DELETE FROM queuetop.leases WHERE name = %(name)s::text;

@@ -236,3 +236,20 @@ CREATE TABLE IF NOT EXISTS queuetop.eo_effects (
     at         timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX IF NOT EXISTS eo_effects_message_idx ON queuetop.eo_effects (endpoint, message_id);
+
+-- Pattern 3+4, the transactional outbox and its relay. A service writes its business change
+-- and its outgoing messages (sends to a queue, or publishes to a topic) in one transaction;
+-- the relay holding the lease moves them to the destination queues (a topic through its
+-- recipient list, queuetop.subscriptions), fenced by its lease's token.
+CREATE TABLE IF NOT EXISTS queuetop.outbox (
+    id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    kind        text NOT NULL CHECK (kind IN ('send', 'publish')),
+    destination text NOT NULL,   -- a queue (send) or a topic (publish)
+    body        json NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS queuetop.subscriptions (
+    topic text NOT NULL,
+    queue text NOT NULL,
+    PRIMARY KEY (topic, queue)
+);

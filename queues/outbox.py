@@ -1,0 +1,163 @@
+"""Patterns 3 and 4: the transactional outbox, its relay, and scale-out by a lease.
+
+A service calls `send()` / `publish()` inside the transaction that makes its business change,
+so the outgoing message exists if and only if the change committed. Relays move outbox rows to
+the destination queues: a send to its queue, a publish to every queue subscribed to the topic
+(the recipient list, `queuetop.subscriptions`), so one publish becomes one send per subscriber.
+
+Any number of relays may run; only the holder of the lease relays (design note 003: a lease
+in a table, taken by compare-and-swap on the database clock). A relay's batch is one
+transaction:
+1. DELETE the batch's ids from the outbox, RETURNING the rows: exactly those are published, so
+   a row another relay already moved is never published twice;
+2. enqueue them (envelope: outbox id, the relay's fencing token, the body) to their queues;
+3. the fence: the lease is still held by this relay under its token, by `clock_timestamp()`,
+   read FOR SHARE so that a takeover waits for this COMMIT. If not, everything rolls back.
+
+Races closed (each has a test): a leader killed mid-batch (its transaction rolls back; its
+lease expires and a standby takes over and finishes the job); a relay paused past its lease that
+resumes with a stale token (the fence refuses its batch; nothing it did is kept); two relays
+started at once (one lease, one token).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+
+import psycopg
+
+from . import lease as leases
+from . import schema
+from .database import Target, connect
+from .errors import LeaseHeld, QueuetopError
+from .table_queue import TableQueue, check_name
+
+log = logging.getLogger("queuetop.outbox")
+DEFAULT_LEASE = "outbox-relay"
+
+
+class StaleLease(QueuetopError):
+    """The relay's lease is no longer held under its token: its batch was rolled back."""
+
+    exit_code = 4
+
+
+def _q() -> dict[str, str]:
+    return schema.queries()
+
+
+# -- the service's side: in the caller's transaction -----------------------------------------
+
+
+def send(conn: psycopg.Connection, queue: str, body: str) -> int:
+    check_name("queue", queue)
+    return conn.execute(_q()["outbox_write"], {"kind": "send", "destination": queue, "body": body}).fetchone()[0]
+
+
+def publish(conn: psycopg.Connection, topic: str, body: str) -> int:
+    check_name("topic", topic)
+    return conn.execute(_q()["outbox_write"], {"kind": "publish", "destination": topic, "body": body}).fetchone()[0]
+
+
+def subscribe(conn: psycopg.Connection, topic: str, queue: str) -> None:
+    check_name("topic", topic)
+    TableQueue.create(conn, queue)
+    conn.execute(_q()["subscribe"], {"topic": topic, "queue": queue})
+
+
+# -- the relay --------------------------------------------------------------------------------
+
+
+class Relay:
+    """One relay instance. `run()` loops until `stop` is set: standby until it takes the lease,
+    then relays batches and renews the lease every `ttl_s / 3`."""
+
+    def __init__(self, target: Target, holder: str, *, lease: str = DEFAULT_LEASE, ttl_s: float = 5.0,
+                 batch: int = 100, idle_s: float = 0.05, hook: Callable[[str], None] | None = None) -> None:
+        if not 0.2 <= ttl_s <= 3600:
+            raise ValueError("relay lease TTL must be between 0.2 and 3600 seconds")
+        self.target, self.holder, self.lease, self.ttl_s = target, holder, lease, ttl_s
+        self.batch, self.idle_s = batch, idle_s
+        self.hook = hook or (lambda step: None)
+        self.token: int | None = None
+        self.relayed = 0
+        self.terms = 0  # how many times this relay took the lease
+        self._queues: dict[str, TableQueue] = {}
+
+    def run(self, stop: threading.Event) -> None:
+        with connect(self.target, application_name=f"queuetop-relay:{self.holder}") as conn:
+            while not stop.is_set():
+                if self.token is None and not self._take(conn):
+                    stop.wait(min(1.0, self.ttl_s / 4))  # standby
+                    continue
+                renew_at = time.monotonic() + self.ttl_s / 3
+                while not stop.is_set():
+                    if time.monotonic() >= renew_at:
+                        if not self._renew(conn):
+                            break
+                        renew_at = time.monotonic() + self.ttl_s / 3
+                    try:
+                        moved = self.relay_batch(conn)
+                    except StaleLease:
+                        log.warning("%s: lease lost under token %s", self.holder, self.token)
+                        self.token = None
+                        break
+                    if moved == 0:
+                        stop.wait(self.idle_s)
+
+    def _take(self, conn: psycopg.Connection) -> bool:
+        try:
+            self.token = leases.acquire(conn, self.lease, self.holder, self.ttl_s)
+        except LeaseHeld:
+            return False
+        self.terms += 1
+        log.info("%s: took lease %s, token %s", self.holder, self.lease, self.token)
+        return True
+
+    def _renew(self, conn: psycopg.Connection) -> bool:
+        try:
+            leases.renew(conn, self.lease, self.holder, self.ttl_s, self.token)
+            return True
+        except LeaseHeld:
+            self.token = None
+            return False
+
+    def relay_batch(self, conn: psycopg.Connection) -> int:
+        """One fenced transaction; returns how many outbox rows it moved (StaleLease: none)."""
+        if self.token is None:
+            raise StaleLease(f"{self.holder} holds no lease")
+        q = _q()
+        peeked = conn.execute(q["outbox_peek"], {"limit": self.batch}).fetchall()
+        if not peeked:
+            return 0
+        # The recipient list, and every destination queue made to exist, before the transaction:
+        # creating a queue there would hold the queue-creation lock for the whole batch.
+        topics = sorted({dest for _id, kind, dest in peeked if kind == "publish"})
+        recipients: dict[str, list[str]] = defaultdict(list)
+        if topics:
+            for topic, queue in conn.execute(q["subscribers"], {"topics": topics}):
+                recipients[topic].append(queue)
+        for name in {dest for _id, kind, dest in peeked if kind == "send"} | {n for qs in recipients.values() for n in qs}:
+            if name not in self._queues:
+                self._queues[name] = TableQueue.create(conn, name)
+        self.hook("batch")
+        with conn.transaction():
+            rows = conn.execute(q["outbox_take"], {"ids": [row[0] for row in peeked]}).fetchall()
+            outgoing: dict[str, list[str]] = defaultdict(list)
+            for outbox_id, kind, destination, body in rows:
+                envelope = json.dumps({"outbox_id": outbox_id, "token": self.token, "body": json.loads(body)})
+                for queue in ([destination] if kind == "send" else recipients.get(destination, [])):
+                    outgoing[queue].append(envelope)
+            for name, bodies in outgoing.items():
+                self._queues[name].enqueue_batch(conn, bodies)
+            self.hook("fence")
+            fenced = conn.execute(q["lease_fence"], {"name": self.lease, "holder": self.holder, "token": self.token}).fetchone()
+            if fenced is None:
+                raise StaleLease(f"{self.holder}: lease {self.lease} is no longer held under token {self.token}")
+        self.relayed += len(rows)
+        return len(rows)
