@@ -21,7 +21,8 @@ class ProbeStatus:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QueueSample:
     name: str
-    kind: str  # "reference" (the engine's table queue) or "table" (declared in the config)
+    kind: str  # "reference" (the engine's table queue), "table" (declared in the config),
+    # "outbox" (the transactional outbox's unrelayed rows) or "inbox" (an endpoint's inbox)
     table: str  # schema-qualified, quoted as SQL
     depth: int | None
     ready: int | None

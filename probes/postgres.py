@@ -145,6 +145,7 @@ class PostgresProbes:
                 problems.append(f"{declared.name}: {error}")
             samples.append(("table", declared.name, qualified, relid, head, error))
 
+        samples.extend(self._outbox_and_inboxes(conn, q, window, problems))
         if problems:
             self.notes["queues"] = "; ".join(([self.notes["queues"]] if "queues" in self.notes else []) + problems)
         stats = {}
@@ -157,6 +158,29 @@ class PostgresProbes:
             st = stats.get(relid)
             out.append(self._queue_sample(kind, name, qualified, head, st, error, now))
         return tuple(out)
+
+    def _outbox_and_inboxes(self, conn: psycopg.Connection, q: dict[str, str], window: int, problems: list[str]) -> list[tuple]:
+        """The transactional outbox (kind `outbox`) and each endpoint's inbox (kind `inbox`),
+        shown as queues: their depth is the backlog of messages not yet relayed / processed."""
+        samples: list[tuple] = []
+        if _has_table(conn, "queuetop.outbox"):
+            try:
+                head = dict(conn.execute(q["outbox_head"], {"window": window + 1}).fetchone())
+                head["beyond_window"] = (head["max_id"] - head["last_head_id"]) if head["last_head_id"] else 0
+                head["dead"] = None
+                samples.append(("outbox", "outbox", "queuetop.outbox", head.pop("relid"), head, None))
+            except psycopg.Error as exc:
+                problems.append(f"outbox: {describe_error(exc)}")
+        if _has_table(conn, "queuetop.eo_inbox"):
+            try:
+                for row in conn.execute(q["inbox_heads"], {"window": window + 1}):
+                    head = dict(row)
+                    # The window is shared: past it, every endpoint's count is a lower bound.
+                    head.update(beyond_window=0, dead=None, dead_is_estimate=head.pop("read_rows") > window)
+                    samples.append(("inbox", head.pop("endpoint"), "queuetop.eo_inbox", None, head, None))
+            except psycopg.Error as exc:
+                problems.append(f"inbox: {describe_error(exc)}")
+        return samples
 
     def _queue_sample(self, kind, name, qualified, head, st, error, now) -> QueueSample:
         enq = deq = None
@@ -183,13 +207,13 @@ class PostgresProbes:
             else:
                 estimate = True
                 depth = head_rows + max(0, head.get("beyond_window", 0))
-            if kind == "reference":
+            if kind != "table":
                 ready = max(0, depth - in_flight - delayed)
             else:
                 # Declared tables: ready counted in the window; beyond it, every row is taken
                 # to be ready (the ordering puts claimed and failed rows first).
                 ready = head["ready"] + max(0, depth - head_rows)
-            estimate = estimate or bool(head.get("dead_is_estimate"))
+            estimate = estimate or bool(head.get("dead_is_estimate"))  # (inbox: the shared window ran out)
         return QueueSample(
             name=name,
             kind=kind,

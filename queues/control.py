@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import logging
+import multiprocessing
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -21,6 +23,7 @@ from psycopg import sql
 
 from . import compactor
 from . import lease as leases
+from . import outbox
 from . import ring as rings
 from .database import Target, connect
 from .errors import QueuetopError, UsageError, first_line
@@ -32,6 +35,10 @@ from .worker import WorkerPool, WorkOptions
 log = logging.getLogger("queuetop.control")
 MAX_RATE = 10_000.0
 SCENARIO_KEY = "scenario:contention"
+RELAYS_KEY = "relays"
+RELAY_QUEUE = "relay.orders"  # the relays' demo topology: a queue for sends, a topic with two subscribers
+RELAY_TOPIC = "orders.created"
+RELAY_SUBSCRIBERS = ("relay.billing", "relay.shipping")
 
 
 @dataclass(slots=True)
@@ -43,6 +50,7 @@ class Activity:
     pool: WorkerPool | None = None
     error: str | None = None
     result: dict | None = None  # what a finite activity (a scenario) reported
+    processes: dict = field(default_factory=dict)  # name -> multiprocessing.Process (the relays)
 
     def stop(self) -> None:
         self.stop_event.set()
@@ -250,3 +258,91 @@ class EngineControls:
         activity.result = scenario.run()
         if on_done is not None:
             on_done(activity.result)
+
+    # -- outbox relays ----------------------------------------------------------------------
+
+    def start_relays(self, count: int = 3, rate_per_s: float = 20.0, ttl_s: float = 5.0) -> Activity:
+        """`count` relay processes sharing the lease `outbox-relay`, a service writing outbox
+        messages at `rate_per_s` (sends to relay.orders, publishes to orders.created), and a
+        consumer on each destination queue. A relay that dies is started again a second later,
+        as a standby."""
+        if not 1 <= count <= 16:
+            raise UsageError("relays must be between 1 and 16")
+        if not 0 < rate_per_s <= MAX_RATE:
+            raise UsageError(f"outbox rate must be between 0 and {MAX_RATE:g} messages/s")
+        with self._connect("control") as conn:
+            TableQueue.create(conn, RELAY_QUEUE)
+            for queue in RELAY_SUBSCRIBERS:
+                outbox.subscribe(conn, RELAY_TOPIC, queue)
+        activity = Activity(RELAYS_KEY, f"{count} outbox relays, {rate_per_s:g} messages/s")
+        self._thread(activity, self._relays, count, rate_per_s, ttl_s)
+        for queue in (RELAY_QUEUE, *RELAY_SUBSCRIBERS):
+            if not any(a.key == f"consumers:{queue}" for a in self.activities()):
+                self.start_consumers(queue)
+        return activity
+
+    def stop_relays(self) -> bool:
+        stopped = self.stop(RELAYS_KEY)
+        for queue in (RELAY_QUEUE, *RELAY_SUBSCRIBERS):
+            self.stop(f"consumers:{queue}")
+        return stopped
+
+    def kill_relay_leader(self) -> tuple[str, int]:
+        """SIGKILL the relay process holding the lease; returns (holder, its token)."""
+        activity = next((a for a in self.activities() if a.key == RELAYS_KEY), None)
+        if activity is None:
+            raise UsageError("no outbox relays are running (start them first)")
+        with self._connect("lease") as conn:
+            state = leases.describe(conn, outbox.DEFAULT_LEASE)
+        process = activity.processes.get(state.holder) if state is not None else None
+        if process is None or not process.is_alive():
+            raise UsageError("no running relay holds the lease right now")
+        process.kill()
+        return state.holder, state.token
+
+    def _relays(self, activity: Activity, count: int, rate: float, ttl_s: float) -> None:
+        context = multiprocessing.get_context("forkserver")
+        died: dict[str, float] = {}
+        slots: dict[str, int] = {}
+
+        def spawn(slot: int) -> None:
+            # A new holder name per process: a restarted relay must not inherit its dead
+            # predecessor's lease (and token) as "already ours".
+            holder = f"relay-{slot}.{uuid.uuid4().hex[:4]}"
+            process = context.Process(target=outbox.run_relay_process, args=(self.target, holder, outbox.DEFAULT_LEASE, ttl_s),
+                                      name=holder, daemon=True)
+            process.start()
+            activity.processes[holder] = process
+            slots[holder] = slot
+
+        for n in range(count):
+            spawn(n + 1)
+        started, written = time.monotonic(), 0
+        try:
+            with self._connect("service:outbox") as conn:
+                while not activity.stop_event.is_set():
+                    due = int((time.monotonic() - started) * rate) - written
+                    if due > 0:
+                        with conn.transaction():  # the service's business change and its messages
+                            for n in range(written, written + min(due, 1000)):
+                                body = json.dumps({"order": n})
+                                if n % 2:
+                                    outbox.publish(conn, RELAY_TOPIC, body)
+                                else:
+                                    outbox.send(conn, RELAY_QUEUE, body)
+                        written += min(due, 1000)
+                    for holder, process in list(activity.processes.items()):
+                        if process.is_alive():
+                            continue
+                        since = died.setdefault(holder, time.monotonic())
+                        if time.monotonic() - since >= 1.0:  # an orchestrator restarting it
+                            process.join()
+                            del died[holder], activity.processes[holder]
+                            spawn(slots.pop(holder))
+                    activity.stop_event.wait(0.1)
+        finally:
+            for process in activity.processes.values():
+                if process.is_alive():
+                    process.kill()
+            for process in activity.processes.values():
+                process.join(10)

@@ -161,3 +161,8 @@ class Relay:
                 raise StaleLease(f"{self.holder}: lease {self.lease} is no longer held under token {self.token}")
         self.relayed += len(rows)
         return len(rows)
+
+
+def run_relay_process(target: Target, holder: str, lease: str = DEFAULT_LEASE, ttl_s: float = 5.0, batch: int = 100) -> None:
+    """A relay in a process of its own (multiprocessing target), until it is killed."""
+    Relay(target, holder, lease=lease, ttl_s=ttl_s, batch=batch).run(threading.Event())

@@ -72,6 +72,9 @@ ENGINE_ACTIONS = [
     ("compact", "o", "Compact now", "GROUP (a task id) or all", "all"),
     ("scenario.start", "s", "Start the contention scenario", "MODE(naive|compacted) SUBMITTERS [SECONDS]", "naive 16 60"),
     ("scenario.stop", "S", "Stop the contention scenario", None, None),
+    ("relays.start", "y", "Start outbox relays", "RELAYS RATE_PER_S", "3 20"),
+    ("relays.stop", "Y", "Stop the outbox relays", None, None),
+    ("relays.kill", "x", "Kill the relay leader", None, None),
 ]
 
 
@@ -482,6 +485,16 @@ def run_engine_action(controls, binding_id: str, text: str, report: Callable[[st
         controls.start_scenario(options, on_done=lambda result: report and report(scenario_summary(result)))
         watch = "the Locks panel fill up" if mode == "naive" else "the Compaction panel fold and Locks stay empty"
         return f"contention scenario: {mode}, {submitters} submitters, {seconds:g}s; watch {watch}"
+    if binding_id == "relays.start":
+        count = arg(0, int, "RELAYS") if words else 3
+        rate = arg(1, float, "RATE_PER_S") if len(words) > 1 else 20.0
+        controls.start_relays(count, rate)
+        return f"{count} outbox relays share the lease outbox-relay; a service writes {rate:g} messages/s"
+    if binding_id == "relays.stop":
+        return "outbox relays stopped" if controls.stop_relays() else "no outbox relays are running"
+    if binding_id == "relays.kill":
+        holder, token = controls.kill_relay_leader()
+        return f"killed {holder} (token {token}): its lease expires, a standby takes over with token {token + 1}"
     if binding_id == "scenario.stop":
         if controls.stop(SCENARIO_KEY):
             return "contention scenario stopped"

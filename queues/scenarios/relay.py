@@ -15,7 +15,6 @@ import json
 import logging
 import multiprocessing
 import signal
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -30,11 +29,6 @@ from ..table_queue import TableQueue
 
 log = logging.getLogger("queuetop.scenario.relay")
 APPLICATION = "queuetop-scenario:relay"
-
-
-def relay_process(target: Target, holder: str, lease: str, ttl_s: float, batch: int) -> None:
-    """A relay in its own process, until killed."""
-    outbox.Relay(target, holder, lease=lease, ttl_s=ttl_s, batch=batch).run(threading.Event())
 
 
 class RelayScenario:
@@ -72,7 +66,7 @@ class RelayScenario:
             started = time.monotonic()
             for n in range(self.relays):
                 holder = f"relay-{n + 1}"
-                proc = context.Process(target=relay_process, daemon=True,
+                proc = context.Process(target=outbox.run_relay_process, daemon=True,
                                        args=(self.target, holder, self.lease, self.ttl_s, self.batch))
                 proc.start()
                 processes[holder] = proc

@@ -3,6 +3,7 @@ Fetched by a thread worker on a probe session, then shown."""
 
 from __future__ import annotations
 
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -29,7 +30,7 @@ class DetailsScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
-            yield Label(f"[b]{self.title_text}[/b]")
+            yield Label(f"[b]{escape(self.title_text)}[/b]")
             yield Static("loading…", id="details-body")
 
     def on_mount(self) -> None:
@@ -53,6 +54,15 @@ class DetailsScreen(ModalScreen[None]):
 
 
 def queue_renderables(details: dict) -> list:
+    head_rows = details["head"]
+    if head_rows and "state" not in head_rows[0]:  # the outbox or an inbox: show its own columns
+        table = Table(title="Head (oldest first)", expand=True)
+        columns = list(head_rows[0].keys())
+        for column in columns:
+            table.add_column(column.replace("_", " "))
+        for r in head_rows:
+            table.add_row(*[fmt.one_line(str(r[c]) if r[c] is not None else "-", 60) for c in columns])
+        return [table]
     head = Table(title="Head messages (oldest first)", expand=True)
     for column in ("id", "state", "attempts", "enqueued", "body", "last error"):
         head.add_column(column)

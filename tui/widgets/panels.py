@@ -16,6 +16,7 @@ from .. import format as fmt
 from .keyed_table import KeyedTable
 
 HISTORY = 30
+KIND_SUFFIX = {"reference": "", "outbox": "", "table": " (table)", "inbox": " (inbox)"}
 
 
 def _matches(filter_text: str, *fields: object) -> bool:
@@ -71,7 +72,7 @@ class QueuesPanel(Panel):
                              "", "", "", "", "", "", "", "", "")
                 self._rendered[key] = (facts, rows[key])
                 continue
-            name = Text(q.name + ("" if q.kind == "reference" else " (table)"))
+            name = Text(q.name + KIND_SUFFIX.get(q.kind, f" ({q.kind})"))
             bloat = Text(fmt.count(q.dead_tuples))
             if q.dead_tuples and q.live_tuples is not None and q.dead_tuples > max(1000, 2 * (q.live_tuples or 0)):
                 bloat.stylize("bold yellow")  # more dead than live: vacuum is not keeping up

@@ -30,3 +30,11 @@ SELECT locktype, mode, granted,
        transactionid::text AS transactionid, classid, objid, objsubid
 FROM pg_locks WHERE pid = %(pid)s::integer
 ORDER BY granted, locktype;
+
+-- name: outbox_head
+SELECT id, kind, destination, created_at, left(body::text, 200) AS body
+FROM queuetop.outbox ORDER BY id LIMIT %(limit)s::integer;
+
+-- name: inbox_head
+SELECT attempt_id, message_id, claim_id, created_at
+FROM queuetop.eo_inbox WHERE endpoint = %(endpoint)s::text ORDER BY created_at LIMIT %(limit)s::integer;

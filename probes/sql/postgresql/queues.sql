@@ -100,3 +100,30 @@ SELECT CASE WHEN c.relpages > 0
             THEN (c.reltuples / c.relpages) * (pg_relation_size(c.oid) / current_setting('block_size')::integer)
        END::bigint AS estimate
 FROM pg_class c WHERE c.oid = %(relid)s::oid;
+
+-- name: outbox_head
+-- The transactional outbox as a queue: rows not yet relayed, oldest first (bounded window; rows
+-- locked by a relay's open batch are in flight).
+WITH running AS (
+    SELECT backend_xid AS xid FROM pg_stat_activity WHERE backend_xid IS NOT NULL
+), head AS (
+    SELECT h.id, h.created_at,
+           coalesce(h.xmax <> '0'::xid AND h.xmax IN (SELECT xid FROM running), false) AS held
+    FROM (SELECT id, created_at, xmax FROM queuetop.outbox ORDER BY id LIMIT %(window)s::integer) h
+)
+SELECT count(*) AS head_rows, count(*) FILTER (WHERE held) AS in_flight, 0 AS delayed,
+       extract(epoch FROM now() - min(created_at) FILTER (WHERE NOT held))::float8 AS oldest_ready_age_s,
+       max(id) AS last_head_id, (SELECT max(id) FROM queuetop.outbox) AS max_id,
+       'queuetop.outbox'::regclass::oid AS relid
+FROM head;
+
+-- name: inbox_heads
+-- Exactly-once endpoints' inboxes as queues: records of messages in flight to each endpoint
+-- (claimed ones are being processed). At most `window` records are read in all.
+WITH h AS (
+    SELECT endpoint, claim_id, created_at FROM queuetop.eo_inbox LIMIT %(window)s::integer
+)
+SELECT endpoint, count(*) AS head_rows, count(*) FILTER (WHERE claim_id IS NOT NULL) AS in_flight, 0 AS delayed,
+       extract(epoch FROM now() - min(created_at) FILTER (WHERE claim_id IS NULL))::float8 AS oldest_ready_age_s,
+       (SELECT count(*) FROM h) AS read_rows
+FROM h GROUP BY endpoint ORDER BY endpoint;
