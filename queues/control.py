@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import multiprocessing
+import multiprocessing.forkserver
 import threading
 import time
 import uuid
@@ -75,6 +76,10 @@ class EngineControls:
         self.target = target
         self._activities: dict[str, Activity] = {}
         self._lock = threading.Lock()
+        # The relays are processes. Their fork server (and its resource tracker) must start now,
+        # while stderr is still a real file: inside the dashboard, Textual has replaced it.
+        multiprocessing.get_context("forkserver")
+        multiprocessing.forkserver.ensure_running()
 
     # -- bookkeeping ----------------------------------------------------------------------
 

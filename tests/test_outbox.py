@@ -143,3 +143,27 @@ def test_relay_scenario_bad_options(db, cli):
     result = cli("engine", "scenario", "relay", "--dsn", db.dsn, "--relays", "1", "--kill-leader", "--json")
     assert result.returncode == 2 and "needs at least 2 relays" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_probe_shows_the_outbox_backlog_and_inboxes_as_queues(db):
+    from probes.sampler import run_cycle
+
+    with db.connect() as conn:
+        for n in range(7):
+            outbox.send(conn, "ob-probe", json.dumps({"n": n}))
+        for n in range(3):
+            conn.execute("INSERT INTO queuetop.eo_inbox (endpoint, attempt_id, message_id, claim_id) VALUES"
+                         " ('billing', gen_random_uuid(), gen_random_uuid(), CASE WHEN %s = 0 THEN gen_random_uuid() END)", (n,))
+    snap = run_cycle(db.target)
+    assert snap.probes["queues"].error is None
+    rows = {(q.kind, q.name): q for q in snap.queues}
+    backlog_row = rows[("outbox", "outbox")]
+    assert (backlog_row.depth, backlog_row.ready, backlog_row.in_flight) == (7, 7, 0)
+    assert backlog_row.oldest_ready_age_s is not None and backlog_row.oldest_ready_age_s >= 0
+    inbox = rows[("inbox", "billing")]
+    assert (inbox.depth, inbox.in_flight, inbox.ready) == (3, 1, 2)
+    with db.connect() as conn:  # relayed: the backlog empties
+        relay = Relay(db.target, "r1", lease="ob-relay", ttl_s=30)
+        relay.token = leases.acquire(conn, "ob-relay", "r1", 30)
+        relay.relay_batch(conn)
+    assert {(q.kind, q.name): q for q in run_cycle(db.target).queues}[("outbox", "outbox")].depth == 0

@@ -28,12 +28,15 @@ def sample_app(**kwargs) -> QueuetopApp:
     return QueuetopApp(lambda sink: SampleSource(sink, snapshots), **kwargs)
 
 
-async def settle(pilot, app, predicate, what, attempts=200):
+async def settle(pilot, app, predicate, what, attempts=200, notes=None):
     for _ in range(attempts):
         await pilot.pause(0.02)
         if predicate():
             return
-    raise AssertionError(f"timed out waiting for {what}")
+    said = [str(n.message) for n in app._notifications] if notes else []
+    if notes and getattr(app, "controls", None):
+        said += [f"{a.key}: {a.error}" for a in app.controls.activities()]
+    raise AssertionError(f"timed out waiting for {what}" + (f"; notifications: {said}" if said else ""))
 
 
 def queue_rows(app) -> dict[str, tuple]:
@@ -355,3 +358,30 @@ async def test_contention_scenario_from_the_ui_fills_the_locks_panel(db):
                                              for n in app._notifications), "the summary notification", 500)
     with db.connect() as conn:
         assert conn.execute("SELECT count(*) FROM queuetop.tasks WHERE title LIKE 'contention%'").fetchone()[0] == 0
+
+
+async def test_relays_from_the_ui_and_killing_the_leader_moves_the_lease(db):
+    controls = EngineControls(db.target)
+    app = live_app(db, controls=controls)
+
+    def relay_lease():
+        s = app.snapshot
+        return next((lease for lease in s.leases if lease.name == "outbox-relay"), None) if s else None
+
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("y")
+        assert isinstance(app.screen, PromptScreen)
+        app.screen.query_one(Input).value = "2 50"
+        await pilot.press("enter")
+        await settle(pilot, app, lambda: (lease := relay_lease()) is not None and lease.state == "held",
+                     "the relay lease held", 1500, notes=app)
+        first = relay_lease()
+        await settle(pilot, app, lambda: any(q.kind == "outbox" for q in app.snapshot.queues), "the outbox row", 500)
+        await pilot.press("x")  # no prompt: SIGKILL the holder
+        await settle(pilot, app, lambda: (lease := relay_lease()) is not None and lease.state == "held"
+                     and lease.holder != first.holder and lease.token > first.token, "a standby taking over", 2500)
+        await pilot.press("Y")
+        await settle(pilot, app, lambda: controls.activities() == [], "everything stopped", 1500)
+    with db.connect() as conn:
+        assert conn.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'queuetop-relay:%'"
+                            ).fetchone()[0] == 0

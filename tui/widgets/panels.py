@@ -305,7 +305,7 @@ class CompactionPanel(Panel):
         subtitle = ""
         for c in snapshot.compaction:
             total = Text(fmt.count(c.pending_deltas, c.pending_is_estimate), style="bold yellow" if c.pending_deltas else "")
-            rows[f"all:{c.name}"] = (total, Text(f"all ({c.groups:,} groups)", style="bold"))
+            rows[f"all:{c.name}"] = (total, Text(f"all ({c.groups:,} group{'' if c.groups == 1 else 's'})", style="bold"))
             for g in c.by_group:
                 if _matches(filter_text, g.title, g.group):
                     rows[f"group:{c.name}:{g.group}"] = (
