@@ -142,7 +142,7 @@ class Endpoint:
             })
         if dispatch:
             self.dispatch(conn, operation)
-            self._delete_outbox(conn, operation)
+            self.delete_outbox_record(conn, operation)
         return operation
 
     def recover(self, conn: psycopg.Connection, limit: int = 1000) -> int:
@@ -150,12 +150,12 @@ class Endpoint:
         rows = conn.execute(_q()["eo_outbox_pending"], {"endpoint": self.name, "limit": limit}).fetchall()
         for (message_id,) in rows:
             self.dispatch(conn, str(message_id))
-            self._delete_outbox(conn, str(message_id))
+            self.delete_outbox_record(conn, str(message_id))
         return len(rows)
 
     def dispatch(self, conn: psycopg.Connection, message_id: str) -> int:
         """Step 4 for one outbox record: returns the signals sent (0 if the record is gone)."""
-        record = self._outbox(conn, message_id)
+        record = self.outbox_record(conn, message_id)
         if record is None or record["state"] != "processed":
             return 0
         outgoing = record["outgoing"]
@@ -173,7 +173,7 @@ class Endpoint:
             if won:
                 attempts = fresh
             else:  # another dispatcher persisted its ids first: send those, never ours
-                record = self._outbox(conn, message_id)
+                record = self.outbox_record(conn, message_id)
                 if record is None:
                     return 0
                 attempts = record["attempts"]
@@ -207,10 +207,10 @@ class Endpoint:
         q = _q()
         key = {"endpoint": self.name, "message_id": signal.message_id}
         self.hook("outbox")
-        record = self._outbox(conn, signal.message_id)
+        record = self.outbox_record(conn, signal.message_id)
         if record is None:
             conn.execute(q["eo_outbox_create"], {**key, "claim_id": str(uuid.uuid4())})
-            record = self._outbox(conn, signal.message_id)
+            record = self.outbox_record(conn, signal.message_id)
             if record is None:  # created and cleaned up by another copy in between
                 raise Duplicate(signal.message_id)
         claim_id = str(record["claim_id"])
@@ -237,7 +237,7 @@ class Endpoint:
         self.hook("inbox.delete")
         conn.execute(q["eo_inbox_delete"], {"endpoint": self.name, "attempt_id": signal.attempt_id, "claim_id": claim_id})
         self.hook("outbox.delete")
-        self._delete_outbox(conn, signal.message_id)
+        self.delete_outbox_record(conn, signal.message_id)
         if signal.payload is not None:  # nobody needs it any more: a copy now finds no record
             conn.execute(q["eo_payload_delete"], {"id": signal.payload})
         return outcome
@@ -269,13 +269,13 @@ class Endpoint:
 
     # -- helpers ----------------------------------------------------------------------------
 
-    def _outbox(self, conn: psycopg.Connection, message_id: str) -> dict | None:
+    def outbox_record(self, conn: psycopg.Connection, message_id: str) -> dict | None:
         row = conn.execute(_q()["eo_outbox_get"], {"endpoint": self.name, "message_id": message_id}).fetchone()
         if row is None:
             return None
         return {"message_id": row[0], "claim_id": row[1], "state": row[2], "outgoing": row[3], "attempts": row[4]}
 
-    def _delete_outbox(self, conn: psycopg.Connection, message_id: str) -> None:
+    def delete_outbox_record(self, conn: psycopg.Connection, message_id: str) -> None:
         conn.execute(_q()["eo_outbox_delete"], {"endpoint": self.name, "message_id": message_id})
 
     @staticmethod

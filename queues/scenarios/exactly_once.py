@@ -143,10 +143,10 @@ class ExactlyOnceScenario:
                         # Dispatch by hand to get the signal, then send it once more.
                         operation = sender.send(conn, [Outgoing(self.receiver_name, body)], dispatch=False)
                         sender.dispatch(conn, operation)
-                        record = sender._outbox(conn, operation)
+                        record = sender.outbox_record(conn, operation)
                         [(message_id, attempt_id)] = record["attempts"].items()
                         copy = Signal(message_id, attempt_id, body)
-                        sender._delete_outbox(conn, operation)
+                        sender.delete_outbox_record(conn, operation)
                         if rng.random() < 0.5:
                             sender.send_signal(conn, self.receiver_name, copy)  # right behind the first
                             concurrent.append(copy)
