@@ -4,7 +4,6 @@ same interleavings; crashes of a real receiving process at every step."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys

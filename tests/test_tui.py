@@ -7,7 +7,6 @@ import io
 import json
 
 import psycopg
-import pytest
 from textual.widgets import DataTable, Input, Tree
 
 from probes.sampler import Sampler
@@ -20,7 +19,6 @@ from tui.sample import SampleSource, sample_snapshot
 from tui.screens.dialogs import ConfirmScreen, HelpScreen, PromptScreen
 from tui.widgets.panels import CompactionPanel, LocksPanel, QueuesPanel
 
-from .conftest import wait_until
 
 
 def sample_app(**kwargs) -> QueuetopApp:
