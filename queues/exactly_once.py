@@ -85,6 +85,12 @@ class Signal:
         return cls(data["message_id"], data["attempt_id"], data.get("body"), data.get("payload"))
 
 
+def _check_outgoing(outgoing: Sequence[Outgoing]) -> None:
+    ids = [o.message_id for o in outgoing]
+    if len(set(ids)) != len(ids):
+        raise ValueError("outgoing messages of one record need distinct message ids")
+
+
 class Duplicate(Exception):
     """The signal was a duplicate and was dropped (not an error)."""
 
@@ -131,7 +137,9 @@ class Endpoint:
 
     def send(self, conn: psycopg.Connection, outgoing: Sequence[Outgoing],
              business: Callable[[psycopg.Connection], None] | None = None, *, dispatch: bool = True) -> str:
-        """Store the business change and the outgoing messages in one transaction, then dispatch."""
+        """Store the business change and the outgoing messages in one transaction, then dispatch.
+        A crash in between leaves a processed record: `recover()` (at start-up) dispatches it."""
+        _check_outgoing(outgoing)
         operation = str(uuid.uuid4())
         with conn.transaction():
             if business is not None:
@@ -146,7 +154,9 @@ class Endpoint:
         return operation
 
     def recover(self, conn: psycopg.Connection, limit: int = 1000) -> int:
-        """Dispatch and clean up the processed outbox records a crash left behind."""
+        """Dispatch and clean up the records of this endpoint's own business operations (`send`)
+        that a crash left undispatched. Records of incoming messages are not touched: their
+        redelivered signal finishes them, inbox record first."""
         rows = conn.execute(_q()["eo_outbox_pending"], {"endpoint": self.name, "limit": limit}).fetchall()
         for (message_id,) in rows:
             self.dispatch(conn, str(message_id))
@@ -174,8 +184,8 @@ class Endpoint:
                 attempts = fresh
             else:  # another dispatcher persisted its ids first: send those, never ours
                 record = self.outbox_record(conn, message_id)
-                if record is None:
-                    return 0
+                if record is None or record["state"] != "processed" or record["attempts"] is None:
+                    return 0  # it finished and cleaned up meanwhile (the record may be a new copy's)
                 attempts = record["attempts"]
         self.hook("send")
         for o in outgoing:
@@ -189,7 +199,9 @@ class Endpoint:
     def send_signal(self, conn: psycopg.Connection, destination: str, signal: Signal) -> None:
         """Claim-check: a large body goes to the payload store, the signal carries its id."""
         if signal.body is not None and len(signal.body.encode()) > PAYLOAD_INLINE_MAX:
-            payload = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{signal.message_id}"))
+            # Stable across re-dispatches of the same message (it is put again, not twice), and
+            # one per destination: each receiver deletes its own when done.
+            payload = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{destination}/{signal.message_id}"))
             conn.execute(_q()["eo_payload_put"], {"id": payload, "body": signal.body})
             signal = Signal(signal.message_id, signal.attempt_id, None, payload)
         queue = self._queues.get(destination)
@@ -229,6 +241,7 @@ class Endpoint:
                 won = conn.execute(q["eo_outbox_processed"], {**key, "claim_id": claim_id}).fetchone()
                 if won:
                     outgoing = list(self.handler(conn, signal.message_id, self._body(conn, signal)))
+                    _check_outgoing(outgoing)
                     if outgoing:
                         conn.execute(q["eo_outbox_outgoing"], {**key, "outgoing": Jsonb([o.as_dict() for o in outgoing])})
                     outcome = "processed"

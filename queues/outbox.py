@@ -8,8 +8,9 @@ the destination queues: a send to its queue, a publish to every queue subscribed
 Any number of relays may run; only the holder of the lease relays (design note 003: a lease
 in a table, taken by compare-and-swap on the database clock). A relay's batch is one
 transaction:
-1. DELETE the batch's ids from the outbox, RETURNING the rows: exactly those are published, so
-   a row another relay already moved is never published twice;
+1. DELETE the oldest rows nobody else holds (FOR UPDATE SKIP LOCKED), RETURNING them: exactly
+   those are published, so a row another relay moved is never published twice, and rows held by
+   a stalled ex-leader's open batch are stepped over, not waited for;
 2. enqueue them (envelope: outbox id, the relay's fencing token, the body) to their queues;
 3. the fence: the lease is still held by this relay under its token, by `clock_timestamp()`,
    read FOR SHARE so that a takeover waits for this COMMIT. If not, everything rolls back.
@@ -90,25 +91,36 @@ class Relay:
         self._queues: dict[str, TableQueue] = {}
 
     def run(self, stop: threading.Event) -> None:
-        with connect(self.target, application_name=f"queuetop-relay:{self.holder}") as conn:
+        while not stop.is_set():
+            try:
+                # A relay session is never idle inside a transaction unless its process stalled:
+                # then the server ends the session, and the locks of its batch with it.
+                with connect(self.target, application_name=f"queuetop-relay:{self.holder}",
+                             options={"idle_in_transaction_session_timeout": str(int(self.ttl_s * 2000))}) as conn:
+                    self._serve(conn, stop)
+            except (psycopg.Error, QueuetopError) as exc:  # the database went away, a queue vanished...
+                log.warning("%s: %s; reconnecting", self.holder, exc)
+                stop.wait(min(1.0, self.ttl_s / 4))
+
+    def _serve(self, conn: psycopg.Connection, stop: threading.Event) -> None:
+        while not stop.is_set():
+            if self.token is None and not self._take(conn):
+                stop.wait(min(1.0, self.ttl_s / 4))  # standby
+                continue
+            renew_at = time.monotonic() + self.ttl_s / 3
             while not stop.is_set():
-                if self.token is None and not self._take(conn):
-                    stop.wait(min(1.0, self.ttl_s / 4))  # standby
-                    continue
-                renew_at = time.monotonic() + self.ttl_s / 3
-                while not stop.is_set():
-                    if time.monotonic() >= renew_at:
-                        if not self._renew(conn):
-                            break
-                        renew_at = time.monotonic() + self.ttl_s / 3
-                    try:
-                        moved = self.relay_batch(conn)
-                    except StaleLease:
-                        log.warning("%s: lease lost under token %s", self.holder, self.token)
-                        self.token = None
+                if time.monotonic() >= renew_at:
+                    if not self._renew(conn):
                         break
-                    if moved == 0:
-                        stop.wait(self.idle_s)
+                    renew_at = time.monotonic() + self.ttl_s / 3
+                try:
+                    moved = self.relay_batch(conn)
+                except StaleLease:
+                    log.warning("%s: lease lost under token %s", self.holder, self.token)
+                    self.token = None
+                    break
+                if moved == 0:
+                    stop.wait(self.idle_s)
 
     def _take(self, conn: psycopg.Connection) -> bool:
         try:
@@ -131,28 +143,38 @@ class Relay:
         """One fenced transaction; returns how many outbox rows it moved (StaleLease: none)."""
         if self.token is None:
             raise StaleLease(f"{self.holder} holds no lease")
+        for _ in range(3):
+            try:
+                return self._relay_batch(conn)
+            except _MissingQueues as missing:
+                # Queues are created outside the batch: creating one inside it would hold the
+                # queue-creation lock for the whole batch (and for as long as a stalled relay).
+                for name in missing.names:
+                    self._queues[name] = TableQueue.create(conn, name)
+        return 0
+
+    def _relay_batch(self, conn: psycopg.Connection) -> int:
         q = _q()
-        peeked = conn.execute(q["outbox_peek"], {"limit": self.batch}).fetchall()
-        if not peeked:
-            return 0
-        # The recipient list, and every destination queue made to exist, before the transaction:
-        # creating a queue there would hold the queue-creation lock for the whole batch.
-        topics = sorted({dest for _id, kind, dest in peeked if kind == "publish"})
-        recipients: dict[str, list[str]] = defaultdict(list)
-        if topics:
-            for topic, queue in conn.execute(q["subscribers"], {"topics": topics}):
-                recipients[topic].append(queue)
-        for name in {dest for _id, kind, dest in peeked if kind == "send"} | {n for qs in recipients.values() for n in qs}:
-            if name not in self._queues:
-                self._queues[name] = TableQueue.create(conn, name)
-        self.hook("batch")
         with conn.transaction():
-            rows = conn.execute(q["outbox_take"], {"ids": [row[0] for row in peeked]}).fetchall()
+            # Select and lock in the DELETE: rows held by another relay's open batch (a stalled
+            # ex-leader) are skipped, and the next ones taken, so the new leader never waits.
+            rows = sorted(conn.execute(q["outbox_take"], {"limit": self.batch}).fetchall())  # in id order
+            if not rows:
+                return 0
+            topics = sorted({dest for _id, kind, dest, _body in rows if kind == "publish"})
+            recipients: dict[str, list[str]] = defaultdict(list)
+            if topics:
+                for topic, queue in conn.execute(q["subscribers"], {"topics": topics}):
+                    recipients[topic].append(queue)
             outgoing: dict[str, list[str]] = defaultdict(list)
             for outbox_id, kind, destination, body in rows:
                 envelope = json.dumps({"outbox_id": outbox_id, "token": self.token, "body": json.loads(body)})
                 for queue in ([destination] if kind == "send" else recipients.get(destination, [])):
                     outgoing[queue].append(envelope)
+            missing = [name for name in outgoing if name not in self._queues]
+            if missing:
+                raise _MissingQueues(missing)  # rolls the batch back
+            self.hook("batch")
             for name, bodies in outgoing.items():
                 self._queues[name].enqueue_batch(conn, bodies)
             self.hook("fence")
@@ -161,6 +183,12 @@ class Relay:
                 raise StaleLease(f"{self.holder}: lease {self.lease} is no longer held under token {self.token}")
         self.relayed += len(rows)
         return len(rows)
+
+
+class _MissingQueues(Exception):
+    def __init__(self, names: list[str]) -> None:
+        super().__init__(", ".join(names))
+        self.names = names
 
 
 def run_relay_process(target: Target, holder: str, lease: str = DEFAULT_LEASE, ttl_s: float = 5.0, batch: int = 100) -> None:

@@ -284,3 +284,45 @@ def test_scenario_bad_options_are_one_line(db, cli):
     result = cli("engine", "scenario", "exactly-once", "--dsn", db.dsn, "--crash-rate", "1.5", "--json")
     assert result.returncode == 2 and "--crash-rate must be" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and result.stdout == ""
+
+
+def test_recover_dispatches_the_senders_operations_only(db):
+    with db.connect() as conn:
+        sender = Endpoint(SENDER)
+        # The sender "crashed" between its business transaction and the dispatch.
+        sender.send(conn, [Outgoing(RECEIVER, "{}")], dispatch=False)
+        assert sender.recover(conn) == 1 and sender.recover(conn) == 0
+        [message] = signal_queue(conn, RECEIVER).claim(conn, visibility_s=60)
+    sig = Signal.from_json(message.body)
+
+    def stop_after_processing(step):
+        if step == "dispatch":
+            raise KeyboardInterrupt  # the receiver dies with its record processed, inbox claimed
+
+    with pytest.raises(KeyboardInterrupt):
+        deliver(db, sig, hook=stop_after_processing)
+    with db.connect() as conn:
+        assert Endpoint(RECEIVER).recover(conn) == 0  # an incoming message's record: not recover's
+    assert deliver(db, sig) == "resumed"  # the redelivered signal finishes it, inbox first
+    assert effects(db) == 1 and leftovers(db) == (0, 0, 0)
+
+
+def test_one_large_message_to_two_destinations_each_gets_its_payload(db):
+    body = '{"blob": "' + "y" * 2000 + '"}'
+    with db.connect() as conn:
+        with pytest.raises(ValueError):  # one record, one id per outgoing message
+            Endpoint(SENDER).send(conn, [Outgoing(RECEIVER, body, message_id="m"), Outgoing(SINK, body, message_id="m")])
+        Endpoint(SENDER).send(conn, [Outgoing(RECEIVER, body), Outgoing(SINK, body)])
+        signals = {name: Signal.from_json(signal_queue(conn, name).claim(conn, visibility_s=60)[0].body)
+                   for name in (RECEIVER, SINK)}
+    assert signals[RECEIVER].payload != signals[SINK].payload
+    from queues.exactly_once import Duplicate
+
+    for name, sig in signals.items():
+        with db.connect() as conn:
+            try:
+                assert Endpoint(name).handle(conn, sig) == "processed"
+            except Duplicate:
+                raise AssertionError(f"{name} saw its message as a duplicate") from None
+    assert effects(db, RECEIVER) == effects(db, SINK) == 1
+    assert leftovers(db) == (0, 0, 0)

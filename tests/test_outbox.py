@@ -104,11 +104,12 @@ def test_relay_paused_past_its_lease_is_fenced_off(db):
     thread.start()
     assert paused.wait(10)
     # The lease expires; a new relay takes it (its token is higher) and relays what it can see.
-    fresh = Relay(db.target, "fresh", lease="ob-relay", ttl_s=30, batch=100)
+    fresh = Relay(db.target, "fresh", lease="ob-relay", ttl_s=30, batch=5)
     with db.connect() as conn:
         fresh.token = wait_until(lambda: _try_acquire(conn, "fresh"), timeout=10, what="the takeover")
         assert fresh.token == stale.token + 1
-        assert fresh.relay_batch(conn) == 15  # the stale relay's 5 rows are locked by its open batch
+        # The 5 oldest rows are locked by the stale relay's open batch: stepped over, not waited for.
+        assert [fresh.relay_batch(conn) for _ in range(4)] == [5, 5, 5, 0]
     resume.set()
     thread.join(10)
     assert outcome == ["fenced"]  # its batch rolled back: nothing it wrote is kept

@@ -92,19 +92,19 @@ class ExactlyOnceScenario:
         context = multiprocessing.get_context("forkserver")
         deliveries = context.Array("q", self.receivers, lock=False)
         processes: list[multiprocessing.Process | None] = [None] * self.receivers
-        crashes = restarts = 0
+        crashes = spawned = 0
         started = time.monotonic()
         with connect(self.target, application_name=f"{APPLICATION}:send") as conn:
             schema.require(conn, where=self.target.masked)
             queue = signal_queue(conn, self.receiver_name)
 
             def spawn(slot: int) -> None:
-                nonlocal restarts
-                restarts += 1
+                nonlocal spawned
+                spawned += 1  # every process its own random stream, replayable from the seed
                 proc = context.Process(
                     target=_receiver, daemon=True,
                     args=(self.target.conninfo, self.receiver_name, self.variant, self.crash_rate,
-                          self.seed * 1000 + restarts, slot, deliveries, self.visibility_s),
+                          self.seed * 1000 + spawned, slot, deliveries, self.visibility_s),
                 )
                 proc.start()
                 processes[slot] = proc
@@ -132,7 +132,6 @@ class ExactlyOnceScenario:
 
             for slot in range(self.receivers):
                 spawn(slot)
-            restarts = 0
             sender = Endpoint(self.sender_name)
             concurrent: list[Signal] = []
             late: list[Signal] = []

@@ -395,8 +395,8 @@ RETURNING 1;
 
 -- name: eo_outbox_new
 -- A business operation with no incoming message (the sender): processed from the start.
-INSERT INTO queuetop.eo_outbox (endpoint, message_id, claim_id, state, outgoing)
-VALUES (%(endpoint)s::text, %(message_id)s::uuid, %(claim_id)s::uuid, 'processed', %(outgoing)s::jsonb);
+INSERT INTO queuetop.eo_outbox (endpoint, message_id, claim_id, state, outgoing, incoming)
+VALUES (%(endpoint)s::text, %(message_id)s::uuid, %(claim_id)s::uuid, 'processed', %(outgoing)s::jsonb, false);
 
 -- name: eo_outbox_set_attempts
 -- Persisted before sending; compare-and-swap, so that two dispatchers never both send.
@@ -415,8 +415,10 @@ DELETE FROM queuetop.eo_outbox
 WHERE endpoint = %(endpoint)s::text AND message_id = %(message_id)s::uuid AND state = 'processed';
 
 -- name: eo_outbox_pending
+-- The endpoint's own business operations left undispatched by a crash (not incoming messages).
 SELECT message_id FROM queuetop.eo_outbox
-WHERE endpoint = %(endpoint)s::text AND state = 'processed' ORDER BY created_at LIMIT %(limit)s::integer;
+WHERE endpoint = %(endpoint)s::text AND state = 'processed' AND NOT incoming
+ORDER BY created_at LIMIT %(limit)s::integer;
 
 -- name: eo_effect
 INSERT INTO queuetop.eo_effects (endpoint, message_id) VALUES (%(endpoint)s::text, %(message_id)s::uuid);
@@ -446,16 +448,13 @@ DELETE FROM queuetop.eo_outbox WHERE endpoint = ANY(%(endpoints)s::text[]);
 INSERT INTO queuetop.outbox (kind, destination, body)
 VALUES (%(kind)s::text, %(destination)s::text, %(body)s::json) RETURNING id;
 
--- name: outbox_peek
--- The leader's next batch, read without locks (it is supposed to be alone: the fence checks it).
-SELECT id, kind, destination FROM queuetop.outbox ORDER BY id LIMIT %(limit)s::integer;
-
 -- name: outbox_take
--- In the relay's transaction: exactly the rows this DELETE returns are published. Rows locked by
--- another relay's open batch (a zombie that lost its lease and has not noticed yet) are skipped,
--- not waited for: they come back if its fence refuses it.
+-- In the relay's transaction: the oldest rows nobody else holds, deleted; exactly the rows this
+-- DELETE returns are published. Rows locked by another relay's open batch (a stalled ex-leader
+-- that has not noticed it lost the lease) are skipped, not waited for: they come back if its
+-- fence refuses it.
 DELETE FROM queuetop.outbox
-WHERE id IN (SELECT id FROM queuetop.outbox WHERE id = ANY(%(ids)s::bigint[]) ORDER BY id FOR UPDATE SKIP LOCKED)
+WHERE id IN (SELECT id FROM queuetop.outbox ORDER BY id LIMIT %(limit)s::integer FOR UPDATE SKIP LOCKED)
 RETURNING id, kind, destination, body::text AS body;
 
 -- name: subscribers

@@ -226,9 +226,11 @@ CREATE TABLE IF NOT EXISTS queuetop.eo_outbox (
     state      text NOT NULL DEFAULT 'claimed' CHECK (state IN ('claimed', 'processed')),
     outgoing   jsonb NOT NULL DEFAULT '[]',  -- [{message_id, destination, body}]
     attempts   jsonb,           -- {message_id: attempt_id}, persisted before any signal is sent
+    incoming   boolean NOT NULL DEFAULT true,  -- false: the endpoint's own operation (send)
     created_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (endpoint, message_id)
 );
+ALTER TABLE queuetop.eo_outbox ADD COLUMN IF NOT EXISTS incoming boolean NOT NULL DEFAULT true;
 -- The business side effect of the scenario's endpoints: deliberately not idempotent (no key).
 CREATE TABLE IF NOT EXISTS queuetop.eo_effects (
     endpoint   text NOT NULL,
