@@ -326,16 +326,10 @@ class EngineControls:
         try:
             with self._connect("service:outbox") as conn:
                 while not activity.stop_event.is_set():
-                    due = int((time.monotonic() - started) * rate) - written
+                    due = min(int((time.monotonic() - started) * rate) - written, 1000)
                     if due > 0:
-                        with conn.transaction():  # the service's business change and its messages
-                            for n in range(written, written + min(due, 1000)):
-                                body = json.dumps({"order": n})
-                                if n % 2:
-                                    outbox.publish(conn, RELAY_TOPIC, body)
-                                else:
-                                    outbox.send(conn, RELAY_QUEUE, body)
-                        written += min(due, 1000)
+                        outbox.write_orders(conn, written, written + due, RELAY_QUEUE, RELAY_TOPIC)
+                        written += due
                     for holder, process in list(activity.processes.items()):
                         if process.is_alive():
                             continue

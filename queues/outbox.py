@@ -65,6 +65,18 @@ def publish(conn: psycopg.Connection, topic: str, body: str) -> int:
     return conn.execute(_q()["outbox_write"], {"kind": "publish", "destination": topic, "body": body}).fetchone()[0]
 
 
+def write_orders(conn: psycopg.Connection, first: int, last: int, queue: str, topic: str) -> None:
+    """The demo service of the relay scenario and the dashboard: orders `first` to `last - 1`,
+    in one transaction, alternately sent to `queue` and published to `topic`."""
+    with conn.transaction():
+        for n in range(first, last):
+            body = json.dumps({"order": n})
+            if n % 2:
+                publish(conn, topic, body)
+            else:
+                send(conn, queue, body)
+
+
 def subscribe(conn: psycopg.Connection, topic: str, queue: str) -> None:
     check_name("topic", topic)
     TableQueue.create(conn, queue)

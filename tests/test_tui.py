@@ -26,15 +26,21 @@ def sample_app(**kwargs) -> QueuetopApp:
     return QueuetopApp(lambda sink: SampleSource(sink, snapshots), **kwargs)
 
 
-async def settle(pilot, app, predicate, what, attempts=200, notes=None):
+async def settle(pilot, app, predicate, what, attempts=200):
     for _ in range(attempts):
         await pilot.pause(0.02)
         if predicate():
             return
-    said = [str(n.message) for n in app._notifications] if notes else []
-    if notes and getattr(app, "controls", None):
-        said += [f"{a.key}: {a.error}" for a in app.controls.activities()]
+    said = [str(n.message) for n in app._notifications]  # what the operator was told, to explain it
     raise AssertionError(f"timed out waiting for {what}" + (f"; notifications: {said}" if said else ""))
+
+
+async def answer_prompt(pilot, app, key: str, text: str) -> None:
+    """Press an engine action's key, check that its prompt opened, type `text` and run it."""
+    await pilot.press(key)
+    assert isinstance(app.screen, PromptScreen)
+    app.screen.query_one(Input).value = text
+    await pilot.press("enter")
 
 
 def queue_rows(app) -> dict[str, tuple]:
@@ -198,10 +204,7 @@ async def test_start_consumers_from_the_ui_drains_the_queue(db):
     controls = EngineControls(db.target)
     app = live_app(db, controls=controls)
     async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.press("w")
-        assert isinstance(app.screen, PromptScreen)
-        app.screen.query_one(Input).value = "ui-drain 2 noop claim"
-        await pilot.press("enter")
+        await answer_prompt(pilot, app, "w", "ui-drain 2 noop claim")
 
         def drained():
             with db.connect() as conn:
@@ -338,10 +341,7 @@ async def test_contention_scenario_from_the_ui_fills_the_locks_panel(db):
     controls = EngineControls(db.target)
     app = live_app(db, controls=controls)
     async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.press("s")
-        assert isinstance(app.screen, PromptScreen)
-        app.screen.query_one(Input).value = "naive 8 120"
-        await pilot.press("enter")
+        await answer_prompt(pilot, app, "s", "naive 8 120")
         tree = app.query_one(LocksPanel).query_one(Tree)
 
         def scenario_blocked():
@@ -367,12 +367,9 @@ async def test_relays_from_the_ui_and_killing_the_leader_moves_the_lease(db):
         return next((lease for lease in s.leases if lease.name == "outbox-relay"), None) if s else None
 
     async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.press("y")
-        assert isinstance(app.screen, PromptScreen)
-        app.screen.query_one(Input).value = "2 50"
-        await pilot.press("enter")
+        await answer_prompt(pilot, app, "y", "2 50")
         await settle(pilot, app, lambda: (lease := relay_lease()) is not None and lease.state == "held",
-                     "the relay lease held", 1500, notes=app)
+                     "the relay lease held", 1500)
         first = relay_lease()
         await settle(pilot, app, lambda: any(q.kind == "outbox" for q in app.snapshot.queues), "the outbox row", 500)
         await pilot.press("x")  # no prompt: SIGKILL the holder

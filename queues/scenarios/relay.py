@@ -73,33 +73,25 @@ class RelayScenario:
             first_token = None
             try:
                 written = 0
-                while written < self.messages:
-                    due = min(self.messages, int((time.monotonic() - started) * self.rate) + 1)
-                    with conn.transaction():  # the business change and its messages, together
-                        for n in range(written, due):
-                            body = json.dumps({"order": n})
-                            if n % 2:
-                                outbox.publish(conn, self.topic, body)
-                            else:
-                                outbox.send(conn, self.direct, body)
-                    written = due
-                    if first_token is None:
-                        first_token = self._token(conn)
-                    if self.kill_leader and killed is None and self._relayed(conn) >= self.messages // 3:
-                        killed = self._kill_leader(conn, processes)
-                    time.sleep(0.01)
-                deadline = time.monotonic() + 60 + self.ttl_s * 3
+                deadline = None  # set once everything is written
                 while True:
+                    if written < self.messages:
+                        due = min(self.messages, int((time.monotonic() - started) * self.rate) + 1)
+                        outbox.write_orders(conn, written, due, self.direct, self.topic)
+                        written = due
+                    elif deadline is None:
+                        deadline = time.monotonic() + 60 + self.ttl_s * 3
                     if first_token is None:
                         first_token = self._token(conn)
                     if self.kill_leader and killed is None and self._relayed(conn) >= self.messages // 3:
                         killed = self._kill_leader(conn, processes)
-                    backlog = conn.execute(schema.queries()["outbox_rows"]).fetchone()[0]
-                    if backlog == 0 and (killed or not self.kill_leader):
-                        break
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(f"the relays left {backlog} outbox rows after the deadline")
-                    time.sleep(0.05)
+                    if deadline is not None:
+                        backlog = conn.execute(schema.queries()["outbox_rows"]).fetchone()[0]
+                        if backlog == 0 and (killed or not self.kill_leader):
+                            break
+                        if time.monotonic() > deadline:
+                            raise RuntimeError(f"the relays left {backlog} outbox rows after the deadline")
+                    time.sleep(0.01)
                 elapsed = time.monotonic() - started
             finally:
                 for proc in processes.values():
