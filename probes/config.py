@@ -32,7 +32,7 @@ from pathlib import Path
 
 from platformdirs import user_config_dir
 
-from queues.errors import UsageError
+from dbcore.errors import UsageError
 
 ENV_CONFIG = "QUEUETOP_CONFIG"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,47}$")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import psycopg
 from psycopg import sql
 
-from queues.sqlfiles import load
+from dbcore.sqlfiles import load
 
 HEAD_ROWS = 20
 

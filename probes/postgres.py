@@ -9,16 +9,17 @@ sampler records the reason and the other probes go on.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from queues.database import Target, connect
-from queues.errors import first_line
-from queues.sqlfiles import load
+from dbcore.database import Target, connect
+from dbcore.errors import first_line
+from dbcore.sqlfiles import load
 
 from .config import Config, DeclaredQueue
 from .model import (
@@ -388,6 +389,17 @@ class PostgresProbes:
             xmin_holder_age_xids=xmin["xmin_age"] if xmin else None,
             xmin_holder_application=xmin["application_name"] if xmin else None,
         )
+
+
+@contextmanager
+def blocked_applications(target: Target) -> Iterator[Callable[[], list[str | None]]]:
+    """One probe session for a caller that asks many times who is blocked (the contention
+    scenario, which the engine runs without importing the probes): each call returns the
+    application_name of every blocked session, read by the same code as the Locks panel."""
+    probes = PostgresProbes()
+    with open_probe_connection(target, application_name=f"{APPLICATION_NAME}:scenario") as conn:
+        probes.server(conn)
+        yield lambda: [session.application for session in probes.locks(conn)[0]]
 
 
 def _visible_text(value: str | None) -> str | None:

@@ -21,8 +21,8 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from queues.database import Target, server_options
-from queues.errors import first_line
+from dbcore.database import Target, server_options
+from dbcore.errors import first_line
 
 from .config import Config
 from .model import ProbeStatus, ServerInfo, Snapshot

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .database import Target, connect
+from dbcore.database import Target, connect
 
 
 def signal_backend(target: Target, pid: int, *, terminate: bool) -> bool:

@@ -24,8 +24,8 @@ from pathlib import Path
 import psycopg
 
 from . import schema
-from .database import Target, connect
-from .errors import UsageError
+from dbcore.database import Target, connect
+from dbcore.errors import UsageError
 from .handlers import parse_handler
 from .table_queue import TableQueue
 from .worker import WorkerPool, WorkOptions

@@ -26,8 +26,8 @@ import psycopg
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from . import schema
-from .database import Target, connect
-from .errors import QueuetopError, UsageError
+from dbcore.database import Target, connect
+from dbcore.errors import QueuetopError, UsageError
 
 log = logging.getLogger("queuetop.compactor")
 NAME = "task_status"

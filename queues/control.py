@@ -26,10 +26,10 @@ from . import compactor
 from . import lease as leases
 from . import outbox
 from . import ring as rings
-from .database import Target, connect
-from .errors import QueuetopError, UsageError, first_line
+from dbcore.database import Target, connect
+from dbcore.errors import QueuetopError, UsageError, first_line
 from .handlers import parse_handler
-from .scenarios.contention import ContentionOptions, ContentionScenario
+from .scenarios.contention import ContentionOptions, ContentionScenario, LockSampler
 from .table_queue import SCHEMA, TableQueue, check_name, default_bodies
 from .worker import WorkerPool, WorkOptions
 
@@ -251,12 +251,13 @@ class EngineControls:
             answered = compactor.answer_some(conn, task, answers) if answers else 0
         return reached, answered
 
-    def start_scenario(self, options: ContentionOptions, on_done: Callable[[dict], None] | None = None) -> Activity:
+    def start_scenario(self, options: ContentionOptions, lock_sampler: LockSampler,
+                       on_done: Callable[[dict], None] | None = None) -> Activity:
         """The contention scenario in the background until its duration ends or it is stopped;
         `on_done` receives its summary (from the scenario's thread)."""
         options.validate()
         activity = Activity(SCENARIO_KEY, f"contention scenario ({options.mode}, {options.submitters} submitters)")
-        scenario = ContentionScenario(self.target, options, stop_event=activity.stop_event)
+        scenario = ContentionScenario(self.target, options, lock_sampler, stop_event=activity.stop_event)
         return self._thread(activity, self._scenario, scenario, on_done)
 
     def _scenario(self, activity: Activity, scenario: ContentionScenario, on_done) -> None:

@@ -26,7 +26,7 @@ from datetime import datetime, timedelta, timezone
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from .control import EngineControls
-from .errors import QueuetopError
+from dbcore.errors import QueuetopError
 
 log = logging.getLogger("queuetop.demo")
 RELAY_HOLDER = "demo-relay"

@@ -17,8 +17,8 @@ import platformdirs
 import psycopg
 from psycopg import sql
 
-from .database import Target
-from .errors import ConnectionFailed
+from dbcore.database import Target
+from dbcore.errors import ConnectionFailed
 
 DATABASE = "queuetop"
 ENV_DATA_DIR = "QUEUETOP_DATA_DIR"

@@ -20,7 +20,7 @@ import signal
 import time
 from collections.abc import Callable
 
-from .errors import UsageError
+from dbcore.errors import UsageError
 from .table_queue import Message
 
 Handler = Callable[[Message], None]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import psycopg
 
 from . import schema
-from .errors import LeaseHeld, UsageError
+from dbcore.errors import LeaseHeld, UsageError
 from .table_queue import check_name
 
 MAX_HOLDER_LEN = 200

@@ -34,8 +34,8 @@ import psycopg
 
 from . import lease as leases
 from . import schema
-from .database import Target, connect
-from .errors import LeaseHeld, QueuetopError
+from dbcore.database import Target, connect
+from dbcore.errors import LeaseHeld, QueuetopError
 from .table_queue import TableQueue, check_name
 
 log = logging.getLogger("queuetop.outbox")

@@ -16,7 +16,7 @@ from datetime import datetime
 import psycopg
 
 from . import schema
-from .errors import RingFull, UsageError
+from dbcore.errors import RingFull, UsageError
 from .table_queue import check_name
 
 MAX_CAPACITY = 10_000_000

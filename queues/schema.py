@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import psycopg
 
-from . import sqlfiles
-from .errors import UsageError
+from dbcore import sqlfiles
+from dbcore.errors import UsageError
 
 SCHEMA_VERSION = "1"
 # Serialises concurrent `engine init` runs (and queue creation) across sessions.

@@ -23,7 +23,7 @@ import psycopg
 from psycopg import sql
 
 from . import schema
-from .errors import UsageError
+from dbcore.errors import UsageError
 
 NAME_RULE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,47}$")
 NAME_HELP = "1-48 characters: letters, digits and _ . : - (starting with a letter or digit)"

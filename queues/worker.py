@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 import psycopg
 from psycopg import sql
 
-from .database import Target, connect
-from .errors import OperationFailed, UsageError, first_line
+from dbcore.database import Target, connect
+from dbcore.errors import OperationFailed, UsageError, first_line
 from .handlers import Handler
 from .hotpath import HotPath
 from .table_queue import NOTIFY_CHANNEL, Message, TableQueue

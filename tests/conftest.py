@@ -19,7 +19,7 @@ import pytest
 from psycopg import sql
 
 from queues import schema
-from queues.database import Target, resolve_target
+from dbcore.database import Target, resolve_target
 
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 

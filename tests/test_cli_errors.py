@@ -12,7 +12,7 @@ from psycopg import sql
 
 import queues
 from queues import lease, ring
-from queues.database import MASK, mask_dsn
+from dbcore.database import MASK, mask_dsn
 from queues.table_queue import TableQueue
 
 from .conftest import PASSWORD, PASSWORD_ROLE

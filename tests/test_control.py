@@ -8,7 +8,7 @@ import pytest
 from probes.sampler import run_cycle
 from queues.control import EngineControls
 from queues.demo import Demo
-from queues.errors import UsageError
+from dbcore.errors import UsageError
 from queues.table_queue import TableQueue
 
 from .conftest import wait_until

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from queues.database import resolve_target
-from queues.errors import UsageError
+from dbcore.database import resolve_target
+from dbcore.errors import UsageError
 
 
 def test_no_dsn_means_embedded(monkeypatch):

@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from queues import lease
-from queues.errors import LeaseHeld, UsageError
+from dbcore.errors import LeaseHeld, UsageError
 
 from .conftest import wait_until
 

@@ -16,7 +16,7 @@ from psycopg import sql
 from probes.config import Config, DeclaredQueue
 from probes.postgres import PostgresProbes, open_probe_connection
 from probes.sampler import run_cycle
-from queues.errors import RingFull
+from dbcore.errors import RingFull
 from queues.lease import acquire
 from queues.ring import create as ring_create
 from queues.ring import put as ring_put
@@ -403,7 +403,7 @@ def test_a_role_without_privileges_sees_what_it_may(db):
         conn.execute("CREATE TABLE accounts (id int PRIMARY KEY)")
         conn.execute("INSERT INTO accounts VALUES (1)")
     limited = db.dsn.replace("postgres@", f"{PASSWORD_ROLE}:{PASSWORD}@")
-    from queues.database import resolve_target
+    from dbcore.database import resolve_target
 
     target = resolve_target(limited)
     with sessions(db, "qt-priv-a", "qt-priv-b") as (a, b):

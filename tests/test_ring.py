@@ -11,7 +11,7 @@ import time
 import pytest
 
 from queues import ring
-from queues.errors import RingFull, UsageError
+from dbcore.errors import RingFull, UsageError
 
 from .conftest import wait_until
 

@@ -10,7 +10,7 @@ import pytest
 from probes.config import load_config, parse_config
 from probes.postgres import PostgresProbes
 from probes.sampler import Sampler
-from queues.errors import UsageError
+from dbcore.errors import UsageError
 from queues.table_queue import TableQueue
 
 from .conftest import wait_until
@@ -95,7 +95,7 @@ def test_a_slow_probe_never_overlaps_itself(db):
 
 
 def test_sampler_reports_an_unreachable_database_and_keeps_going(db, pg_server):
-    from queues.database import resolve_target
+    from dbcore.database import resolve_target
 
     target = resolve_target(f"postgresql://postgres@/{db.name}?host=/nonexistent-socket-dir")
     sink = Collect()

@@ -8,7 +8,8 @@ import threading
 import pytest
 
 from queues.control import SCENARIO_KEY, EngineControls
-from queues.errors import UsageError
+from dbcore.errors import UsageError
+from probes.postgres import blocked_applications
 from queues.scenarios.contention import ContentionOptions, ContentionScenario
 
 from .conftest import wait_until
@@ -36,7 +37,7 @@ def answered(db) -> int:
 
 
 def test_naive_mode_blocks_and_its_sums_are_exact(db):
-    result = ContentionScenario(db.target, ContentionOptions(mode="naive", duration_s=2.0, **TINY)).run()
+    result = ContentionScenario(db.target, ContentionOptions(mode="naive", duration_s=2.0, **TINY), blocked_applications).run()
     assert KEYS <= result.keys()
     assert result["mode"] == "naive" and result["consistent"] is True and result["errors"] == []
     assert result["answers"] > 0 and result["resubmissions"] >= 2
@@ -50,7 +51,7 @@ def test_naive_mode_blocks_and_its_sums_are_exact(db):
 
 
 def test_compacted_mode_does_not_block_and_its_sums_are_exact(db):
-    result = ContentionScenario(db.target, ContentionOptions(mode="compacted", duration_s=2.0, **TINY)).run()
+    result = ContentionScenario(db.target, ContentionOptions(mode="compacted", duration_s=2.0, **TINY), blocked_applications).run()
     assert result["mode"] == "compacted" and result["consistent"] is True and result["errors"] == []
     assert result["answers"] > 0
     assert result["max_blocked_sessions"] <= 1
@@ -99,10 +100,10 @@ def test_controls_run_the_scenario_in_the_background_until_stopped(db):
         done.set()
 
     options = ContentionOptions(mode="naive", duration_s=600, **TINY)
-    controls.start_scenario(options, on_done=on_done)
+    controls.start_scenario(options, blocked_applications, on_done=on_done)
     try:
         with pytest.raises(UsageError):
-            controls.start_scenario(options)  # one at a time
+            controls.start_scenario(options, blocked_applications)  # one at a time
         assert any(a.key == SCENARIO_KEY for a in controls.activities())
         wait_until(lambda: answered(db) > 0, timeout=30, what="the first answers")
     finally:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from queues import sqlfiles
+from dbcore import sqlfiles
 
 from .conftest import REPO
 

@@ -128,7 +128,7 @@ def test_hold_transaction_failure_requeues_under_same_id(db):
 
 
 def test_unknown_queue_is_a_usage_error(db):
-    from queues.errors import UsageError
+    from dbcore.errors import UsageError
 
     with db.connect() as conn, pytest.raises(UsageError, match="unknown queue"):
         TableQueue.open(conn, "missing")
@@ -136,7 +136,7 @@ def test_unknown_queue_is_a_usage_error(db):
 
 @pytest.mark.parametrize("name", ['x"; drop table y; --', "", "a" * 49, "robert'); DROP TABLE students;--", "ünï", "a b"])
 def test_hostile_or_invalid_names_are_rejected_before_sql(db, name):
-    from queues.errors import UsageError
+    from dbcore.errors import UsageError
 
     with db.connect() as conn:
         conn.execute("CREATE TABLE y (id int)")

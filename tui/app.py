@@ -10,7 +10,7 @@ from platformdirs import user_log_dir
 from probes.config import load_config
 from probes.sampler import Sampler
 from queues import schema
-from queues.database import connect
+from dbcore.database import connect
 
 
 def run_dashboard(ctx) -> int:
@@ -24,7 +24,7 @@ def run_dashboard(ctx) -> int:
     target = ctx.target  # starts the embedded server when no DSN is given
     interval = args.interval if args.interval != 2.0 else config.interval_s
     if not 0.1 <= interval <= 3600:
-        from queues.errors import UsageError
+        from dbcore.errors import UsageError
 
         raise UsageError("--interval must be between 0.1 and 3600 seconds")
     _log_to_file()

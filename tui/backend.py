@@ -5,7 +5,7 @@ from __future__ import annotations
 from probes.details import queue_details, session_details
 from probes.postgres import open_probe_connection
 from queues.admin import signal_backend
-from queues.database import Target
+from dbcore.database import Target
 
 
 class DatabaseBackend:

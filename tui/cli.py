@@ -17,8 +17,8 @@ from queues import __version__
 from queues import lease as leases
 from queues import ring as rings
 from queues import schema
-from queues.database import MASK, ENV_DSN, Target, connect, resolve_target
-from queues.errors import QueuetopError, UsageError, first_line
+from dbcore.database import MASK, ENV_DSN, Target, connect, resolve_target
+from dbcore.errors import QueuetopError, UsageError, first_line
 
 PROG = "queuetop"
 
@@ -256,7 +256,7 @@ def cmd_bench_engine(ctx: Context) -> int:
 
 
 def cmd_bench_probes(ctx: Context) -> int:
-    from probes.bench import run_probe_bench
+    from .probe_bench import run_probe_bench
 
     args = ctx.args
     result = run_probe_bench(
@@ -309,6 +309,7 @@ def cmd_engine_compact(ctx: Context) -> int:
 
 
 def cmd_scenario_contention(ctx: Context) -> int:
+    from probes.postgres import blocked_applications
     from queues.scenarios.contention import ContentionOptions, ContentionScenario
 
     args = ctx.args
@@ -318,7 +319,7 @@ def cmd_scenario_contention(ctx: Context) -> int:
         submission_users=args.submission_users, submission_batches=args.submission_batches,
         compact_every_s=args.compact_every, sample_every_s=args.sample_every, keep=args.keep,
     ).validate()  # before anything is written
-    scenario = ContentionScenario(ctx.target, options, progress=_progress(args))
+    scenario = ContentionScenario(ctx.target, options, blocked_applications, progress=_progress(args))
     try:
         result = scenario.run()
     except KeyboardInterrupt:

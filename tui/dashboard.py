@@ -25,7 +25,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Footer, Input, Static, Tree
 
 from probes.model import Snapshot
-from queues.errors import QueuetopError
+from dbcore.errors import QueuetopError
 
 from . import format as fmt
 from .messages import ActivityEnded, SnapshotArrived
@@ -420,8 +420,9 @@ class QueuetopApp(App[None]):
 def run_engine_action(controls, binding_id: str, text: str, report: Callable[[str], None] | None = None) -> str:
     """Parse a prompt's words and run the action; returns what to tell the operator. `report`
     receives what an action running on in the background has to say when it ends."""
+    from dbcore.errors import UsageError
+    from probes.postgres import blocked_applications
     from queues.control import SCENARIO_KEY
-    from queues.errors import UsageError
     from queues.scenarios.contention import ContentionOptions
 
     words = text.split()
@@ -482,7 +483,7 @@ def run_engine_action(controls, binding_id: str, text: str, report: Callable[[st
         submitters = arg(1, int, "SUBMITTERS") if len(words) > 1 else 16
         seconds = arg(2, float, "SECONDS") if len(words) > 2 else 60.0
         options = ContentionOptions(mode=mode, submitters=submitters, duration_s=seconds)
-        controls.start_scenario(options, on_done=lambda result: report and report(scenario_summary(result)))
+        controls.start_scenario(options, blocked_applications, on_done=lambda result: report and report(scenario_summary(result)))
         watch = "the Locks panel fill up" if mode == "naive" else "the Compaction panel fold and Locks stay empty"
         return f"contention scenario: {mode}, {submitters} submitters, {seconds:g}s; watch {watch}"
     if binding_id == "relays.start":

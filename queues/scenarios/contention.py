@@ -12,8 +12,9 @@ took minutes) and inserts their user_tasks.
 - compacted: writers only INSERT delta rows (queues.compactor); the compacting agent folds them on
   a schedule. Nobody waits on anybody.
 
-While it runs, the lock probe (probes.postgres, the same code as the dashboard's Locks panel)
-samples the blocked sessions of the scenario every `sample_every_s`. At the end the final
+While it runs, a lock sampler samples the blocked sessions of the scenario every `sample_every_s`.
+The engine does not import the probes: the caller passes the sampler in (the command line and
+the dashboard pass `probes.postgres.blocked_applications`, the same code as the Locks panel). At the end the final
 per-status sums are compared with what the committed operations imply and with the user_tasks
 rows themselves (`consistent`), and the scenario's rows are removed (unless `keep`).
 """
@@ -25,7 +26,8 @@ import statistics
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import psycopg
@@ -33,8 +35,8 @@ from psycopg import errors as pg_errors
 
 from .. import compactor, schema
 from ..compactor import CompactorAgent
-from ..database import Target, connect
-from ..errors import UsageError
+from dbcore.database import Target, connect
+from dbcore.errors import UsageError
 
 log = logging.getLogger("queuetop.scenario.contention")
 MODES = ("naive", "compacted")
@@ -42,6 +44,11 @@ APPLICATION = "queuetop-scenario:contention"
 STATUSES = ("PENDING", "DONE")
 _SETUP_CHUNK = 10_000
 _RETRYABLE = (pg_errors.SerializationFailure, pg_errors.DeadlockDetected)
+
+# One sample: the application_name of every session blocked right now.
+BlockedApplications = Callable[[], Iterable[str | None]]
+# Opens a (read-only probe) session on the target for the scenario's whole run.
+LockSampler = Callable[[Target], AbstractContextManager[BlockedApplications]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,10 +92,11 @@ class ContentionScenario:
     """One run. `run()` blocks until the duration is over or `stop()` is called, then returns the
     summary; `live()` may be read from another thread meanwhile."""
 
-    def __init__(self, target: Target, options: ContentionOptions,
+    def __init__(self, target: Target, options: ContentionOptions, lock_sampler: LockSampler,
                  progress: Callable[[str], None] | None = None, stop_event: threading.Event | None = None) -> None:
         self.target = target
         self.options = options.validate()
+        self.lock_sampler = lock_sampler
         self.progress = progress
         self._stop = stop_event or threading.Event()
         self._queues: list[deque[tuple[int, int]]] = [deque() for _ in range(options.submitters)]
@@ -289,19 +297,15 @@ class ContentionScenario:
                 self._hand_out([(task, u) for u in users])
 
     def _sampler(self) -> None:
-        from probes.postgres import PostgresProbes, open_probe_connection
-
-        probes = PostgresProbes()
-        with open_probe_connection(self.target, application_name="queuetop-probe:scenario") as conn:
-            probes.server(conn)
+        with self.lock_sampler(self.target) as blocked_applications:
             while not self._stop.wait(self.options.sample_every_s):
                 try:
-                    blocked, _roots = probes.locks(conn)
+                    blocked = list(blocked_applications())
                 except psycopg.Error as exc:  # a probe timing out is noted, not fatal
                     self._sample_errors += 1
                     log.debug("lock sample failed: %s", exc)
                     continue
-                mine = sum(1 for b in blocked if (b.application or "").startswith(APPLICATION))
+                mine = sum(1 for application in blocked if (application or "").startswith(APPLICATION))
                 with self._lock:
                     self._blocked_samples.append(mine)
 

@@ -30,8 +30,8 @@ from collections.abc import Callable
 import psycopg
 
 from .. import schema
-from ..database import Target, connect
-from ..errors import UsageError
+from dbcore.database import Target, connect
+from dbcore.errors import UsageError
 from ..exactly_once import RECEIVE_STEPS, Endpoint, Outgoing, Signal, signal_queue
 
 log = logging.getLogger("queuetop.scenario.exactly_once")

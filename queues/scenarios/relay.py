@@ -23,8 +23,8 @@ import psycopg
 
 from .. import lease as leases
 from .. import outbox, schema
-from ..database import Target, connect
-from ..errors import UsageError
+from dbcore.database import Target, connect
+from dbcore.errors import UsageError
 from ..table_queue import TableQueue
 
 log = logging.getLogger("queuetop.scenario.relay")

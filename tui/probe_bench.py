@@ -14,12 +14,12 @@ import time
 from collections.abc import Callable
 
 from queues import schema
-from queues.database import Target, connect
-from queues.errors import UsageError
+from dbcore.database import Target, connect
+from dbcore.errors import UsageError
 from queues.table_queue import TableQueue
 
-from .postgres import PostgresProbes, open_probe_connection
-from .sampler import run_cycle
+from probes.postgres import PostgresProbes, open_probe_connection
+from probes.sampler import run_cycle
 
 BENCH_QUEUE = "bench.probes"
 
