@@ -17,7 +17,7 @@ from psycopg import conninfo as pg_conninfo
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from .errors import ConnectionFailed, UsageError
+from .errors import ConnectionFailed, UsageError, first_line
 
 ENV_DSN = "QUEUETOP_DSN"
 MASK = "***"
@@ -81,7 +81,7 @@ def resolve_target(dsn: str | None) -> Target | None:
         try:
             pg_conninfo.conninfo_to_dict(raw)
         except psycopg.ProgrammingError as exc:
-            raise UsageError(f"invalid DSN {masked}: {_first_line(str(exc))}") from None
+            raise UsageError(f"invalid DSN {masked}: {first_line(exc)}") from None
         return Target(dialect="postgresql", conninfo=raw, masked=masked)
     try:
         url = make_url(raw)
@@ -113,13 +113,9 @@ def _url_to_conninfo(url) -> str:
     return pg_conninfo.make_conninfo(**params)
 
 
-def _first_line(text: str) -> str:
-    return text.strip().splitlines()[0] if text.strip() else text
-
-
 def describe_connect_error(target: Target, exc: BaseException) -> str:
     """One line saying why a connection failed, with the DSN masked and no password echoed."""
-    reason = _first_line(str(exc)) or type(exc).__name__
+    reason = first_line(exc)
     password = pg_conninfo.conninfo_to_dict(target.conninfo).get("password") if target.dialect == "postgresql" else None
     if password:
         reason = reason.replace(str(password), MASK)

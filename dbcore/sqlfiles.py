@@ -3,6 +3,11 @@
 A file holds sections, each opened by a line `-- name: <query_name>`; the text up to the next
 such line is the query. Queries use psycopg's named placeholders `%(name)s`; identifiers that
 vary (a queue's table) are written `{name}` and filled with `psycopg.sql.Identifier` only.
+
+Code reaches a file's queries through one module-level `Queries` object per file, subscripted
+with a literal name (`ENGINE_SQL["claim_one"]`), or through a function whose parameter is
+annotated `QueryName` and is called with a literal. That is what lets `tests/test_sqlfiles.py`
+find every use of every query, and no SQL is written in Python at all.
 """
 
 from __future__ import annotations
@@ -10,8 +15,16 @@ from __future__ import annotations
 import re
 from functools import cache
 from importlib import resources
+from typing import TypeAlias
 
 _SECTION = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+# psycopg's named placeholder, the one bind style of the `.sql` files.
+PLACEHOLDER = re.compile(r"%\((\w+)\)s")
+DEFAULT_DIALECT = "postgresql"
+
+QueryName: TypeAlias = str
+"""A section name of a `.sql` file. Annotate a parameter with it when the function forwards
+the name to a `Queries` lookup, so that the SQL-file test follows the call."""
 
 
 def parse_sections(text: str) -> dict[str, str]:
@@ -38,10 +51,36 @@ def _strip_comment_lines(text: str) -> str:
 @cache
 def load(package: str, dialect: str, filename: str) -> dict[str, str]:
     """The named queries of `<package>/sql/<dialect>/<filename>`."""
-    text = resources.files(package).joinpath("sql", dialect, filename).read_text(encoding="utf-8")
-    return parse_sections(text)
+    return parse_sections(read_script(package, dialect, filename))
 
 
 def read_script(package: str, dialect: str, filename: str) -> str:
     """A whole SQL file, for scripts such as the schema that run as one unit."""
     return resources.files(package).joinpath("sql", dialect, filename).read_text(encoding="utf-8")
+
+
+class Queries:
+    """The named queries of one `.sql` file of a package (`Queries("probes", "locks.sql")`).
+    The file is read on first use and kept; a lookup is a dictionary access."""
+
+    __slots__ = ("dialect", "filename", "package")
+
+    def __init__(self, package: str, filename: str, dialect: str = DEFAULT_DIALECT) -> None:
+        self.package = package
+        self.filename = filename
+        self.dialect = dialect
+
+    def __getitem__(self, name: QueryName) -> str:
+        try:
+            return load(self.package, self.dialect, self.filename)[name]
+        except KeyError:
+            raise KeyError(f"no query {name!r} in {self}") from None
+
+    def names(self) -> frozenset[str]:
+        return frozenset(load(self.package, self.dialect, self.filename))
+
+    def __str__(self) -> str:
+        return f"{self.package}/sql/{self.dialect}/{self.filename}"
+
+    def __repr__(self) -> str:
+        return f"Queries({self.package!r}, {self.filename!r}, dialect={self.dialect!r})"

@@ -25,7 +25,6 @@ and quotes the catalog's names.
 
 from __future__ import annotations
 
-import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,9 +32,9 @@ from pathlib import Path
 from platformdirs import user_config_dir
 
 from dbcore.errors import UsageError
+from dbcore.names import is_valid_name
 
 ENV_CONFIG = "QUEUETOP_CONFIG"
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,47}$")
 DEFAULT_INTERVAL_S = 2.0
 DEFAULT_WINDOW = 1000
 
@@ -141,7 +140,7 @@ def _declared_queue(entry: object, index: int, where: str) -> DeclaredQueue:
         return tuple(value)
 
     name = text("name", required=True)
-    if not _NAME.match(name):
+    if not is_valid_name(name):
         raise UsageError(f"{where}: queues[{index}]: invalid name {name!r}")
     state_column = text("state_column")
     declared = DeclaredQueue(

@@ -5,39 +5,40 @@ from __future__ import annotations
 import psycopg
 from psycopg import sql
 
-from dbcore.sqlfiles import load
+from dbcore.sqlfiles import Queries
 
 HEAD_ROWS = 20
+DETAILS_SQL = Queries("probes", "details.sql")
 
 
-def _q() -> dict[str, str]:
-    return load("probes", "postgresql", "details.sql")
-
-
-def queue_details(conn: psycopg.Connection, name: str, kind: str, table: str) -> dict[str, list[dict]]:
+def queue_details(conn: psycopg.Connection, name: str, kind: str, table: str,
+                  order_by: str | None = None) -> dict[str, list[dict]]:
     """Head messages and dead letters of a reference queue, the head of the outbox or of an
-    endpoint's inbox, or the head rows of a declared table.
-    `table` is only used to find the relation in the catalog, never put into SQL as text."""
-    row = conn.execute(
-        "SELECT n.nspname AS s, c.relname AS t FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-        "WHERE c.oid = to_regclass(%s::text)",
-        (table,),
-    ).fetchone()
+    endpoint's inbox, or the head rows of a declared table (in its `order_by` order).
+    `table` and `order_by` are only looked up in the catalog, never put into SQL as text."""
     if kind == "outbox":
-        return {"head": conn.execute(_q()["outbox_head"], {"limit": HEAD_ROWS}).fetchall(), "dead": []}
+        return {"head": conn.execute(DETAILS_SQL["outbox_head"], {"limit": HEAD_ROWS}).fetchall(), "dead": []}
     if kind == "inbox":
-        return {"head": conn.execute(_q()["inbox_head"], {"endpoint": name, "limit": HEAD_ROWS}).fetchall(), "dead": []}
+        return {"head": conn.execute(DETAILS_SQL["inbox_head"], {"endpoint": name, "limit": HEAD_ROWS}).fetchall(), "dead": []}
+    row = conn.execute(DETAILS_SQL["relation"], {"table": table}).fetchone()
     if row is None:
         return {"head": [], "dead": []}
-    ident = sql.Identifier(row["s"], row["t"])
+    ident = sql.Identifier(row["schema_name"], row["table_name"])
     if kind == "reference":
-        head = conn.execute(sql.SQL(_q()["queue_head"]).format(table=ident), {"limit": HEAD_ROWS}).fetchall()
-        dead = conn.execute(_q()["queue_dead_letters"], {"queue": name, "limit": HEAD_ROWS}).fetchall()
+        head = conn.execute(sql.SQL(DETAILS_SQL["queue_head"]).format(table=ident), {"limit": HEAD_ROWS}).fetchall()
+        dead = conn.execute(DETAILS_SQL["queue_dead_letters"], {"queue": name, "limit": HEAD_ROWS}).fetchall()
         return {"head": head, "dead": dead}
+    if kind == "table" and order_by:
+        present = conn.execute(DETAILS_SQL["column_present"], {"relid": row["relid"], "column": order_by}).fetchone()
+        if not present["present"]:
+            raise LookupError(f"order_by column {order_by!r} not in {table}")
+        statement = sql.SQL(DETAILS_SQL["table_head"]).format(table=ident, order=sql.Identifier(order_by))
+        rows = conn.execute(statement, {"limit": HEAD_ROWS}).fetchall()
+        return {"head": [dict(r["row"]) for r in rows], "dead": []}
     return {"head": [], "dead": []}
 
 
 def session_details(conn: psycopg.Connection, pid: int) -> dict[str, object]:
-    session = conn.execute(_q()["session"], {"pid": pid}).fetchone()
-    locks = conn.execute(_q()["session_locks"], {"pid": pid}).fetchall()
+    session = conn.execute(DETAILS_SQL["session"], {"pid": pid}).fetchone()
+    locks = conn.execute(DETAILS_SQL["session_locks"], {"pid": pid}).fetchall()
     return {"session": session, "locks": locks}

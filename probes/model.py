@@ -7,7 +7,7 @@ Probes build these; the scheduler composes them into a `Snapshot`; the dashboard
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 SNAPSHOT_VERSION = 1
 
@@ -179,7 +179,7 @@ def _jsonable(value: object) -> object:
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
     if isinstance(value, datetime):
-        return value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+        return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
     if isinstance(value, float):
         return round(value, 3)
     return value

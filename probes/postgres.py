@@ -19,14 +19,14 @@ from psycopg.rows import dict_row
 
 from dbcore.database import Target, connect
 from dbcore.errors import first_line
-from dbcore.sqlfiles import load
+from dbcore.sqlfiles import Queries
 
 from .config import Config, DeclaredQueue
 from .model import (
+    BlockedSession,
     Blocker,
     CompactionGroup,
     CompactionSample,
-    BlockedSession,
     Connections,
     LeaseSample,
     QueueSample,
@@ -51,8 +51,14 @@ COMPACTION_COUNT_CAP = 20_000
 COMPACTION_TOP_GROUPS = 20
 
 
-def queries(probe: str) -> dict[str, str]:
-    return load("probes", "postgresql", f"{probe}.sql")
+# Each probe's statements (probes/sql/postgresql/<probe>.sql).
+SERVER_SQL = Queries("probes", "server.sql")
+QUEUES_SQL = Queries("probes", "queues.sql")
+RINGS_SQL = Queries("probes", "rings.sql")
+LEASES_SQL = Queries("probes", "leases.sql")
+LOCKS_SQL = Queries("probes", "locks.sql")
+CONNECTIONS_SQL = Queries("probes", "connections.sql")
+COMPACTION_SQL = Queries("probes", "compaction.sql")
 
 
 def open_probe_connection(target: Target, *, application_name: str = APPLICATION_NAME) -> psycopg.Connection:
@@ -81,6 +87,7 @@ class _ResolvedTable:
     qualified: str
     head: sql.Composed
     max_key: sql.Composed | None  # integer ordering: depth above the window from the key span
+    indexed: bool  # order_by leads an index: the head window is read in index order, not sorted
 
 
 class PostgresProbes:
@@ -101,7 +108,7 @@ class PostgresProbes:
     # -- server --------------------------------------------------------------------------
 
     def server(self, conn: psycopg.Connection, label: str | None = None) -> ServerInfo:
-        row = conn.execute(queries("server")["server_info"]).fetchone()
+        row = conn.execute(SERVER_SQL["server_info"]).fetchone()
         self._version_num = row["version_num"]
         self._server = ServerInfo(dialect=self.dialect, version=row["version"], database=row["database"], label=label)
         return self._server
@@ -109,13 +116,12 @@ class PostgresProbes:
     # -- queues --------------------------------------------------------------------------
 
     def queues(self, conn: psycopg.Connection) -> tuple[QueueSample, ...]:
-        q = queries("queues")
         window = self.config.window
         samples: list[tuple[str, str, str, int | None, dict | None, str | None]] = []
         reference = []
         if _has_table(conn, "queuetop.queues"):
             try:
-                reference = conn.execute(q["registry"]).fetchall()
+                reference = conn.execute(QUEUES_SQL["registry"]).fetchall()
             except psycopg.errors.InsufficientPrivilege as exc:
                 self.notes["queues"] = f"reference queues hidden: {first_line(exc)}"
         problems = []
@@ -123,8 +129,8 @@ class PostgresProbes:
             table = sql.Identifier(entry["schema_name"], entry["table_name"])
             head, error = None, None
             try:
-                head = conn.execute(sql.SQL(q["reference_head"]).format(table=table), {"window": window + 1}).fetchone()
-                dead = conn.execute(q["dead_letters"], {"queue": entry["name"], "cap": DEAD_COUNT_CAP}).fetchone()
+                head = conn.execute(sql.SQL(QUEUES_SQL["reference_head"]).format(table=table), {"window": window + 1}).fetchone()
+                dead = conn.execute(QUEUES_SQL["dead_letters"], {"queue": entry["name"], "cap": DEAD_COUNT_CAP}).fetchone()
                 head = {
                     **head,
                     "beyond_window": (head["max_id"] - head["last_head_id"]) if head["last_head_id"] else 0,
@@ -141,18 +147,21 @@ class PostgresProbes:
                 resolved = self._resolve(conn, declared)
                 relid, qualified = resolved.relid, resolved.qualified
                 head = self._declared_head(conn, declared, resolved)
+                if not resolved.indexed:
+                    problems.append(f"{declared.name}: no index leads with order_by column {declared.order_by!r}, "
+                                    "so every sample sorts the whole table (create one)")
             except (psycopg.Error, LookupError) as exc:
                 error = describe_error(exc) if isinstance(exc, psycopg.Error) else str(exc.args[0])
                 problems.append(f"{declared.name}: {error}")
             samples.append(("table", declared.name, qualified, relid, head, error))
 
-        samples.extend(self._outbox_and_inboxes(conn, q, window, problems))
+        samples.extend(self._outbox_and_inboxes(conn, window, problems))
         if problems:
             self.notes["queues"] = "; ".join(([self.notes["queues"]] if "queues" in self.notes else []) + problems)
         stats = {}
         relids = [s[3] for s in samples if s[3] is not None]
         if relids:
-            stats = {row["relid"]: row for row in conn.execute(q["table_stats"], {"relids": relids})}
+            stats = {row["relid"]: row for row in conn.execute(QUEUES_SQL["table_stats"], {"relids": relids})}
         now = time.monotonic()
         out = []
         for kind, name, qualified, relid, head, error in samples:
@@ -160,13 +169,13 @@ class PostgresProbes:
             out.append(self._queue_sample(kind, name, qualified, head, st, error, now))
         return tuple(out)
 
-    def _outbox_and_inboxes(self, conn: psycopg.Connection, q: dict[str, str], window: int, problems: list[str]) -> list[tuple]:
+    def _outbox_and_inboxes(self, conn: psycopg.Connection, window: int, problems: list[str]) -> list[tuple]:
         """The transactional outbox (kind `outbox`) and each endpoint's inbox (kind `inbox`),
         shown as queues: their depth is the backlog of messages not yet relayed / processed."""
         samples: list[tuple] = []
         if _has_table(conn, "queuetop.outbox"):
             try:
-                head = dict(conn.execute(q["outbox_head"], {"window": window + 1}).fetchone())
+                head = dict(conn.execute(QUEUES_SQL["outbox_head"], {"window": window + 1}).fetchone())
                 head["beyond_window"] = (head["max_id"] - head["last_head_id"]) if head["last_head_id"] else 0
                 head["dead"] = None
                 samples.append(("outbox", "outbox", "queuetop.outbox", head.pop("relid"), head, None))
@@ -174,7 +183,7 @@ class PostgresProbes:
                 problems.append(f"outbox: {describe_error(exc)}")
         if _has_table(conn, "queuetop.eo_inbox"):
             try:
-                for row in conn.execute(q["inbox_heads"], {"window": window + 1}):
+                for row in conn.execute(QUEUES_SQL["inbox_heads"], {"window": window + 1}):
                     head = dict(row)
                     # The window is shared: past it, every endpoint's count is a lower bound.
                     head.update(beyond_window=0, dead=None, dead_is_estimate=head.pop("read_rows") > window)
@@ -241,15 +250,14 @@ class PostgresProbes:
         cached = self._resolved.get(declared.name)
         if cached is not None:
             return cached
-        q = queries("queues")
-        row = conn.execute(q["resolve_table"], {"table": declared.table}).fetchone()
+        row = conn.execute(QUEUES_SQL["resolve_table"], {"table": declared.table}).fetchone()
         if row is None:
             raise LookupError(f"table {declared.table!r} not found (or not a table)")
-        columns = {r["name"]: r["type"] for r in conn.execute(q["table_columns"], {"relid": row["relid"]})}
+        columns = {r["name"]: r["type"] for r in conn.execute(QUEUES_SQL["table_columns"], {"relid": row["relid"]})}
 
-        def column(key: str, value: str | None, null: str = "text", types: tuple[str, ...] = ()) -> sql.Composable:
+        def column(key: str, value: str | None, types: tuple[str, ...] = ()) -> sql.Composable:
             if value is None:
-                return sql.SQL("NULL::" + null)  # typed, so comparisons still resolve
+                return sql.Literal(None)  # the query casts it to the column's type
             if value not in columns:
                 raise LookupError(f"{declared.name}: {key} column {value!r} not in {declared.table}")
             if types and not columns[value].startswith(types):
@@ -261,17 +269,19 @@ class PostgresProbes:
         parts = {
             "table": table,
             "order": order,
-            "age": column("age_column", declared.age_column, "timestamptz", _TIMESTAMPS),
-            "visible": column("visible_at_column", declared.visible_at_column, "timestamptz", _TIMESTAMPS),
+            "age": column("age_column", declared.age_column, _TIMESTAMPS),
+            "visible": column("visible_at_column", declared.visible_at_column, _TIMESTAMPS),
             "state": column("state_column", declared.state_column),
         }
         integer_order = columns[declared.order_by] in ("bigint", "integer", "smallint")
+        leading = {r["name"] for r in conn.execute(QUEUES_SQL["leading_index_columns"], {"relid": row["relid"]})}
         resolved = _ResolvedTable(
             relid=row["relid"],
             table=table,
             qualified=table.as_string(conn),
-            head=sql.SQL(q["user_head"]).format(**parts),
-            max_key=sql.SQL(q["user_max_key"]).format(table=table, order=order) if integer_order else None,
+            head=sql.SQL(QUEUES_SQL["user_head"]).format(**parts),
+            max_key=sql.SQL(QUEUES_SQL["user_max_key"]).format(table=table, order=order) if integer_order else None,
+            indexed=declared.order_by in leading,
         )
         self._resolved[declared.name] = resolved
         return resolved
@@ -293,7 +303,7 @@ class PostgresProbes:
                 max_key = conn.execute(resolved.max_key).fetchone()["max_key"]
                 head["beyond_window"] = int(max_key) - int(head["last_head_key"])
             else:
-                planner = conn.execute(queries("queues")["planner_rows"], {"relid": resolved.relid}).fetchone()
+                planner = conn.execute(QUEUES_SQL["planner_rows"], {"relid": resolved.relid}).fetchone()
                 head["beyond_window"] = (planner["estimate"] or 0) - head["head_rows"]
             head["dead_is_estimate"] = bool(declared.dead_states)
         return head
@@ -303,13 +313,13 @@ class PostgresProbes:
     def rings(self, conn: psycopg.Connection) -> tuple[RingSample, ...]:
         if not _has_table(conn, "queuetop.rings"):
             return ()
-        rows = conn.execute(queries("rings")["rings"]).fetchall()
+        rows = conn.execute(RINGS_SQL["rings"]).fetchall()
         return tuple(RingSample(name=r["name"], capacity=r["capacity"], used=r["used"], refused_total=r["refused_total"]) for r in rows)
 
     def leases(self, conn: psycopg.Connection) -> tuple[LeaseSample, ...]:
         if not _has_table(conn, "queuetop.leases"):
             return ()
-        rows = conn.execute(queries("leases")["leases"]).fetchall()
+        rows = conn.execute(LEASES_SQL["leases"]).fetchall()
         return tuple(
             LeaseSample(name=r["name"], holder=r["holder"], token=r["token"], expires_in_s=r["expires_in_s"], state=r["state"])
             for r in rows
@@ -319,7 +329,7 @@ class PostgresProbes:
         if not _has_table(conn, "queuetop.task_status_deltas"):
             return ()
         row = conn.execute(
-            queries("compaction")["compaction"], {"cap": COMPACTION_COUNT_CAP, "top": COMPACTION_TOP_GROUPS}
+            COMPACTION_SQL["compaction"], {"cap": COMPACTION_COUNT_CAP, "top": COMPACTION_TOP_GROUPS}
         ).fetchone()
         return (
             CompactionSample(
@@ -341,15 +351,14 @@ class PostgresProbes:
     # -- locks ---------------------------------------------------------------------------
 
     def locks(self, conn: psycopg.Connection) -> tuple[tuple[BlockedSession, ...], tuple[Blocker, ...]]:
-        q = queries("locks")
-        query = q["waiting_post_140000"] if self._version_num >= 140000 else q["waiting"]
+        query = LOCKS_SQL["waiting_post_140000"] if self._version_num >= 140000 else LOCKS_SQL["waiting"]
         # pg_locks and pg_blocking_pids are not read at one instant: a wait that ended in between
         # has no blockers left and is not reported.
         waiting_rows = [r for r in conn.execute(query).fetchall() if r["blocked_by"]]
         if not waiting_rows:
             return (), ()
         mentioned = {pid for row in waiting_rows for pid in row["blocked_by"]} - {r["pid"] for r in waiting_rows}
-        others = {r["pid"]: r for r in conn.execute(q["sessions"], {"pids": sorted(mentioned)})} if mentioned else {}
+        others = {r["pid"]: r for r in conn.execute(LOCKS_SQL["sessions"], {"pids": sorted(mentioned)})} if mentioned else {}
         if any(r["state"] is None for r in [*waiting_rows, *others.values()]):
             self.notes["locks"] = "queries and states of other roles' sessions hidden: grant pg_read_all_stats to see them"
         return build_lock_tree(waiting_rows, others)
@@ -357,9 +366,8 @@ class PostgresProbes:
     # -- connections ---------------------------------------------------------------------
 
     def connections(self, conn: psycopg.Connection) -> Connections:
-        q = queries("connections")
-        rows = conn.execute(q["connections"]).fetchall()
-        settings = conn.execute(q["max_connections"]).fetchone()
+        rows = conn.execute(CONNECTIONS_SQL["connections"]).fetchall()
+        settings = conn.execute(CONNECTIONS_SQL["max_connections"]).fetchone()
         by_state: dict[str, int] = {}
         by_app: dict[str, int] = {}
         oldest = xmin = None
@@ -490,7 +498,7 @@ def _advisory_key(row: dict) -> str | None:
 
 
 def _has_table(conn: psycopg.Connection, name: str) -> bool:
-    return bool(conn.execute("SELECT to_regclass(%s::text) IS NOT NULL AS present", (name,)).fetchone()["present"])
+    return bool(conn.execute(SERVER_SQL["table_present"], {"table": name}).fetchone()["present"])
 
 
 def _latest(a, b):

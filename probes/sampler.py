@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import psycopg
 from apscheduler.executors.pool import ThreadPoolExecutor
@@ -63,7 +63,7 @@ def compose(server: ServerInfo, results: dict[str, tuple[ProbeStatus, object]], 
 
     blocked, blockers = value("locks", ((), ()))
     return Snapshot(
-        taken_at=datetime.now(timezone.utc),
+        taken_at=datetime.now(UTC),
         server=server,
         probes={name: results[name][0] for name in PROBE_NAMES if name in results},
         queues=value("queues", ()),
@@ -127,7 +127,7 @@ class Sampler:
         self._scheduler = BackgroundScheduler(
             executors={"default": ThreadPoolExecutor(MAX_PROBE_SESSIONS)},
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
-            timezone=timezone.utc,
+            timezone=UTC,
         )
 
     # -- control --------------------------------------------------------------------------
@@ -137,7 +137,7 @@ class Sampler:
         for name in PROBE_NAMES:
             self._scheduler.add_job(
                 self._run, "interval", args=(name,), id=name, name=f"probe {name}",
-                seconds=self.interval_s, next_run_time=datetime.now(timezone.utc),
+                seconds=self.interval_s, next_run_time=datetime.now(UTC),
             )
         self._scheduler.start()
 
@@ -159,15 +159,11 @@ class Sampler:
 
     def refresh_now(self) -> None:
         """Run every probe now (a probe already running is not started twice)."""
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         for name in PROBE_NAMES:
             job = self._scheduler.get_job(name)
             if job is not None:
                 job.modify(next_run_time=now)
-
-    @property
-    def connected(self) -> bool:
-        return self._connected
 
     # -- jobs -----------------------------------------------------------------------------
 

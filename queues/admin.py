@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dbcore.database import Target, connect
 
+from .schema import ENGINE_SQL
+
 
 def signal_backend(target: Target, pid: int, *, terminate: bool) -> bool:
     """pg_cancel_backend / pg_terminate_backend; False when the server refused or the pid is gone."""
-    statement = "SELECT pg_terminate_backend(%s)" if terminate else "SELECT pg_cancel_backend(%s)"
+    statement = ENGINE_SQL["terminate_backend" if terminate else "cancel_backend"]
     with connect(target, application_name="queuetop-admin") as conn:
-        return bool(conn.execute(statement, (int(pid),)).fetchone()[0])
+        return bool(conn.execute(statement, {"pid": int(pid)}).fetchone()[0])

@@ -23,16 +23,18 @@ from pathlib import Path
 
 import psycopg
 
-from . import schema
 from dbcore.database import Target, connect
 from dbcore.errors import UsageError
+from dbcore.sqlfiles import PLACEHOLDER, Queries
+
+from . import schema
 from .handlers import parse_handler
 from .table_queue import TableQueue
 from .worker import WorkerPool, WorkOptions
 
 BENCH_QUEUE = "bench.engine"
 VISIBILITY_S = 30.0
-_PLACEHOLDER = re.compile(r"%\((\w+)\)s")
+BENCH_SQL = Queries("queues", "bench.sql")
 
 
 def find_pgbench() -> str:
@@ -52,7 +54,7 @@ def find_pgbench() -> str:
 
 def to_pgbench(statement: str, *, gset: bool = False) -> str:
     """The engine's statement as a pgbench command: same text, `:name` variables."""
-    text = _PLACEHOLDER.sub(r":\1", statement.strip()).rstrip(";").rstrip()
+    text = PLACEHOLDER.sub(r":\1", statement.strip()).rstrip(";").rstrip()
     return text + (" \\gset\n" if gset else ";\n")
 
 
@@ -210,24 +212,18 @@ class EngineBench:
         return (polls_after - polls_before) / (t1 - t0), (after - before) / (t1 - t0)
 
     def _sessions_idle(self, expected: int) -> bool:
-        row = self.conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE %s AND state = 'idle'",
-            (f"queuetop-%:claim:{BENCH_QUEUE}",),
-        ).fetchone()
+        row = self.conn.execute(BENCH_SQL["idle_sessions"], {"pattern": f"queuetop-%:claim:{BENCH_QUEUE}"}).fetchone()
         return row[0] >= expected
 
     def _queue_scans(self) -> int:
         """Statements that touched the queue table (each claim scans it once). Database-wide
         commit counts are no good here: stats from the runs before arrive late."""
-        self.conn.execute("SELECT pg_stat_clear_snapshot()")
+        self.conn.execute(BENCH_SQL["clear_stats_snapshot"])
         return queue_scans(self.conn, self.queue)
 
 
 def queue_scans(conn: psycopg.Connection, queue: TableQueue) -> int:
-    row = conn.execute(
-        "SELECT coalesce(seq_scan, 0) + coalesce(idx_scan, 0) FROM pg_stat_user_tables WHERE relid = to_regclass(%s)",
-        (queue.qualified_name,),
-    ).fetchone()
+    row = conn.execute(BENCH_SQL["table_scans"], {"table": queue.qualified_name}).fetchone()
     return int(row[0]) if row else 0
 
 
@@ -270,7 +266,7 @@ def run_engine_bench(
         "enqueue_batch": (lambda: bench.queuetop_enqueue(batch), lambda: bench.pgbench_enqueue(batch)),
     }
     try:
-        server_version = bench.conn.execute("SHOW server_version").fetchone()[0]
+        server_version = bench.conn.execute(BENCH_SQL["server_version"]).fetchone()[0]
         for round_no in range(rounds):
             for name, (ours, theirs) in plan.items():
                 # Alternate who goes first so that drift (autovacuum, caches) hits both sides.

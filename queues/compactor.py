@@ -20,14 +20,15 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import psycopg
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from . import schema
 from dbcore.database import Target, connect
 from dbcore.errors import QueuetopError, UsageError
+
+from . import schema
 
 log = logging.getLogger("queuetop.compactor")
 NAME = "task_status"
@@ -57,41 +58,41 @@ class CompactionResult:
 
 
 def create_task(conn: psycopg.Connection, title: str) -> int:
-    return conn.execute(schema.queries()["task_create"], {"title": title}).fetchone()[0]
+    return conn.execute(schema.ENGINE_SQL["task_create"], {"title": title}).fetchone()[0]
 
 
 def submit(conn: psycopg.Connection, task_id: int, users: list[int]) -> int:
     """The task reaches `users`; returns how many were new to it."""
-    row = conn.execute(schema.queries()["task_submit"], {"task_id": task_id, "users": users}).fetchone()
+    row = conn.execute(schema.ENGINE_SQL["task_submit"], {"task_id": task_id, "users": users}).fetchone()
     return int(row[0]) if row else 0
 
 
 def answer(conn: psycopg.Connection, task_id: int, user_id: int) -> bool:
     """The user answers; False if the task never reached them or they already answered."""
-    rows = conn.execute(schema.queries()["task_answer"], {"task_id": task_id, "user_id": user_id}).fetchall()
+    rows = conn.execute(schema.ENGINE_SQL["task_answer"], {"task_id": task_id, "user_id": user_id}).fetchall()
     return bool(rows)
 
 
 def ensure_task(conn: psycopg.Connection, title: str) -> int:
     """The oldest task of that title, created if there is none."""
-    row = conn.execute(schema.queries()["task_by_title"], {"title": title}).fetchone()
+    row = conn.execute(schema.ENGINE_SQL["task_by_title"], {"title": title}).fetchone()
     return row[0] if row else create_task(conn, title)
 
 
 def reach_new_users(conn: psycopg.Connection, task_id: int, count: int) -> int:
     """A resubmission: the task reaches `count` users it has not reached yet."""
-    users = [row[0] for row in conn.execute(schema.queries()["task_next_users"], {"task_id": task_id, "count": count})]
+    users = [row[0] for row in conn.execute(schema.ENGINE_SQL["task_next_users"], {"task_id": task_id, "count": count})]
     return submit(conn, task_id, users)
 
 
 def answer_some(conn: psycopg.Connection, task_id: int, count: int) -> int:
     """Up to `count` of the task's pending users answer; returns how many did."""
-    users = [row[0] for row in conn.execute(schema.queries()["task_pending_users"], {"task_id": task_id, "limit": count})]
+    users = [row[0] for row in conn.execute(schema.ENGINE_SQL["task_pending_users"], {"task_id": task_id, "limit": count})]
     return sum(answer(conn, task_id, user) for user in users)
 
 
 def status_counts(conn: psycopg.Connection, task_id: int) -> dict[str, int]:
-    rows = conn.execute(schema.queries()["task_status_counts"], {"task_id": task_id}).fetchall()
+    rows = conn.execute(schema.ENGINE_SQL["task_status_counts"], {"task_id": task_id}).fetchall()
     return {status: int(count) for status, count in rows if count}
 
 
@@ -100,32 +101,31 @@ def status_counts(conn: psycopg.Connection, task_id: int) -> dict[str, int]:
 
 def compact(conn: psycopg.Connection, group: int | None = None, *, record: bool = True) -> CompactionResult:
     """Fold every group with pending deltas (or just `group`), each in its own transaction."""
-    q = schema.queries()
     started = time.perf_counter()
     if group is not None:
         groups = [group]
     else:
-        groups = [row[0] for row in conn.execute(q["compaction_groups"])]
+        groups = [row[0] for row in conn.execute(schema.ENGINE_SQL["compaction_groups"])]
     done = skipped = deleted = inserted = 0
     for task_id in groups:
         with conn.transaction():
             locked = conn.execute(
-                "SELECT pg_try_advisory_xact_lock(%s::integer, %s::integer)", (LOCK_CLASS, _lock_key(task_id))
+                schema.ENGINE_SQL["compaction_try_lock"], {"class": LOCK_CLASS, "key": _lock_key(task_id)}
             ).fetchone()[0]
             if not locked:
                 skipped += 1
                 continue
-            ids = [row[0] for row in conn.execute(q["compaction_take_ids"], {"task_id": task_id})]
+            ids = [row[0] for row in conn.execute(schema.ENGINE_SQL["compaction_take_ids"], {"task_id": task_id})]
             if not ids:
                 continue  # the group is gone
-            row = conn.execute(q["compaction_fold"], {"task_id": task_id, "ids": ids}).fetchone()
+            row = conn.execute(schema.ENGINE_SQL["compaction_fold"], {"task_id": task_id, "ids": ids}).fetchone()
             deleted += row[0]
             inserted += row[1]
             done += 1
     result = CompactionResult(done, skipped, deleted, inserted, (time.perf_counter() - started) * 1000)
     if record:
         conn.execute(
-            q["compaction_record"],
+            schema.ENGINE_SQL["compaction_record"],
             {"name": NAME, "duration_ms": result.duration_ms, "rows": deleted, "groups": done},
         )
     return result
@@ -151,11 +151,11 @@ class CompactorAgent:
         self.errors = 0
         self._conn: psycopg.Connection | None = None  # kept between runs; reopened after a failure
         self._scheduler = BackgroundScheduler(
-            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None}, timezone=timezone.utc
+            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None}, timezone=UTC
         )
 
     def start(self) -> None:
-        self._scheduler.add_job(self.run_once, "interval", seconds=self.interval_s, next_run_time=datetime.now(timezone.utc))
+        self._scheduler.add_job(self.run_once, "interval", seconds=self.interval_s, next_run_time=datetime.now(UTC))
         self._scheduler.start()
 
     def stop(self) -> None:

@@ -20,17 +20,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import psycopg
-from psycopg import sql
 
-from . import compactor
-from . import lease as leases
-from . import outbox
-from . import ring as rings
 from dbcore.database import Target, connect
 from dbcore.errors import QueuetopError, UsageError, first_line
+from dbcore.names import check_name
+
+from . import compactor, outbox
+from . import lease as leases
+from . import ring as rings
 from .handlers import parse_handler
 from .scenarios.contention import ContentionOptions, ContentionScenario, LockSampler
-from .table_queue import SCHEMA, TableQueue, check_name, default_bodies
+from .table_queue import TableQueue, default_bodies
 from .worker import WorkerPool, WorkOptions
 
 log = logging.getLogger("queuetop.control")
@@ -224,13 +224,9 @@ class EngineControls:
         return activity
 
     def _block(self, activity: Activity, queue: TableQueue, seconds: float, row: bool, ready: threading.Event) -> None:
-        table = sql.Identifier(SCHEMA, queue.table_name)
         with self._connect(f"blocker:{queue.name}", autocommit=False) as conn:
             try:
-                if row:
-                    conn.execute(sql.SQL("SELECT id FROM {} ORDER BY id LIMIT 1 FOR UPDATE").format(table))
-                else:
-                    conn.execute(sql.SQL("LOCK TABLE {} IN EXCLUSIVE MODE").format(table))
+                conn.execute(queue.statement("block_head_row" if row else "block_table"))
             finally:
                 ready.set()
             activity.stop_event.wait(seconds)

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from .control import EngineControls
 from dbcore.errors import QueuetopError
+
+from .control import EngineControls
 
 log = logging.getLogger("queuetop.demo")
 RELAY_HOLDER = "demo-relay"
@@ -37,7 +38,7 @@ class Demo:
     def __init__(self, controls: EngineControls) -> None:
         self.controls = controls
         self._scheduler = BackgroundScheduler(
-            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None}, timezone=timezone.utc
+            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None}, timezone=UTC
         )
         self._stall_until = 0.0
 
@@ -50,7 +51,7 @@ class Demo:
         c.start_consumers("demo.orders", workers=2, handler="sleep:0.05")
         c.start_producer("demo.emails", 4)
         c.start_consumers("demo.emails", workers=1, handler="fail:0.3", max_attempts=3)
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         self._scheduler.add_job(self._ring_put, "interval", seconds=1, next_run_time=now)
         self._scheduler.add_job(self._ring_drain, "interval", seconds=12, next_run_time=now + timedelta(seconds=12))
         self._scheduler.add_job(self._relay, "interval", seconds=2, next_run_time=now)

@@ -20,6 +20,8 @@ from psycopg import sql
 from dbcore.database import Target
 from dbcore.errors import ConnectionFailed
 
+from .schema import ENGINE_SQL
+
 DATABASE = "queuetop"
 ENV_DATA_DIR = "QUEUETOP_DATA_DIR"
 
@@ -64,11 +66,11 @@ def embedded_target(data_dir: Path | None = None) -> Target:
 
 def _ensure_database(admin_uri: str) -> None:
     with psycopg.connect(admin_uri, autocommit=True, application_name="queuetop-embedded") as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,)).fetchone()
+        exists = conn.execute(ENGINE_SQL["database_exists"], {"name": DATABASE}).fetchone()
         if exists:
             return
         try:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DATABASE)))
+            conn.execute(sql.SQL(ENGINE_SQL["create_database"]).format(database=sql.Identifier(DATABASE)))
         except psycopg.errors.DuplicateDatabase:
             pass  # another queuetop process created it first
 

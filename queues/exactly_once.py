@@ -48,8 +48,10 @@ from dataclasses import dataclass, field
 import psycopg
 from psycopg.types.json import Jsonb
 
-from . import schema
-from .table_queue import Message, TableQueue, check_name
+from dbcore.names import check_name
+
+from .schema import ENGINE_SQL
+from .table_queue import Message, TableQueue
 
 PAYLOAD_INLINE_MAX = 512  # bytes of body that travel inside the signal
 VARIANTS = ("claims", "naive")
@@ -99,10 +101,6 @@ def signal_queue(conn: psycopg.Connection, endpoint: str) -> TableQueue:
     return TableQueue.create(conn, f"eo.{endpoint}")
 
 
-def _q() -> dict[str, str]:
-    return schema.queries()
-
-
 def _noop(_step: str) -> None:
     return None
 
@@ -115,7 +113,7 @@ def record_effect(endpoint: str) -> Handler:
     """The scenario's business logic: one (deliberately not idempotent) effect row per message."""
 
     def handler(conn: psycopg.Connection, message_id: str, _body: str) -> Sequence[Outgoing]:
-        conn.execute(_q()["eo_effect"], {"endpoint": endpoint, "message_id": message_id})
+        conn.execute(ENGINE_SQL["eo_effect"], {"endpoint": endpoint, "message_id": message_id})
         return ()
 
     return handler
@@ -144,7 +142,7 @@ class Endpoint:
         with conn.transaction():
             if business is not None:
                 business(conn)
-            conn.execute(_q()["eo_outbox_new"], {
+            conn.execute(ENGINE_SQL["eo_outbox_new"], {
                 "endpoint": self.name, "message_id": operation, "claim_id": str(uuid.uuid4()),
                 "outgoing": Jsonb([o.as_dict() for o in outgoing]),
             })
@@ -157,7 +155,7 @@ class Endpoint:
         """Dispatch and clean up the records of this endpoint's own business operations (`send`)
         that a crash left undispatched. Records of incoming messages are not touched: their
         redelivered signal finishes them, inbox record first."""
-        rows = conn.execute(_q()["eo_outbox_pending"], {"endpoint": self.name, "limit": limit}).fetchall()
+        rows = conn.execute(ENGINE_SQL["eo_outbox_pending"], {"endpoint": self.name, "limit": limit}).fetchall()
         for (message_id,) in rows:
             self.dispatch(conn, str(message_id))
             self.delete_outbox_record(conn, str(message_id))
@@ -177,7 +175,7 @@ class Endpoint:
                 # At the destination's inbox store, keyed by the fresh attempt id. If this
                 # dispatch dies here, the next one uses new ids: these records validate nothing.
                 self.create_inbox_record(conn, o["destination"], fresh[o["message_id"]], o["message_id"])
-            won = conn.execute(_q()["eo_outbox_set_attempts"], {
+            won = conn.execute(ENGINE_SQL["eo_outbox_set_attempts"], {
                 "endpoint": self.name, "message_id": message_id, "attempts": Jsonb(fresh),
             }).fetchone()
             if won:
@@ -194,7 +192,7 @@ class Endpoint:
 
     @staticmethod
     def create_inbox_record(conn: psycopg.Connection, destination: str, attempt_id: str, message_id: str) -> None:
-        conn.execute(_q()["eo_inbox_create"], {"endpoint": destination, "attempt_id": attempt_id, "message_id": message_id})
+        conn.execute(ENGINE_SQL["eo_inbox_create"], {"endpoint": destination, "attempt_id": attempt_id, "message_id": message_id})
 
     def send_signal(self, conn: psycopg.Connection, destination: str, signal: Signal) -> None:
         """Claim-check: a large body goes to the payload store, the signal carries its id."""
@@ -202,7 +200,7 @@ class Endpoint:
             # Stable across re-dispatches of the same message (it is put again, not twice), and
             # one per destination: each receiver deletes its own when done.
             payload = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{destination}/{signal.message_id}"))
-            conn.execute(_q()["eo_payload_put"], {"id": payload, "body": signal.body})
+            conn.execute(ENGINE_SQL["eo_payload_put"], {"id": payload, "body": signal.body})
             signal = Signal(signal.message_id, signal.attempt_id, None, payload)
         queue = self._queues.get(destination)
         if queue is None:
@@ -216,12 +214,11 @@ class Endpoint:
         finished the clean-up) or `duplicate`."""
         if self.variant == "naive":
             return self._handle_naive(conn, signal)
-        q = _q()
         key = {"endpoint": self.name, "message_id": signal.message_id}
         self.hook("outbox")
         record = self.outbox_record(conn, signal.message_id)
         if record is None:
-            conn.execute(q["eo_outbox_create"], {**key, "claim_id": str(uuid.uuid4())})
+            conn.execute(ENGINE_SQL["eo_outbox_create"], {**key, "claim_id": str(uuid.uuid4())})
             record = self.outbox_record(conn, signal.message_id)
             if record is None:  # created and cleaned up by another copy in between
                 raise Duplicate(signal.message_id)
@@ -229,36 +226,35 @@ class Endpoint:
         outcome = "resumed"
         if record["state"] == "claimed":
             self.hook("claim")
-            claimed = conn.execute(q["eo_inbox_claim"], {
+            claimed = conn.execute(ENGINE_SQL["eo_inbox_claim"], {
                 **key, "attempt_id": signal.attempt_id, "claim_id": claim_id,
             }).fetchone()
             if not claimed:
-                conn.execute(q["eo_outbox_discard"], {**key, "claim_id": claim_id})
+                conn.execute(ENGINE_SQL["eo_outbox_discard"], {**key, "claim_id": claim_id})
                 raise Duplicate(signal.message_id)
             self.hook("process")
             with conn.transaction():
                 # The row lock taken here serialises copies that share this record.
-                won = conn.execute(q["eo_outbox_processed"], {**key, "claim_id": claim_id}).fetchone()
+                won = conn.execute(ENGINE_SQL["eo_outbox_processed"], {**key, "claim_id": claim_id}).fetchone()
                 if won:
                     outgoing = list(self.handler(conn, signal.message_id, self._body(conn, signal)))
                     _check_outgoing(outgoing)
                     if outgoing:
-                        conn.execute(q["eo_outbox_outgoing"], {**key, "outgoing": Jsonb([o.as_dict() for o in outgoing])})
+                        conn.execute(ENGINE_SQL["eo_outbox_outgoing"], {**key, "outgoing": Jsonb([o.as_dict() for o in outgoing])})
                     outcome = "processed"
             # Not won: another copy processed it under the same record; finish the clean-up.
         self.dispatch(conn, signal.message_id)
         self.hook("inbox.delete")
-        conn.execute(q["eo_inbox_delete"], {"endpoint": self.name, "attempt_id": signal.attempt_id, "claim_id": claim_id})
+        conn.execute(ENGINE_SQL["eo_inbox_delete"], {"endpoint": self.name, "attempt_id": signal.attempt_id, "claim_id": claim_id})
         self.hook("outbox.delete")
         self.delete_outbox_record(conn, signal.message_id)
         if signal.payload is not None:  # nobody needs it any more: a copy now finds no record
-            conn.execute(q["eo_payload_delete"], {"id": signal.payload})
+            conn.execute(ENGINE_SQL["eo_payload_delete"], {"id": signal.payload})
         return outcome
 
     def _handle_naive(self, conn: psycopg.Connection, signal: Signal) -> str:
-        q = _q()
         self.hook("claim")
-        exists = conn.execute(q["eo_inbox_exists"], {"endpoint": self.name, "attempt_id": signal.attempt_id}).fetchone()
+        exists = conn.execute(ENGINE_SQL["eo_inbox_exists"], {"endpoint": self.name, "attempt_id": signal.attempt_id}).fetchone()
         if not exists:
             raise Duplicate(signal.message_id)
         self.hook("process")
@@ -266,9 +262,9 @@ class Endpoint:
         with conn.transaction():
             self.handler(conn, signal.message_id, body)
         self.hook("inbox.delete")
-        conn.execute(q["eo_inbox_delete"], {"endpoint": self.name, "attempt_id": signal.attempt_id, "claim_id": None})
+        conn.execute(ENGINE_SQL["eo_inbox_delete"], {"endpoint": self.name, "attempt_id": signal.attempt_id, "claim_id": None})
         if signal.payload is not None:
-            conn.execute(q["eo_payload_delete"], {"id": signal.payload})
+            conn.execute(ENGINE_SQL["eo_payload_delete"], {"id": signal.payload})
         return "processed"
 
     def receive(self, conn: psycopg.Connection, queue: TableQueue, message: Message) -> str:
@@ -283,19 +279,19 @@ class Endpoint:
     # -- helpers ----------------------------------------------------------------------------
 
     def outbox_record(self, conn: psycopg.Connection, message_id: str) -> dict | None:
-        row = conn.execute(_q()["eo_outbox_get"], {"endpoint": self.name, "message_id": message_id}).fetchone()
+        row = conn.execute(ENGINE_SQL["eo_outbox_get"], {"endpoint": self.name, "message_id": message_id}).fetchone()
         if row is None:
             return None
         return {"message_id": row[0], "claim_id": row[1], "state": row[2], "outgoing": row[3], "attempts": row[4]}
 
     def delete_outbox_record(self, conn: psycopg.Connection, message_id: str) -> None:
-        conn.execute(_q()["eo_outbox_delete"], {"endpoint": self.name, "message_id": message_id})
+        conn.execute(ENGINE_SQL["eo_outbox_delete"], {"endpoint": self.name, "message_id": message_id})
 
     @staticmethod
     def _body(conn: psycopg.Connection, signal: Signal) -> str:
         if signal.payload is None:
             return signal.body or ""
-        row = conn.execute(_q()["eo_payload_get"], {"id": signal.payload}).fetchone()
+        row = conn.execute(ENGINE_SQL["eo_payload_get"], {"id": signal.payload}).fetchone()
         if row is None:
             raise LookupError(f"payload {signal.payload} is missing")
         return row[0]

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 
 from dbcore.errors import UsageError
+
 from .table_queue import Message
 
 Handler = Callable[[Message], None]

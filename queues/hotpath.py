@@ -17,17 +17,17 @@ first appearance, which is also what `pgbench -M prepared` does with the bench's
 from __future__ import annotations
 
 import re
-import secrets
 from collections.abc import Sequence
 
 import psycopg
 from psycopg import errors, pq
 from psycopg.adapt import Transformer
 
-from .table_queue import Message, TableQueue
+from dbcore.sqlfiles import PLACEHOLDER, QueryName
 
-_PLACEHOLDER = re.compile(r"%\((\w+)\)s")
-_HOT = ("claim_one", "claim_batch", "ack_one", "ack_batch")
+from .table_queue import Message, TableQueue, new_claim_token
+
+_HOT: tuple[QueryName, ...] = ("claim_one", "claim_batch", "ack_one", "ack_batch")
 
 
 def number_placeholders(statement: str) -> tuple[str, tuple[str, ...]]:
@@ -40,7 +40,7 @@ def number_placeholders(statement: str) -> tuple[str, tuple[str, ...]]:
             names.append(name)
         return f"${names.index(name) + 1}"
 
-    return _PLACEHOLDER.sub(number, statement), tuple(names)
+    return PLACEHOLDER.sub(number, statement), tuple(names)
 
 
 class HotPath:
@@ -55,9 +55,9 @@ class HotPath:
         self._tx = Transformer(conn)
         self._params: dict[str, tuple[str, ...]] = {}
         self._names: dict[str, bytes] = {}
-        for index, query_name in enumerate(_HOT):
+        for query_name in _HOT:
             text, params = number_placeholders(queue.statement(query_name))
-            name = f"queuetop_hot_{index}".encode()
+            name = f"queuetop_hot_{query_name}".encode()
             self._check(self._pg.prepare(name, text.encode(self._encoding)), pq.ExecStatus.COMMAND_OK)
             self._names[query_name] = name
             self._params[query_name] = params
@@ -74,7 +74,7 @@ class HotPath:
         return self._check(self._pg.exec_prepared(self._names[query_name], params), expected)
 
     def claim(self, *, visibility_s: float, batch: int = 1) -> list[Message]:
-        token = secrets.randbits(63) or 1
+        token = new_claim_token()
         values = {"token": b"%d" % token, "visibility_s": b"%r" % float(visibility_s), "batch": b"%d" % batch}
         if batch == 1:
             result = self._exec("claim_one", values, pq.ExecStatus.TUPLES_OK)

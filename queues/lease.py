@@ -12,9 +12,10 @@ from dataclasses import dataclass
 
 import psycopg
 
-from . import schema
 from dbcore.errors import LeaseHeld, UsageError
-from .table_queue import check_name
+from dbcore.names import check_name
+
+from . import schema
 
 MAX_HOLDER_LEN = 200
 
@@ -36,7 +37,7 @@ def _check(name: str, holder: str, ttl_s: float | None = None) -> None:
 
 
 def describe(conn: psycopg.Connection, name: str) -> LeaseState | None:
-    row = conn.execute(schema.queries()["lease_describe"], {"name": name}).fetchone()
+    row = conn.execute(schema.ENGINE_SQL["lease_describe"], {"name": name}).fetchone()
     if row is None:
         return None
     return LeaseState(name=row[0], holder=row[1], token=row[2], expires_in_s=row[4])
@@ -58,7 +59,7 @@ def acquire(conn: psycopg.Connection, name: str, holder: str, ttl_s: float) -> i
     """Take the lease; returns the fencing token. LeaseHeld (exit 4) if another holds it."""
     _check(name, holder, ttl_s)
     row = conn.execute(
-        schema.queries()["lease_acquire"], {"name": name, "holder": holder, "ttl_s": float(ttl_s)}
+        schema.ENGINE_SQL["lease_acquire"], {"name": name, "holder": holder, "ttl_s": float(ttl_s)}
     ).fetchone()
     if row is None:
         raise _held_elsewhere(conn, name, holder, "acquire")
@@ -68,7 +69,7 @@ def acquire(conn: psycopg.Connection, name: str, holder: str, ttl_s: float) -> i
 def renew(conn: psycopg.Connection, name: str, holder: str, ttl_s: float, token: int | None = None) -> int:
     _check(name, holder, ttl_s)
     row = conn.execute(
-        schema.queries()["lease_renew"], {"name": name, "holder": holder, "ttl_s": float(ttl_s), "token": token}
+        schema.ENGINE_SQL["lease_renew"], {"name": name, "holder": holder, "ttl_s": float(ttl_s), "token": token}
     ).fetchone()
     if row is None:
         raise _held_elsewhere(conn, name, holder, "renew")
@@ -78,7 +79,7 @@ def renew(conn: psycopg.Connection, name: str, holder: str, ttl_s: float, token:
 def release(conn: psycopg.Connection, name: str, holder: str, token: int | None = None) -> int:
     _check(name, holder)
     row = conn.execute(
-        schema.queries()["lease_release"], {"name": name, "holder": holder, "token": token}
+        schema.ENGINE_SQL["lease_release"], {"name": name, "holder": holder, "token": token}
     ).fetchone()
     if row is None:
         raise _held_elsewhere(conn, name, holder, "release")

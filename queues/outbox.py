@@ -32,11 +32,13 @@ from collections.abc import Callable
 
 import psycopg
 
-from . import lease as leases
-from . import schema
 from dbcore.database import Target, connect
 from dbcore.errors import LeaseHeld, QueuetopError
-from .table_queue import TableQueue, check_name
+from dbcore.names import check_name
+
+from . import lease as leases
+from .schema import ENGINE_SQL
+from .table_queue import TableQueue
 
 log = logging.getLogger("queuetop.outbox")
 DEFAULT_LEASE = "outbox-relay"
@@ -48,21 +50,17 @@ class StaleLease(QueuetopError):
     exit_code = 4
 
 
-def _q() -> dict[str, str]:
-    return schema.queries()
-
-
 # -- the service's side: in the caller's transaction -----------------------------------------
 
 
 def send(conn: psycopg.Connection, queue: str, body: str) -> int:
     check_name("queue", queue)
-    return conn.execute(_q()["outbox_write"], {"kind": "send", "destination": queue, "body": body}).fetchone()[0]
+    return conn.execute(ENGINE_SQL["outbox_write"], {"kind": "send", "destination": queue, "body": body}).fetchone()[0]
 
 
 def publish(conn: psycopg.Connection, topic: str, body: str) -> int:
     check_name("topic", topic)
-    return conn.execute(_q()["outbox_write"], {"kind": "publish", "destination": topic, "body": body}).fetchone()[0]
+    return conn.execute(ENGINE_SQL["outbox_write"], {"kind": "publish", "destination": topic, "body": body}).fetchone()[0]
 
 
 def write_orders(conn: psycopg.Connection, first: int, last: int, queue: str, topic: str) -> None:
@@ -80,7 +78,7 @@ def write_orders(conn: psycopg.Connection, first: int, last: int, queue: str, to
 def subscribe(conn: psycopg.Connection, topic: str, queue: str) -> None:
     check_name("topic", topic)
     TableQueue.create(conn, queue)
-    conn.execute(_q()["subscribe"], {"topic": topic, "queue": queue})
+    conn.execute(ENGINE_SQL["subscribe"], {"topic": topic, "queue": queue})
 
 
 # -- the relay --------------------------------------------------------------------------------
@@ -166,17 +164,16 @@ class Relay:
         return 0
 
     def _relay_batch(self, conn: psycopg.Connection) -> int:
-        q = _q()
         with conn.transaction():
             # Select and lock in the DELETE: rows held by another relay's open batch (a stalled
             # ex-leader) are skipped, and the next ones taken, so the new leader never waits.
-            rows = sorted(conn.execute(q["outbox_take"], {"limit": self.batch}).fetchall())  # in id order
+            rows = sorted(conn.execute(ENGINE_SQL["outbox_take"], {"limit": self.batch}).fetchall())  # in id order
             if not rows:
                 return 0
             topics = sorted({dest for _id, kind, dest, _body in rows if kind == "publish"})
             recipients: dict[str, list[str]] = defaultdict(list)
             if topics:
-                for topic, queue in conn.execute(q["subscribers"], {"topics": topics}):
+                for topic, queue in conn.execute(ENGINE_SQL["subscribers"], {"topics": topics}):
                     recipients[topic].append(queue)
             outgoing: dict[str, list[str]] = defaultdict(list)
             for outbox_id, kind, destination, body in rows:
@@ -190,7 +187,7 @@ class Relay:
             for name, bodies in outgoing.items():
                 self._queues[name].enqueue_batch(conn, bodies)
             self.hook("fence")
-            fenced = conn.execute(q["lease_fence"], {"name": self.lease, "holder": self.holder, "token": self.token}).fetchone()
+            fenced = conn.execute(ENGINE_SQL["lease_fence"], {"name": self.lease, "holder": self.holder, "token": self.token}).fetchone()
             if fenced is None:
                 raise StaleLease(f"{self.holder}: lease {self.lease} is no longer held under token {self.token}")
         self.relayed += len(rows)

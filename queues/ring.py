@@ -15,9 +15,10 @@ from datetime import datetime
 
 import psycopg
 
-from . import schema
 from dbcore.errors import RingFull, UsageError
-from .table_queue import check_name
+from dbcore.names import check_name
+
+from . import schema
 
 MAX_CAPACITY = 10_000_000
 
@@ -50,7 +51,7 @@ def create(conn: psycopg.Connection, name: str, capacity: int) -> RingState:
     check_name("ring", name)
     if not 1 <= capacity <= MAX_CAPACITY:
         raise UsageError(f"--capacity must be between 1 and {MAX_CAPACITY}")
-    conn.execute(schema.queries()["ring_create"], {"name": name, "capacity": capacity})
+    conn.execute(schema.ENGINE_SQL["ring_create"], {"name": name, "capacity": capacity})
     state = describe(conn, name)
     if state.capacity != capacity:
         raise UsageError(f"ring {name!r} already exists with capacity {state.capacity}; rings are never resized")
@@ -58,7 +59,7 @@ def create(conn: psycopg.Connection, name: str, capacity: int) -> RingState:
 
 
 def describe(conn: psycopg.Connection, name: str) -> RingState:
-    row = conn.execute(schema.queries()["ring_describe"], {"name": name}).fetchone()
+    row = conn.execute(schema.ENGINE_SQL["ring_describe"], {"name": name}).fetchone()
     if row is None:
         raise UsageError(f"unknown ring {name!r} (create it with `queuetop engine ring create`)")
     return RingState(name=row[0], capacity=row[1], refused_total=row[2], used=row[3], head=row[4], tail=row[5])
@@ -68,7 +69,7 @@ def put(conn: psycopg.Connection, name: str, bodies: Sequence[str]) -> int:
     """Put all bodies or none (RingFull, exit 3). Returns the first position written."""
     check_name("ring", name)
     try:
-        row = conn.execute(schema.queries()["ring_put"], {"name": name, "bodies": list(bodies)}).fetchone()
+        row = conn.execute(schema.ENGINE_SQL["ring_put"], {"name": name, "bodies": list(bodies)}).fetchone()
     except psycopg.Error as exc:
         raise (_unknown_ring(exc, name) or exc) from None
     if row[0] is None:
@@ -87,7 +88,7 @@ def take(conn: psycopg.Connection, name: str, count: int = 1) -> list[RingItem]:
     if not 1 <= count <= MAX_CAPACITY:
         raise UsageError(f"--count must be between 1 and {MAX_CAPACITY}")
     try:
-        rows = conn.execute(schema.queries()["ring_take"], {"name": name, "count": count}).fetchall()
+        rows = conn.execute(schema.ENGINE_SQL["ring_take"], {"name": name, "count": count}).fetchall()
     except psycopg.Error as exc:
         raise (_unknown_ring(exc, name) or exc) from None
     return [RingItem(seq=r[0], put_at=r[1], body=r[2]) for r in rows]

@@ -6,31 +6,37 @@ import psycopg
 
 from dbcore import sqlfiles
 from dbcore.errors import UsageError
+from dbcore.sqlfiles import Queries
 
 SCHEMA_VERSION = "1"
 # Serialises concurrent `engine init` runs (and queue creation) across sessions.
 INIT_LOCK_KEY = 0x71756575  # "queu"
 
 
-def queries(dialect: str = "postgresql") -> dict[str, str]:
-    return sqlfiles.load("queues", dialect, "queries.sql")
+# The engine's named statements (queues/sql/<dialect>/queries.sql).
+ENGINE_SQL = Queries("queues", "queries.sql")
 
 
 def install(conn: psycopg.Connection) -> str:
     """Install or upgrade the schema; safe to run any number of times, concurrently too."""
     script = sqlfiles.read_script("queues", "postgresql", "schema.sql")
     with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (INIT_LOCK_KEY,))
+        lock_init(conn)
         conn.execute(script)
     return SCHEMA_VERSION
 
 
+def lock_init(conn: psycopg.Connection) -> None:
+    """Inside a transaction: wait for any other schema change (init, queue creation) to end."""
+    conn.execute(ENGINE_SQL["init_lock"], {"key": INIT_LOCK_KEY})
+
+
 def require(conn: psycopg.Connection, *, where: str) -> None:
     """Fail with a clear message (exit 2) when the schema is missing or too old."""
-    present = conn.execute(queries()["schema_present"]).fetchone()[0]
+    present = conn.execute(ENGINE_SQL["schema_present"]).fetchone()[0]
     if not present:
         raise UsageError(f"the queuetop schema is not installed in {where}; run `queuetop engine init` first")
-    version = conn.execute(queries()["schema_version"]).fetchone()
+    version = conn.execute(ENGINE_SQL["schema_version"]).fetchone()
     if version is None or version[0] != SCHEMA_VERSION:
         found = version[0] if version else "none"
         raise UsageError(

@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import json
-import re
 import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -22,22 +21,13 @@ from typing import NamedTuple
 import psycopg
 from psycopg import sql
 
-from . import schema
 from dbcore.errors import UsageError
+from dbcore.names import check_name
+from dbcore.sqlfiles import PLACEHOLDER, QueryName
 
-NAME_RULE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,47}$")
-NAME_HELP = "1-48 characters: letters, digits and _ . : - (starting with a letter or digit)"
+from . import schema
+
 SCHEMA = "queuetop"
-NOTIFY_CHANNEL = "queuetop_enqueue"
-_BINARY_PARAM = re.compile(r"%\((\w+)\)s")
-
-
-def check_name(kind: str, name: str) -> str:
-    """Names are values in the registry, but they also become part of table names and
-    application_name, so they are held to a conservative allow-list."""
-    if not isinstance(name, str) or not NAME_RULE.match(name):
-        raise UsageError(f"invalid {kind} name {name!r}: use {NAME_HELP}")
-    return name
 
 
 def parse_json_body(text: str) -> str:
@@ -50,6 +40,7 @@ def parse_json_body(text: str) -> str:
 
 
 def new_claim_token() -> int:
+    """A random positive bigint: the claim that ack and retry must present."""
     return secrets.randbits(63) or 1
 
 
@@ -85,34 +76,38 @@ class TableQueue:
     def create(cls, conn: psycopg.Connection, name: str) -> TableQueue:
         """Create the queue's table and register it (idempotent, safe concurrently)."""
         queue = cls(name)
-        existing = conn.execute(schema.queries()["lookup_queue"], {"name": name}).fetchone()
+        existing = conn.execute(schema.ENGINE_SQL["lookup_queue"], {"name": name}).fetchone()
         if existing:
             return cls(name, existing[0])
         with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (schema.INIT_LOCK_KEY,))
+            schema.lock_init(conn)
             conn.execute(queue._sql("create_queue_table"))
             conn.execute(queue._sql("create_queue_trigger"))
-            conn.execute(schema.queries()["register_queue"], {"name": name, "table_name": queue.table_name})
+            conn.execute(schema.ENGINE_SQL["register_queue"], {"name": name, "table_name": queue.table_name})
         return queue
 
     def drop(self, conn: psycopg.Connection) -> None:
         """Remove the queue: its table and its registration (scenarios clean up with this)."""
         with conn.transaction():
             conn.execute(self._sql("drop_queue_table"))
-            conn.execute(schema.queries()["unregister_queue"], {"name": self.name})
+            conn.execute(schema.ENGINE_SQL["unregister_queue"], {"name": self.name})
+
+    def purge_dead_letters(self, conn: psycopg.Connection) -> int:
+        """Forget the queue's dead letters (benchmarks start clean with this); returns how many."""
+        return conn.execute(schema.ENGINE_SQL["purge_dead_letters"], {"queue": self.name}).rowcount
 
     @classmethod
     def open(cls, conn: psycopg.Connection, name: str) -> TableQueue:
         """An existing queue; unknown names are a usage error (exit 2)."""
         check_name("queue", name)
-        row = conn.execute(schema.queries()["lookup_queue"], {"name": name}).fetchone()
+        row = conn.execute(schema.ENGINE_SQL["lookup_queue"], {"name": name}).fetchone()
         if row is None:
             raise UsageError(f"unknown queue {name!r} (enqueue to it once to create it)")
         return cls(name, row[0])
 
     @staticmethod
     def list_names(conn: psycopg.Connection) -> list[str]:
-        return [row[0] for row in conn.execute(schema.queries()["list_queues"])]
+        return [row[0] for row in conn.execute(schema.ENGINE_SQL["list_queues"])]
 
     # -- SQL bound to this queue's table -------------------------------------------------
 
@@ -128,10 +123,10 @@ class TableQueue:
         """The table as SQL text, quoted: for to_regclass() lookups, passed as a value."""
         return sql.Identifier(SCHEMA, self.table_name).as_string(None)
 
-    def _sql(self, query_name: str) -> sql.Composed:
-        return sql.SQL(schema.queries()[query_name]).format(**self._identifiers)
+    def _sql(self, query_name: QueryName) -> sql.Composed:
+        return sql.SQL(schema.ENGINE_SQL[query_name]).format(**self._identifiers)
 
-    def statement(self, query_name: str) -> str:
+    def statement(self, query_name: QueryName) -> str:
         """The exact text sent for `query_name` (cached: the hot path formats nothing)."""
         cache = self.__dict__.setdefault("_statements", {})
         text = cache.get(query_name)
@@ -139,14 +134,14 @@ class TableQueue:
             text = cache[query_name] = self._sql(query_name).as_string(None)
         return text
 
-    def _bound(self, query_name: str) -> str:
+    def _bound(self, query_name: QueryName) -> str:
         """`statement()` with parameters sent in binary (`%(x)b`). The server receives the same
         statement text; only the wire format of the values changes, which spares psycopg's
         per-element text quoting of arrays on the hot path."""
         cache = self.__dict__.setdefault("_bound_statements", {})
         text = cache.get(query_name)
         if text is None:
-            text = cache[query_name] = _BINARY_PARAM.sub(r"%(\1)b", self.statement(query_name))
+            text = cache[query_name] = PLACEHOLDER.sub(r"%(\1)b", self.statement(query_name))
         return text
 
     # -- producing ------------------------------------------------------------------------

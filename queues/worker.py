@@ -20,13 +20,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import psycopg
-from psycopg import sql
 
 from dbcore.database import Target, connect
 from dbcore.errors import OperationFailed, UsageError, first_line
+
 from .handlers import Handler
 from .hotpath import HotPath
-from .table_queue import NOTIFY_CHANNEL, Message, TableQueue
+from .schema import ENGINE_SQL
+from .table_queue import Message, TableQueue
 
 log = logging.getLogger("queuetop.worker")
 
@@ -242,7 +243,7 @@ class WorkerPool:
             try:
                 if conn is None or conn.closed:
                     conn = connect(self.target, application_name=self._app_name("listen"))
-                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(NOTIFY_CHANNEL)))
+                    conn.execute(ENGINE_SQL["listen_enqueue"])
                 # Wait on the socket and on the stop pipe together, so that stop() ends the wait
                 # at once rather than at the next tick; then drain what arrived.
                 timeout = max(0.0, next_tick - time.monotonic())

@@ -18,8 +18,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from queues import schema
 from dbcore.database import Target, resolve_target
+from queues import schema
 
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 

@@ -11,8 +11,8 @@ import pytest
 from psycopg import sql
 
 import queues
-from queues import lease, ring
 from dbcore.database import MASK, mask_dsn
+from queues import lease, ring
 from queues.table_queue import TableQueue
 
 from .conftest import PASSWORD, PASSWORD_ROLE

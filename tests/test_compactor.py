@@ -138,13 +138,13 @@ def test_the_fold_itself_cannot_double_count_without_the_lock(db):
         task = create_task(conn, "fold")
         submit(conn, task, [1, 2, 3])
         answer(conn, task, 1)
-        ids = [r[0] for r in conn.execute(schema.queries()["compaction_take_ids"], {"task_id": task})]
+        ids = [r[0] for r in conn.execute(schema.ENGINE_SQL["compaction_take_ids"], {"task_id": task})]
     with db.connect(autocommit=False) as first, db.connect(autocommit=False) as second:
-        first.execute(schema.queries()["compaction_fold"], {"task_id": task, "ids": ids})
+        first.execute(schema.ENGINE_SQL["compaction_fold"], {"task_id": task, "ids": ids})
         done = threading.Event()
 
         def late():
-            second.execute(schema.queries()["compaction_fold"], {"task_id": task, "ids": ids})
+            second.execute(schema.ENGINE_SQL["compaction_fold"], {"task_id": task, "ids": ids})
             second.commit()
             done.set()
 
@@ -162,8 +162,8 @@ import sys, time, psycopg
 from queues import schema
 dsn, task = sys.argv[1], int(sys.argv[2])
 conn = psycopg.connect(dsn)
-ids = [r[0] for r in conn.execute(schema.queries()["compaction_take_ids"], {"task_id": task})]
-print(conn.execute(schema.queries()["compaction_fold"], {"task_id": task, "ids": ids}).fetchone(), flush=True)
+ids = [r[0] for r in conn.execute(schema.ENGINE_SQL["compaction_take_ids"], {"task_id": task})]
+print(conn.execute(schema.ENGINE_SQL["compaction_fold"], {"task_id": task, "ids": ids}).fetchone(), flush=True)
 time.sleep(600)  # killed here, before COMMIT
 """
 

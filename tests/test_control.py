@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from dbcore.errors import UsageError
 from probes.sampler import run_cycle
 from queues.control import EngineControls
 from queues.demo import Demo
-from dbcore.errors import UsageError
 from queues.table_queue import TableQueue
 
 from .conftest import wait_until

@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from queues import lease
 from dbcore.errors import LeaseHeld, UsageError
+from queues import lease
 
 from .conftest import wait_until
 

@@ -13,10 +13,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from dbcore.errors import RingFull
 from probes.config import Config, DeclaredQueue
 from probes.postgres import PostgresProbes, open_probe_connection
 from probes.sampler import run_cycle
-from dbcore.errors import RingFull
 from queues.lease import acquire
 from queues.ring import create as ring_create
 from queues.ring import put as ring_put

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from queues import ring
 from dbcore.errors import RingFull, UsageError
+from queues import ring
 
 from .conftest import wait_until
 

@@ -7,10 +7,10 @@ import threading
 
 import pytest
 
+from dbcore.errors import UsageError
 from probes.config import load_config, parse_config
 from probes.postgres import PostgresProbes
 from probes.sampler import Sampler
-from dbcore.errors import UsageError
 from queues.table_queue import TableQueue
 
 from .conftest import wait_until

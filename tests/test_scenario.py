@@ -7,9 +7,9 @@ import threading
 
 import pytest
 
-from queues.control import SCENARIO_KEY, EngineControls
 from dbcore.errors import UsageError
 from probes.postgres import blocked_applications
+from queues.control import SCENARIO_KEY, EngineControls
 from queues.scenarios.contention import ContentionOptions, ContentionScenario
 
 from .conftest import wait_until

@@ -20,7 +20,6 @@ from tui.screens.dialogs import ConfirmScreen, HelpScreen, PromptScreen
 from tui.widgets.panels import CompactionPanel, LocksPanel, QueuesPanel
 
 
-
 def sample_app(**kwargs) -> QueuetopApp:
     snapshots = kwargs.pop("snapshots", None) or [sample_snapshot(step=n) for n in range(3)]
     return QueuetopApp(lambda sink: SampleSource(sink, snapshots), **kwargs)
@@ -240,8 +239,15 @@ async def test_terminate_a_blocker_after_confirmation(db):
             tree = app.query_one(LocksPanel).query_one(Tree)
             await settle(pilot, app, lambda: len(tree.root.children) == 1, "the blocker in the tree", 500)
             tree.focus()
-            tree.move_cursor(tree.root.children[0])
-            assert app.query_one(LocksPanel).selected_pid == blocker.info.backend_pid
+
+            def blocker_selected() -> bool:
+                # A node's line is known only once the rebuilt tree was laid out: until then
+                # move_cursor cannot place the cursor, so it is retried until it holds.
+                if tree.root.children:
+                    tree.move_cursor(tree.root.children[0])
+                return app.query_one(LocksPanel).selected_pid == blocker.info.backend_pid
+
+            await settle(pilot, app, blocker_selected, "the root blocker selected", 500)
             await pilot.press("k")
             assert isinstance(app.screen, ConfirmScreen)
             await pilot.press("y")

@@ -7,10 +7,10 @@ from pathlib import Path
 
 from platformdirs import user_log_dir
 
+from dbcore.database import connect
 from probes.config import load_config
 from probes.sampler import Sampler
 from queues import schema
-from dbcore.database import connect
 
 
 def run_dashboard(ctx) -> int:
@@ -32,14 +32,14 @@ def run_dashboard(ctx) -> int:
     if not args.read_only:
         with connect(target, application_name="queuetop-cli:dashboard") as conn:
             # Engine controls only where the engine's schema is (queuetop engine init).
-            engine_ready = bool(conn.execute(schema.queries()["schema_present"]).fetchone()[0])
+            engine_ready = bool(conn.execute(schema.ENGINE_SQL["schema_present"]).fetchone()[0])
         if engine_ready:
             controls = EngineControls(target)
             if target.embedded and not args.no_demo:
                 demo = Demo(controls)
     app = QueuetopApp(
         lambda sink: Sampler(target, sink, config, interval_s=interval),
-        backend=DatabaseBackend(target),
+        backend=DatabaseBackend(target, config),
         controls=controls,
         demo=demo,
         read_only=args.read_only,

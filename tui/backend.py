@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+from dbcore.database import Target
+from probes.config import Config
 from probes.details import queue_details, session_details
 from probes.postgres import open_probe_connection
 from queues.admin import signal_backend
-from dbcore.database import Target
 
 
 class DatabaseBackend:
-    def __init__(self, target: Target) -> None:
+    def __init__(self, target: Target, config: Config | None = None) -> None:
         self.target = target
+        self.config = config or Config()
 
     def queue_details(self, name: str, kind: str, table: str) -> dict:
+        declared = next((q for q in self.config.queues if q.name == name), None) if kind == "table" else None
         with open_probe_connection(self.target, application_name="queuetop-probe:details") as conn:
-            return queue_details(conn, name, kind, table)
+            return queue_details(conn, name, kind, table, order_by=declared.order_by if declared else None)
 
     def session_details(self, pid: int) -> dict:
         with open_probe_connection(self.target, application_name="queuetop-probe:details") as conn:

@@ -17,7 +17,6 @@ import time
 from .dashboard import QueuetopApp
 from .sample import SampleSource, sample_snapshot
 
-
 WARM_UP_S = 15.0
 
 

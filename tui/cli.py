@@ -13,12 +13,11 @@ from pathlib import Path
 
 import psycopg
 
-from queues import __version__
+from dbcore.database import ENV_DSN, MASK, Target, connect, resolve_target
+from dbcore.errors import QueuetopError, UsageError, first_line
+from queues import __version__, schema
 from queues import lease as leases
 from queues import ring as rings
-from queues import schema
-from dbcore.database import MASK, ENV_DSN, Target, connect, resolve_target
-from dbcore.errors import QueuetopError, UsageError, first_line
 
 PROG = "queuetop"
 
@@ -107,7 +106,8 @@ def _bodies_from_args(args: argparse.Namespace) -> list[str] | None:
 
 
 def cmd_engine_enqueue(ctx: Context) -> int:
-    from queues.table_queue import TableQueue, check_name, default_bodies
+    from dbcore.names import check_name
+    from queues.table_queue import TableQueue, default_bodies
 
     args = ctx.args
     check_name("queue", args.queue)
@@ -168,7 +168,7 @@ def cmd_ring_create(ctx: Context) -> int:
 
 
 def cmd_ring_put(ctx: Context) -> int:
-    from queues.table_queue import check_name
+    from dbcore.names import check_name
 
     args = ctx.args
     check_name("ring", args.name)
@@ -592,7 +592,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 1
-    except Exception as exc:  # noqa: BLE001 - the last line of defence: no traceback by default
+    except Exception as exc:
         return _fail(ctx, f"internal error: {type(exc).__name__}: {first_line(exc)} (rerun with --debug for details)", 1, debug)
 
 

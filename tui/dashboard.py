@@ -24,8 +24,8 @@ from textual.command import Hit, Hits, Provider
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Footer, Input, Static, Tree
 
-from probes.model import Snapshot
 from dbcore.errors import QueuetopError
+from probes.model import Snapshot
 
 from . import format as fmt
 from .messages import ActivityEnded, SnapshotArrived

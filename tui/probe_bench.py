@@ -13,13 +13,12 @@ import statistics
 import time
 from collections.abc import Callable
 
-from queues import schema
 from dbcore.database import Target, connect
 from dbcore.errors import UsageError
-from queues.table_queue import TableQueue
-
 from probes.postgres import PostgresProbes, open_probe_connection
 from probes.sampler import run_cycle
+from queues import schema
+from queues.table_queue import TableQueue
 
 BENCH_QUEUE = "bench.probes"
 
@@ -75,7 +74,7 @@ def run_probe_bench(
 
 def _prepare(conn, queue: TableQueue, depth: int) -> None:
     conn.execute(queue.statement("truncate_queue"))
-    conn.execute("DELETE FROM queuetop.dead_letters WHERE queue = %s", (BENCH_QUEUE,))
+    queue.purge_dead_letters(conn)
     conn.execute(queue.statement("fill_queue"), {"count": depth})
     conn.execute(queue.statement("vacuum_queue"))
     claimed = queue.claim(conn, visibility_s=3600, batch=8)  # in flight while we measure

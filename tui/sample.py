@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from probes.model import (
-    Blocker,
     BlockedSession,
+    Blocker,
     CompactionGroup,
     CompactionSample,
     Connections,
@@ -21,7 +21,7 @@ from probes.model import (
     Snapshot,
 )
 
-TAKEN_AT = datetime(2026, 11, 21, 12, 0, 0, tzinfo=timezone.utc)
+TAKEN_AT = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
 
 
 def sample_snapshot(*, queues: int = 4, sessions: int = 12, tree_depth: int = 3, step: int = 0) -> Snapshot:

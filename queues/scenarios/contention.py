@@ -33,10 +33,11 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import errors as pg_errors
 
-from .. import compactor, schema
-from ..compactor import CompactorAgent
 from dbcore.database import Target, connect
 from dbcore.errors import UsageError
+
+from .. import compactor, schema
+from ..compactor import CompactorAgent
 
 log = logging.getLogger("queuetop.scenario.contention")
 MODES = ("naive", "compacted")
@@ -186,12 +187,12 @@ class ContentionScenario:
     # -- setup ----------------------------------------------------------------------------
 
     def _setup(self, conn: psycopg.Connection) -> list[int]:
-        o, q = self.options, schema.queries()
+        o = self.options
         tasks = []
         for index in range(o.tasks):
             task = compactor.create_task(conn, f"contention {o.mode} #{index + 1}")
             if o.mode == "naive":
-                conn.execute(q["naive_task_init"], {"task_id": task})
+                conn.execute(schema.ENGINE_SQL["naive_task_init"], {"task_id": task})
             tasks.append(task)
         # The users every task reaches before the clock starts: user u gets task u mod T, and is
         # answered by session u mod N. Not timed, and written through the mode's own path.
@@ -207,7 +208,7 @@ class ContentionScenario:
 
     def _submit(self, conn: psycopg.Connection, task: int, users: list[int]) -> int:
         if self.options.mode == "naive":
-            row = conn.execute(schema.queries()["naive_submit"], {"task_id": task, "users": users}).fetchone()
+            row = conn.execute(schema.ENGINE_SQL["naive_submit"], {"task_id": task, "users": users}).fetchone()
             added = int(row[0]) if row else 0
         else:
             added = compactor.submit(conn, task, users)
@@ -223,7 +224,7 @@ class ContentionScenario:
 
     def _answerer(self, index: int) -> None:
         o = self.options
-        statement = schema.queries()["naive_answer" if o.mode == "naive" else "task_answer"]
+        statement = schema.ENGINE_SQL["naive_answer" if o.mode == "naive" else "task_answer"]
         mine = self._queues[index]
         answered: Counter[int] = Counter()
         latencies: list[float] = []
@@ -286,7 +287,7 @@ class ContentionScenario:
                 try:
                     with conn.transaction():
                         for start in range(0, len(users), size):
-                            conn.execute("SELECT pg_sleep(%s)", (pause,))  # selecting eligible users
+                            conn.execute(schema.ENGINE_SQL["scenario_pause"], {"seconds": pause})  # selecting eligible users
                             self._submit(conn, task, users[start : start + size])
                 except psycopg.Error as exc:
                     self._submitted[task] = before  # rolled back: none of them reached the task
@@ -312,18 +313,16 @@ class ContentionScenario:
     # -- the end --------------------------------------------------------------------------
 
     def _summary(self, conn: psycopg.Connection, tasks: list[int], elapsed: float, agent: CompactorAgent | None) -> dict:
-        o, q = self.options, schema.queries()
+        o = self.options
         expected = {t: {"PENDING": self._submitted[t] - self._answered[t], "DONE": self._answered[t]} for t in tasks}
-        truth = {t: _by_status(conn.execute(q["user_task_counts"], {"task_id": t}).fetchall()) for t in tasks}
+        truth = {t: _by_status(conn.execute(schema.ENGINE_SQL["user_task_counts"], {"task_id": t}).fetchall()) for t in tasks}
         pending_deltas = None
         if o.mode == "naive":
-            final = {t: _by_status(conn.execute(q["naive_status_counts"], {"task_id": t}).fetchall()) for t in tasks}
+            final = {t: _by_status(conn.execute(schema.ENGINE_SQL["naive_status_counts"], {"task_id": t}).fetchall()) for t in tasks}
             consistent = final == expected == truth
         else:
             final = {t: _by_status(compactor.status_counts(conn, t).items()) for t in tasks}
-            pending_deltas = conn.execute(
-                "SELECT count(*) FROM queuetop.task_status_deltas WHERE NOT is_aggregate AND task_id = ANY(%s)", (tasks,)
-            ).fetchone()[0]
+            pending_deltas = conn.execute(schema.ENGINE_SQL["scenario_pending_deltas"], {"tasks": tasks}).fetchone()[0]
             # Folding what is left must not change a sum either (tried, then rolled back: the
             # deltas stay as the run left them, for --keep).
             with conn.transaction(force_rollback=True):
@@ -365,10 +364,7 @@ class ContentionScenario:
         return result
 
     def _cleanup(self, conn: psycopg.Connection, tasks: list[int]) -> None:
-        q = schema.queries()
-        with conn.transaction():
-            for name in ("scenario_drop_deltas", "scenario_drop_naive", "scenario_drop_tasks"):
-                conn.execute(q[name], {"tasks": tasks})
+        conn.execute(schema.ENGINE_SQL["scenario_drop_tasks"], {"tasks": tasks})
 
 
 def _by_status(rows) -> dict[str, int]:

@@ -29,9 +29,10 @@ from collections.abc import Callable
 
 import psycopg
 
-from .. import schema
 from dbcore.database import Target, connect
 from dbcore.errors import UsageError
+
+from .. import schema
 from ..exactly_once import RECEIVE_STEPS, Endpoint, Outgoing, Signal, signal_queue
 
 log = logging.getLogger("queuetop.scenario.exactly_once")
@@ -175,15 +176,10 @@ class ExactlyOnceScenario:
         return result
 
     def _summary(self, conn: psycopg.Connection, elapsed: float, deliveries: int, duplicates: int, crashes: int) -> dict:
-        row = conn.execute(
-            "SELECT count(*), count(DISTINCT message_id) FROM queuetop.eo_effects WHERE endpoint = %s",
-            (self.receiver_name,),
-        ).fetchone()
+        row = conn.execute(schema.ENGINE_SQL["scenario_effects"], {"receiver": self.receiver_name}).fetchone()
         side_effects, distinct = int(row[0]), int(row[1])
         inbox, outbox = conn.execute(
-            "SELECT (SELECT count(*) FROM queuetop.eo_inbox WHERE endpoint = %(r)s),"
-            " (SELECT count(*) FROM queuetop.eo_outbox WHERE endpoint IN (%(r)s, %(s)s))",
-            {"r": self.receiver_name, "s": self.sender_name},
+            schema.ENGINE_SQL["scenario_leftovers"], {"receiver": self.receiver_name, "sender": self.sender_name}
         ).fetchone()
         return {
             "scenario": "exactly-once",
@@ -204,7 +200,5 @@ class ExactlyOnceScenario:
 
     def _cleanup(self, conn: psycopg.Connection, queue) -> None:
         names = [self.sender_name, self.receiver_name]
-        with conn.transaction():
-            for table in ("eo_effects", "eo_inbox", "eo_outbox"):
-                conn.execute(schema.queries()[f"scenario_drop_{table}"], {"endpoints": names})
+        conn.execute(schema.ENGINE_SQL["scenario_drop_endpoints"], {"endpoints": names})
         queue.drop(conn)

@@ -21,10 +21,11 @@ from collections.abc import Callable
 
 import psycopg
 
-from .. import lease as leases
-from .. import outbox, schema
 from dbcore.database import Target, connect
 from dbcore.errors import UsageError
+
+from .. import lease as leases
+from .. import outbox, schema
 from ..table_queue import TableQueue
 
 log = logging.getLogger("queuetop.scenario.relay")
@@ -86,7 +87,7 @@ class RelayScenario:
                     if self.kill_leader and killed is None and self._relayed(conn) >= self.messages // 3:
                         killed = self._kill_leader(conn, processes)
                     if deadline is not None:
-                        backlog = conn.execute(schema.queries()["outbox_rows"]).fetchone()[0]
+                        backlog = conn.execute(schema.ENGINE_SQL["outbox_rows"]).fetchone()[0]
                         if backlog == 0 and (killed or not self.kill_leader):
                             break
                         if time.monotonic() > deadline:
@@ -110,7 +111,8 @@ class RelayScenario:
 
     def _relayed(self, conn: psycopg.Connection) -> int:
         """Messages delivered to the destination queues so far."""
-        return sum(conn.execute(_sql("SELECT count(*) FROM {}", name)).fetchone()[0] for name in [self.direct, *self.subscribers])
+        return sum(conn.execute(TableQueue(name).statement("queue_row_count")).fetchone()[0]
+                   for name in [self.direct, *self.subscribers])
 
     def _kill_leader(self, conn: psycopg.Connection, processes: dict[str, multiprocessing.Process]) -> str | None:
         state = leases.describe(conn, self.lease)
@@ -126,7 +128,7 @@ class RelayScenario:
     def _summary(self, conn: psycopg.Connection, elapsed: float, first_token: int | None, killed: str | None) -> dict:
         pairs: list[tuple[str, int, int]] = []
         for name in [self.direct, *self.subscribers]:
-            for (body,) in conn.execute(_sql("SELECT body::text FROM {}", name)):
+            for (body,) in conn.execute(TableQueue(name).statement("queue_bodies")):
                 envelope = json.loads(body) if isinstance(body, str) else body
                 pairs.append((name, envelope["outbox_id"], envelope["token"]))
         final = leases.describe(conn, self.lease)
@@ -151,12 +153,5 @@ class RelayScenario:
         for name in [self.direct, *self.subscribers]:
             TableQueue.open(conn, name).drop(conn)
         for queue in self.subscribers:
-            conn.execute(schema.queries()["unsubscribe"], {"topic": self.topic, "queue": queue})
-        conn.execute(schema.queries()["lease_forget"], {"name": self.lease})
-
-
-def _sql(template: str, queue: str):
-    """A statement on a scenario queue's table (the name is this run's own, quoted as an identifier)."""
-    from psycopg import sql
-
-    return sql.SQL(template).format(sql.Identifier("queuetop", TableQueue(queue).table_name))
+            conn.execute(schema.ENGINE_SQL["unsubscribe"], {"topic": self.topic, "queue": queue})
+        conn.execute(schema.ENGINE_SQL["lease_forget"], {"name": self.lease})

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from rich.markup import escape
 from rich.table import Table
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
-from rich.markup import escape
 from textual.widgets import Input, Label, Static
 
 

@@ -95,16 +95,6 @@ class KeyedTable(DataTable):
             self._own_cache[key] = lines
         return lines
 
-    @property
-    def selected_key(self) -> str | None:
-        if self.row_count == 0:
-            return None
-        try:
-            row_key, _ = self.coordinate_to_cell_key(self.cursor_coordinate)
-        except Exception:
-            return None
-        return row_key.value
-
 
 def _cell_width(value: object) -> int:
     return value.cell_len if isinstance(value, Text) else cell_len(str(value))

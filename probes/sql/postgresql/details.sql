@@ -13,8 +13,22 @@ SELECT message_id, attempts, died_at, left(last_error, 300) AS last_error, left(
 FROM queuetop.dead_letters WHERE queue = %(queue)s::text
 ORDER BY id DESC LIMIT %(limit)s::integer;
 
+-- name: relation
+-- The queue's table, found in the catalog (the name is a value here, never SQL text).
+SELECT c.oid AS relid, n.nspname AS schema_name, c.relname AS table_name
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.oid = to_regclass(%(table)s::text);
+
+-- name: column_present
+SELECT EXISTS (SELECT 1 FROM pg_attribute
+               WHERE attrelid = %(relid)s::oid AND attname = %(column)s::text AND attnum > 0 AND NOT attisdropped)
+       AS present;
+
 -- name: table_head
-SELECT left(row_to_json(t)::text, 300) AS row FROM (SELECT * FROM {table} ORDER BY {order} LIMIT %(limit)s::integer) t;
+-- A declared table's head rows in its dequeue order, every column as text cut to 200 characters
+-- (json_object_agg keeps the table's column order), so a wide row cannot flood the screen.
+SELECT (SELECT json_object_agg(f.key, left(f.value, 200)) FROM json_each_text(row_to_json(t)) AS f) AS row
+FROM (SELECT * FROM {table} ORDER BY {order} LIMIT %(limit)s::integer) t;
 
 -- name: session
 SELECT pid, usename, application_name, client_addr::text, backend_type, state, wait_event_type, wait_event,

@@ -65,7 +65,8 @@ WHERE i.indrelid = %(relid)s::oid AND i.indisvalid;
 
 -- name: user_head
 -- A declared table: the same head window, with the configured columns (or NULLs) in fixed
--- places. {order}, {age}, {visible}, {state} are catalog-checked identifiers or NULL.
+-- places. {order}, {age}, {visible}, {state} are catalog-checked identifiers or NULL (typed by the
+-- casts here, so the comparisons resolve either way).
 WITH running AS (
     SELECT backend_xid AS xid FROM pg_stat_activity WHERE backend_xid IS NOT NULL
 ), head AS (
@@ -77,7 +78,7 @@ WITH running AS (
            coalesce(h.st = ANY(%(dead_states)s::text[]), false) AS dead_state,
            CASE WHEN cardinality(%(ready_states)s::text[]) = 0 THEN true
                 ELSE coalesce(h.st = ANY(%(ready_states)s::text[]), false) END AS ready_state
-    FROM (SELECT {order} AS k, {age} AS ts, {visible} AS vis, ({state})::text AS st, xmax
+    FROM (SELECT {order} AS k, ({age})::timestamptz AS ts, ({visible})::timestamptz AS vis, ({state})::text AS st, xmax
           FROM {table} ORDER BY {order} LIMIT %(window)s::integer) h
 )
 SELECT count(*) AS head_rows,

@@ -5,6 +5,10 @@
 -- name: schema_version
 SELECT value FROM queuetop.meta WHERE key = 'schema_version';
 
+-- name: init_lock
+-- Serialises schema changes (engine init, queue creation) across sessions; held to COMMIT.
+SELECT pg_advisory_xact_lock(%(key)s::bigint);
+
 -- name: schema_present
 SELECT to_regclass('queuetop.meta') IS NOT NULL AS present;
 
@@ -322,14 +326,14 @@ RETURNING 1;
 -- name: naive_status_counts
 SELECT status, count FROM queuetop.task_status_naive WHERE task_id = %(task_id)s::bigint ORDER BY status;
 
--- name: scenario_drop_deltas
-DELETE FROM queuetop.task_status_deltas WHERE task_id = ANY(%(tasks)s::bigint[]);
-
--- name: scenario_drop_naive
-DELETE FROM queuetop.task_status_naive WHERE task_id = ANY(%(tasks)s::bigint[]);
-
 -- name: scenario_drop_tasks
--- user_tasks go with their tasks (ON DELETE CASCADE).
+-- The contention scenario's rows, in one statement: deltas, naive counters, tasks (user_tasks go
+-- with their tasks, ON DELETE CASCADE).
+WITH deltas AS (
+    DELETE FROM queuetop.task_status_deltas WHERE task_id = ANY(%(tasks)s::bigint[])
+), naive AS (
+    DELETE FROM queuetop.task_status_naive WHERE task_id = ANY(%(tasks)s::bigint[])
+)
 DELETE FROM queuetop.tasks WHERE id = ANY(%(tasks)s::bigint[]);
 
 -- name: task_by_title
@@ -427,20 +431,78 @@ INSERT INTO queuetop.eo_effects (endpoint, message_id) VALUES (%(endpoint)s::tex
 UPDATE queuetop.eo_outbox SET outgoing = %(outgoing)s::jsonb
 WHERE endpoint = %(endpoint)s::text AND message_id = %(message_id)s::uuid;
 
+-- name: listen_enqueue
+-- Workers' wake-up: the channel the queue tables' trigger notifies (schema.sql, notify_enqueue).
+LISTEN queuetop_enqueue;
+
+-- name: block_head_row
+-- An injected blocker: the queue's head row locked, the session then idle in transaction.
+SELECT id FROM {table} ORDER BY id LIMIT 1 FOR UPDATE;
+
+-- name: block_table
+-- An injected blocker on the whole table: EXCLUSIVE lets readers pass and makes writers wait.
+LOCK TABLE {table} IN EXCLUSIVE MODE;
+
+-- name: purge_dead_letters
+DELETE FROM queuetop.dead_letters WHERE queue = %(queue)s::text;
+
+-- name: compaction_try_lock
+-- One compactor per group at a time: the others skip the group instead of waiting.
+SELECT pg_try_advisory_xact_lock(%(class)s::integer, %(key)s::integer);
+
+-- name: cancel_backend
+-- The dashboard's one write to someone else's session (after the operator confirmed it).
+SELECT pg_cancel_backend(%(pid)s::integer);
+
+-- name: terminate_backend
+SELECT pg_terminate_backend(%(pid)s::integer);
+
+-- name: database_exists
+SELECT 1 FROM pg_database WHERE datname = %(name)s::text;
+
+-- name: create_database
+CREATE DATABASE {database};
+
 -- name: drop_queue_table
 DROP TABLE IF EXISTS {table};
 
 -- name: unregister_queue
 DELETE FROM queuetop.queues WHERE name = %(name)s;
 
--- name: scenario_drop_eo_effects
-DELETE FROM queuetop.eo_effects WHERE endpoint = ANY(%(endpoints)s::text[]);
-
--- name: scenario_drop_eo_inbox
-DELETE FROM queuetop.eo_inbox WHERE endpoint = ANY(%(endpoints)s::text[]);
-
--- name: scenario_drop_eo_outbox
+-- name: scenario_drop_endpoints
+-- The exactly-once scenario's endpoints: their side effects, inbox and outbox records.
+WITH effects AS (
+    DELETE FROM queuetop.eo_effects WHERE endpoint = ANY(%(endpoints)s::text[])
+), inbox AS (
+    DELETE FROM queuetop.eo_inbox WHERE endpoint = ANY(%(endpoints)s::text[])
+)
 DELETE FROM queuetop.eo_outbox WHERE endpoint = ANY(%(endpoints)s::text[]);
+
+-- name: scenario_effects
+-- The exactly-once scenario's verdict: side effects a receiver applied, and how many distinct.
+SELECT count(*) AS effects, count(DISTINCT message_id) AS distinct_messages
+FROM queuetop.eo_effects WHERE endpoint = %(receiver)s::text;
+
+-- name: scenario_leftovers
+-- What the exactly-once scenario left behind: inbox records of the receiver, outbox records of both.
+SELECT (SELECT count(*) FROM queuetop.eo_inbox WHERE endpoint = %(receiver)s::text) AS inbox,
+       (SELECT count(*) FROM queuetop.eo_outbox WHERE endpoint IN (%(receiver)s::text, %(sender)s::text)) AS outbox;
+
+-- name: scenario_pending_deltas
+-- The contention scenario's deltas not yet folded, for its tasks.
+SELECT count(*) FROM queuetop.task_status_deltas WHERE NOT is_aggregate AND task_id = ANY(%(tasks)s::bigint[]);
+
+-- name: scenario_pause
+-- A long transaction's think time, spent inside the transaction (the contention scenario's
+-- submission selecting eligible users, as in design note 001).
+SELECT pg_sleep(%(seconds)s::float8);
+
+-- name: queue_row_count
+-- A whole queue counted and read back: the relay scenario's verdict (test-sized queues only).
+SELECT count(*) FROM {table};
+
+-- name: queue_bodies
+SELECT body::text FROM {table};
 
 -- Outbox and relay (patterns 3 and 4).
 
