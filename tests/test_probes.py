@@ -293,6 +293,40 @@ def test_user_declared_table(db):
     assert q.table == '"public"."messages"'
 
 
+def test_a_declared_queue_whose_order_leads_no_index_is_noted(db):
+    with db.connect() as conn:
+        conn.execute("CREATE TABLE public.jobs_unindexed (id bigint, created timestamptz DEFAULT now())")
+        conn.execute("INSERT INTO public.jobs_unindexed (id) SELECT g FROM generate_series(1, 5) g")
+        conn.execute(SEED_004)
+    unindexed = DeclaredQueue(name="slow", table="public.jobs_unindexed", order_by="created")
+    indexed = DeclaredQueue(name="mail", table="public.messages", order_by="id")
+    snap = snapshot(db, Config(queues=(unindexed, indexed)))
+    [q] = [q for q in snap.queues if q.name == "slow"]
+    assert q.error is None and q.depth == 5  # still sampled, and said why it costs more
+    note = snap.probes["queues"].error
+    assert "slow: no index leads with order_by column 'created'" in note
+    assert "mail" not in note  # id leads the primary key
+
+
+def test_details_of_a_declared_queue_show_its_head_rows_in_order(db):
+    from probes.details import queue_details
+
+    with db.connect() as conn:
+        conn.execute(SEED_004)
+        conn.execute("""INSERT INTO public.messages ("messageType", "messageBody")
+                        SELECT 'mail', CASE WHEN g = 1 THEN repeat('x', 5000) ELSE 'body ' || g END
+                        FROM generate_series(1, 30) g""")
+    with open_probe_connection(db.target) as conn:
+        details = queue_details(conn, "mail", "table", '"public"."messages"', order_by="id")
+        with pytest.raises(LookupError, match="order_by column"):
+            queue_details(conn, "mail", "table", '"public"."messages"', order_by='id"; drop table messages; --')
+    head = details["head"]
+    assert [row["id"] for row in head] == [str(n) for n in range(1, 21)]  # the first 20, in order
+    assert list(head[0]) == ["id", "inserted", "messageType", "messageBody", "status", "invisible_until"]
+    assert head[0]["messageBody"] == "x" * 200  # a wide value is cut on the server
+    assert head[1]["messageBody"] == "body 2" and head[0]["invisible_until"] is None
+
+
 @pytest.mark.parametrize(
     "overrides, message",
     [

@@ -9,6 +9,7 @@ import json
 import psycopg
 from textual.widgets import DataTable, Input, Tree
 
+from probes.config import Config, DeclaredQueue
 from probes.sampler import Sampler
 from queues import compactor
 from queues.control import SCENARIO_KEY, EngineControls
@@ -312,6 +313,33 @@ async def test_enter_shows_a_queues_head_and_dead_letters(db):
         assert '{"order": 2}' in text and "ValueError: bad order" in text
         await pilot.press("escape")
         assert not isinstance(app.screen, DetailsScreen)
+
+
+async def test_enter_on_a_declared_queue_shows_its_head_rows(db):
+    with db.connect() as conn:
+        conn.execute("CREATE TABLE public.mail (id bigserial PRIMARY KEY, recipient text)")
+        conn.execute("INSERT INTO public.mail (recipient) VALUES ('ops@example.com'), ('dev@example.com')")
+    config = Config(queues=(DeclaredQueue(name="mail", table="public.mail", order_by="id"),))
+    app = QueuetopApp(lambda sink: Sampler(db.target, sink, config, interval_s=0.3),
+                      backend=DatabaseBackend(db.target, config))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot, app, lambda: "table:mail" in queue_rows(app), "the declared queue's row", 500)
+        table = app.query_one(QueuesPanel).query_one(DataTable)
+        table.focus()
+        table.move_cursor(row=table.get_row_index("table:mail"))
+        await pilot.press("enter")
+        from tui.screens.details import DetailsScreen
+
+        assert isinstance(app.screen, DetailsScreen)
+        await settle(pilot, app, lambda: app.screen.renderables is not None, "details loaded", 500)
+        from rich.console import Console
+
+        console = Console(width=200, record=True, file=io.StringIO())
+        for renderable in app.screen.renderables:
+            console.print(renderable)
+        text = console.export_text()
+        assert "recipient" in text and "ops@example.com" in text and "dev@example.com" in text
+        assert text.index("ops@example.com") < text.index("dev@example.com")  # the dequeue order
 
 
 async def test_compact_now_from_the_ui_is_reflected_in_the_snapshot(db):
