@@ -11,13 +11,21 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from typing import Any, TypeAlias, TypeVar, overload
 
 import psycopg
 from psycopg import conninfo as pg_conninfo
-from sqlalchemy.engine import make_url
+from psycopg.rows import RowFactory, TupleRow
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
-from .errors import ConnectionFailed, UsageError, first_line
+from .errors import ConnectionFailed, OperationFailed, UsageError, first_line
+
+DictRow: TypeAlias = dict[str, Any]
+Row = TypeVar("Row")
+# What a statement runs on: a connection, or a cursor kept for a connection's life (the worker's
+# loop). Both have execute(), which returns a cursor.
+Executor: TypeAlias = psycopg.Connection[Any] | psycopg.Cursor[Any]
 
 ENV_DSN = "QUEUETOP_DSN"
 MASK = "***"
@@ -95,8 +103,8 @@ def resolve_target(dsn: str | None) -> Target | None:
     raise UsageError(f"unsupported database {backend!r} in DSN {masked}")
 
 
-def _url_to_conninfo(url) -> str:
-    params: dict[str, object] = {}
+def _url_to_conninfo(url: URL) -> str:
+    params: dict[str, Any] = {}
     if url.host:
         params["host"] = url.host
     if url.port:
@@ -127,6 +135,20 @@ def server_options(settings: dict[str, str]) -> str:
     return " ".join(f"-c {key}={value}" for key, value in settings.items())
 
 
+def connection_kwargs(application_name: str, connect_timeout: int, options: dict[str, str] | None) -> dict[str, Any]:
+    """The connection parameters every queuetop session sets (pooled ones too)."""
+    kwargs: dict[str, Any] = {"application_name": application_name[:63], "connect_timeout": connect_timeout}
+    if options:
+        kwargs["options"] = server_options(options)
+    return kwargs
+
+
+@overload
+def connect(target: Target, *, application_name: str, autocommit: bool = True, connect_timeout: int = 10,
+            options: dict[str, str] | None = None) -> psycopg.Connection[TupleRow]: ...
+@overload
+def connect(target: Target, *, application_name: str, autocommit: bool = True, connect_timeout: int = 10,
+            options: dict[str, str] | None = None, row_factory: RowFactory[Row]) -> psycopg.Connection[Row]: ...
 def connect(
     target: Target,
     *,
@@ -134,19 +156,27 @@ def connect(
     autocommit: bool = True,
     connect_timeout: int = 10,
     options: dict[str, str] | None = None,
-) -> psycopg.Connection:
-    """Open a psycopg connection that identifies itself as queuetop's.
+    row_factory: RowFactory[Any] | None = None,
+) -> psycopg.Connection[Any]:
+    """Open a psycopg connection that identifies itself as queuetop's (rows as tuples, or as
+    `row_factory` makes them).
 
     `options` are server settings applied at connection start (statement_timeout, ...), so they
     cost no extra round trip.
     """
-    kwargs: dict[str, object] = {
-        "application_name": application_name[:63],
-        "connect_timeout": connect_timeout,
-    }
-    if options:
-        kwargs["options"] = server_options(options)
+    kwargs = connection_kwargs(application_name, connect_timeout, options)
+    if row_factory is not None:
+        kwargs["row_factory"] = row_factory
     try:
         return psycopg.connect(target.conninfo, autocommit=autocommit, **kwargs)
     except psycopg.OperationalError as exc:
         raise ConnectionFailed(describe_connect_error(target, exc)) from None
+
+
+def one(cursor: psycopg.Cursor[Row]) -> Row:
+    """The row of a statement that always returns one (an aggregate, a function call, an
+    INSERT ... RETURNING): its absence is a failure, not a case to handle."""
+    row = cursor.fetchone()
+    if row is None:
+        raise OperationFailed("the database returned no row where one was expected")
+    return row

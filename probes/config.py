@@ -68,10 +68,9 @@ def default_config_path() -> Path:
 def load_config(path: str | Path | None = None) -> Config:
     """Read the config; a missing default file is an empty config, a missing explicit file or a
     malformed one is a usage error (exit 2)."""
-    explicit = path is not None
-    file = Path(path) if explicit else default_config_path()
+    file = Path(path) if path is not None else default_config_path()
     if not file.exists():
-        if explicit:
+        if path is not None:
             raise UsageError(f"config file {str(file)!r} not found")
         return Config()
     try:
@@ -123,14 +122,18 @@ def _declared_queue(entry: object, index: int, where: str) -> DeclaredQueue:
     if unknown:
         raise UsageError(f"{where}: queues[{index}]: unknown key(s) {', '.join(sorted(unknown))}")
 
-    def text(key: str, required: bool = False) -> str | None:
+    def text(key: str) -> str | None:
         value = entry.get(key)
         if value in (None, ""):
-            if required:
-                raise UsageError(f"{where}: queues[{index}]: {key} is required")
             return None
         if not isinstance(value, str) or len(value) > 200 or "\x00" in value:
             raise UsageError(f"{where}: queues[{index}]: {key} must be a string")
+        return value
+
+    def required(key: str) -> str:
+        value = text(key)
+        if value is None:
+            raise UsageError(f"{where}: queues[{index}]: {key} is required")
         return value
 
     def states(key: str) -> tuple[str, ...]:
@@ -139,14 +142,14 @@ def _declared_queue(entry: object, index: int, where: str) -> DeclaredQueue:
             raise UsageError(f"{where}: queues[{index}]: {key} must be a list of strings")
         return tuple(value)
 
-    name = text("name", required=True)
+    name = required("name")
     if not is_valid_name(name):
         raise UsageError(f"{where}: queues[{index}]: invalid name {name!r}")
     state_column = text("state_column")
     declared = DeclaredQueue(
         name=name,
-        table=text("table", required=True),
-        order_by=text("order_by", required=True),
+        table=required("table"),
+        order_by=required("order_by"),
         age_column=text("age_column"),
         visible_at_column=text("visible_at_column"),
         state_column=state_column,

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-import psycopg
 from psycopg import sql
 
+from dbcore.database import one
 from dbcore.sqlfiles import Queries
+
+from .postgres import ProbeConnection
 
 HEAD_ROWS = 20
 DETAILS_SQL = Queries("probes", "details.sql")
 
 
-def queue_details(conn: psycopg.Connection, name: str, kind: str, table: str,
+def queue_details(conn: ProbeConnection, name: str, kind: str, table: str,
                   order_by: str | None = None) -> dict[str, list[dict]]:
     """Head messages and dead letters of a reference queue, the head of the outbox or of an
     endpoint's inbox, or the head rows of a declared table (in its `order_by` order).
@@ -29,7 +31,7 @@ def queue_details(conn: psycopg.Connection, name: str, kind: str, table: str,
         dead = conn.execute(DETAILS_SQL["queue_dead_letters"], {"queue": name, "limit": HEAD_ROWS}).fetchall()
         return {"head": head, "dead": dead}
     if kind == "table" and order_by:
-        present = conn.execute(DETAILS_SQL["column_present"], {"relid": row["relid"], "column": order_by}).fetchone()
+        present = one(conn.execute(DETAILS_SQL["column_present"], {"relid": row["relid"], "column": order_by}))
         if not present["present"]:
             raise LookupError(f"order_by column {order_by!r} not in {table}")
         statement = sql.SQL(DETAILS_SQL["table_head"]).format(table=ident, order=sql.Identifier(order_by))
@@ -38,7 +40,7 @@ def queue_details(conn: psycopg.Connection, name: str, kind: str, table: str,
     return {"head": [], "dead": []}
 
 
-def session_details(conn: psycopg.Connection, pid: int) -> dict[str, object]:
+def session_details(conn: ProbeConnection, pid: int) -> dict[str, object]:
     session = conn.execute(DETAILS_SQL["session"], {"pid": pid}).fetchone()
     locks = conn.execute(DETAILS_SQL["session_locks"], {"pid": pid}).fetchall()
     return {"session": session, "locks": locks}

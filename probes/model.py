@@ -145,25 +145,24 @@ class Snapshot:
 
     def to_json(self) -> dict[str, object]:
         """The v1 JSON object of PRODUCT.md (more keys than it requires, none fewer)."""
-        return _jsonable(
-            {
-                "version": SNAPSHOT_VERSION,
-                "taken_at": self.taken_at,
-                "server": asdict(self.server),
-                "probes": {name: asdict(status) for name, status in self.probes.items()},
-                "queues": [asdict(q) for q in self.queues],
-                "rings": [asdict(r) for r in self.rings],
-                "leases": [asdict(lease) for lease in self.leases],
-                "blocked": [asdict(b) for b in self.blocked],
-                "blockers": [asdict(b) for b in self.blockers],
-                "connections": asdict(self.connections) if self.connections else _EMPTY_CONNECTIONS,
-                "compaction": [asdict(c) for c in self.compaction],
-                **self.extra,
-            }
-        )
+        document: dict[str, object] = {
+            "version": SNAPSHOT_VERSION,
+            "taken_at": self.taken_at,
+            "server": asdict(self.server),
+            "probes": {name: asdict(status) for name, status in self.probes.items()},
+            "queues": [asdict(q) for q in self.queues],
+            "rings": [asdict(r) for r in self.rings],
+            "leases": [asdict(lease) for lease in self.leases],
+            "blocked": [asdict(b) for b in self.blocked],
+            "blockers": [asdict(b) for b in self.blockers],
+            "connections": asdict(self.connections) if self.connections else _EMPTY_CONNECTIONS,
+            "compaction": [asdict(c) for c in self.compaction],
+            **self.extra,
+        }
+        return {key: _jsonable(value) for key, value in document.items()}
 
 
-_EMPTY_CONNECTIONS = {
+_EMPTY_CONNECTIONS: dict[str, object] = {
     "total": None,
     "max": None,
     "by_state": {},

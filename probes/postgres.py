@@ -12,12 +12,14 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeAlias
 
 import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from dbcore.database import Target, connect
+from dbcore.database import DictRow, Target, connect, one
 from dbcore.errors import first_line
 from dbcore.sqlfiles import Queries
 
@@ -61,16 +63,14 @@ CONNECTIONS_SQL = Queries("probes", "connections.sql")
 COMPACTION_SQL = Queries("probes", "compaction.sql")
 
 
-def open_probe_connection(target: Target, *, application_name: str = APPLICATION_NAME) -> psycopg.Connection:
+# A probe session's rows are dictionaries keyed by column name.
+ProbeConnection: TypeAlias = psycopg.Connection[DictRow]
+
+
+def open_probe_connection(target: Target, *, application_name: str = APPLICATION_NAME) -> ProbeConnection:
     """A session that cannot hurt the monitored database: read-only, autocommit, short
     statement and lock timeouts, and a name that says whose it is."""
-    conn = connect(target, application_name=application_name, options=PROBE_SETTINGS)
-    configure_probe_session(conn)
-    return conn
-
-
-def configure_probe_session(conn: psycopg.Connection) -> None:
-    conn.row_factory = dict_row
+    return connect(target, application_name=application_name, options=PROBE_SETTINGS, row_factory=dict_row)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,15 +107,15 @@ class PostgresProbes:
 
     # -- server --------------------------------------------------------------------------
 
-    def server(self, conn: psycopg.Connection, label: str | None = None) -> ServerInfo:
-        row = conn.execute(SERVER_SQL["server_info"]).fetchone()
+    def server(self, conn: ProbeConnection, label: str | None = None) -> ServerInfo:
+        row = one(conn.execute(SERVER_SQL["server_info"]))
         self._version_num = row["version_num"]
         self._server = ServerInfo(dialect=self.dialect, version=row["version"], database=row["database"], label=label)
         return self._server
 
     # -- queues --------------------------------------------------------------------------
 
-    def queues(self, conn: psycopg.Connection) -> tuple[QueueSample, ...]:
+    def queues(self, conn: ProbeConnection) -> tuple[QueueSample, ...]:
         window = self.config.window
         samples: list[tuple[str, str, str, int | None, dict | None, str | None]] = []
         reference = []
@@ -129,8 +129,8 @@ class PostgresProbes:
             table = sql.Identifier(entry["schema_name"], entry["table_name"])
             head, error = None, None
             try:
-                head = conn.execute(sql.SQL(QUEUES_SQL["reference_head"]).format(table=table), {"window": window + 1}).fetchone()
-                dead = conn.execute(QUEUES_SQL["dead_letters"], {"queue": entry["name"], "cap": DEAD_COUNT_CAP}).fetchone()
+                head = one(conn.execute(sql.SQL(QUEUES_SQL["reference_head"]).format(table=table), {"window": window + 1}))
+                dead = one(conn.execute(QUEUES_SQL["dead_letters"], {"queue": entry["name"], "cap": DEAD_COUNT_CAP}))
                 head = {
                     **head,
                     "beyond_window": (head["max_id"] - head["last_head_id"]) if head["last_head_id"] else 0,
@@ -169,13 +169,13 @@ class PostgresProbes:
             out.append(self._queue_sample(kind, name, qualified, head, st, error, now))
         return tuple(out)
 
-    def _outbox_and_inboxes(self, conn: psycopg.Connection, window: int, problems: list[str]) -> list[tuple]:
+    def _outbox_and_inboxes(self, conn: ProbeConnection, window: int, problems: list[str]) -> list[tuple]:
         """The transactional outbox (kind `outbox`) and each endpoint's inbox (kind `inbox`),
         shown as queues: their depth is the backlog of messages not yet relayed / processed."""
         samples: list[tuple] = []
         if _has_table(conn, "queuetop.outbox"):
             try:
-                head = dict(conn.execute(QUEUES_SQL["outbox_head"], {"window": window + 1}).fetchone())
+                head = dict(one(conn.execute(QUEUES_SQL["outbox_head"], {"window": window + 1})))
                 head["beyond_window"] = (head["max_id"] - head["last_head_id"]) if head["last_head_id"] else 0
                 head["dead"] = None
                 samples.append(("outbox", "outbox", "queuetop.outbox", head.pop("relid"), head, None))
@@ -192,7 +192,8 @@ class PostgresProbes:
                 problems.append(f"inbox: {describe_error(exc)}")
         return samples
 
-    def _queue_sample(self, kind, name, qualified, head, st, error, now) -> QueueSample:
+    def _queue_sample(self, kind: str, name: str, qualified: str, head: dict[str, Any] | None, st: DictRow | None,
+                      error: str | None, now: float) -> QueueSample:
         enq = deq = None
         if st is not None:
             current = _Counters(now, st["n_tup_ins"], st["n_tup_del"])
@@ -246,7 +247,7 @@ class PostgresProbes:
             error=error,
         )
 
-    def _resolve(self, conn: psycopg.Connection, declared: DeclaredQueue) -> _ResolvedTable:
+    def _resolve(self, conn: ProbeConnection, declared: DeclaredQueue) -> _ResolvedTable:
         cached = self._resolved.get(declared.name)
         if cached is not None:
             return cached
@@ -286,9 +287,9 @@ class PostgresProbes:
         self._resolved[declared.name] = resolved
         return resolved
 
-    def _declared_head(self, conn: psycopg.Connection, declared: DeclaredQueue, resolved: _ResolvedTable) -> dict:
+    def _declared_head(self, conn: ProbeConnection, declared: DeclaredQueue, resolved: _ResolvedTable) -> dict:
         window = self.config.window
-        head = conn.execute(
+        head = one(conn.execute(
             resolved.head,
             {
                 "window": window + 1,
@@ -296,27 +297,27 @@ class PostgresProbes:
                 "in_flight_states": list(declared.in_flight_states),
                 "dead_states": list(declared.dead_states),
             },
-        ).fetchone()
+        ))
         head = dict(head)
         if head["head_rows"] > window:
             if resolved.max_key is not None and head["last_head_key"] is not None:
-                max_key = conn.execute(resolved.max_key).fetchone()["max_key"]
+                max_key = one(conn.execute(resolved.max_key))["max_key"]
                 head["beyond_window"] = int(max_key) - int(head["last_head_key"])
             else:
-                planner = conn.execute(QUEUES_SQL["planner_rows"], {"relid": resolved.relid}).fetchone()
+                planner = one(conn.execute(QUEUES_SQL["planner_rows"], {"relid": resolved.relid}))
                 head["beyond_window"] = (planner["estimate"] or 0) - head["head_rows"]
             head["dead_is_estimate"] = bool(declared.dead_states)
         return head
 
     # -- rings and leases ----------------------------------------------------------------
 
-    def rings(self, conn: psycopg.Connection) -> tuple[RingSample, ...]:
+    def rings(self, conn: ProbeConnection) -> tuple[RingSample, ...]:
         if not _has_table(conn, "queuetop.rings"):
             return ()
         rows = conn.execute(RINGS_SQL["rings"]).fetchall()
         return tuple(RingSample(name=r["name"], capacity=r["capacity"], used=r["used"], refused_total=r["refused_total"]) for r in rows)
 
-    def leases(self, conn: psycopg.Connection) -> tuple[LeaseSample, ...]:
+    def leases(self, conn: ProbeConnection) -> tuple[LeaseSample, ...]:
         if not _has_table(conn, "queuetop.leases"):
             return ()
         rows = conn.execute(LEASES_SQL["leases"]).fetchall()
@@ -325,12 +326,12 @@ class PostgresProbes:
             for r in rows
         )
 
-    def compaction(self, conn: psycopg.Connection) -> tuple[CompactionSample, ...]:
+    def compaction(self, conn: ProbeConnection) -> tuple[CompactionSample, ...]:
         if not _has_table(conn, "queuetop.task_status_deltas"):
             return ()
-        row = conn.execute(
+        row = one(conn.execute(
             COMPACTION_SQL["compaction"], {"cap": COMPACTION_COUNT_CAP, "top": COMPACTION_TOP_GROUPS}
-        ).fetchone()
+        ))
         return (
             CompactionSample(
                 name="task_status",
@@ -350,7 +351,7 @@ class PostgresProbes:
 
     # -- locks ---------------------------------------------------------------------------
 
-    def locks(self, conn: psycopg.Connection) -> tuple[tuple[BlockedSession, ...], tuple[Blocker, ...]]:
+    def locks(self, conn: ProbeConnection) -> tuple[tuple[BlockedSession, ...], tuple[Blocker, ...]]:
         query = LOCKS_SQL["waiting_post_140000"] if self._version_num >= 140000 else LOCKS_SQL["waiting"]
         # pg_locks and pg_blocking_pids are not read at one instant: a wait that ended in between
         # has no blockers left and is not reported.
@@ -365,9 +366,9 @@ class PostgresProbes:
 
     # -- connections ---------------------------------------------------------------------
 
-    def connections(self, conn: psycopg.Connection) -> Connections:
+    def connections(self, conn: ProbeConnection) -> Connections:
         rows = conn.execute(CONNECTIONS_SQL["connections"]).fetchall()
-        settings = conn.execute(CONNECTIONS_SQL["max_connections"]).fetchone()
+        settings = one(conn.execute(CONNECTIONS_SQL["max_connections"]))
         by_state: dict[str, int] = {}
         by_app: dict[str, int] = {}
         oldest = xmin = None
@@ -450,7 +451,8 @@ def build_lock_tree(waiting_rows: Iterable[dict], others: dict[int, dict]) -> tu
                     roots.append(blocker)
         return roots, cycle
 
-    blocked, counts = [], {}
+    blocked: list[BlockedSession] = []
+    counts: dict[int, int] = {}
     for pid in sorted(waiting):
         row = waiting[pid]
         roots, cycle = roots_of(pid)
@@ -471,10 +473,10 @@ def build_lock_tree(waiting_rows: Iterable[dict], others: dict[int, dict]) -> tu
                 in_cycle=cycle,
             )
         )
-    blockers = []
+    roots_found: list[Blocker] = []
     for root, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
         info = others.get(root) or {}
-        blockers.append(
+        roots_found.append(
             Blocker(
                 pid=root,
                 blocked_count=count,
@@ -484,7 +486,7 @@ def build_lock_tree(waiting_rows: Iterable[dict], others: dict[int, dict]) -> tu
                 application=info.get("application_name"),
             )
         )
-    return tuple(blocked), tuple(blockers)
+    return tuple(blocked), tuple(roots_found)
 
 
 def _advisory_key(row: dict) -> str | None:
@@ -497,11 +499,11 @@ def _advisory_key(row: dict) -> str | None:
     return f"advisory ({row['classid']}, {row['objid']})"
 
 
-def _has_table(conn: psycopg.Connection, name: str) -> bool:
-    return bool(conn.execute(SERVER_SQL["table_present"], {"table": name}).fetchone()["present"])
+def _has_table(conn: ProbeConnection, name: str) -> bool:
+    return bool(one(conn.execute(SERVER_SQL["table_present"], {"table": name}))["present"])
 
 
-def _latest(a, b):
+def _latest(a: datetime | None, b: datetime | None) -> datetime | None:
     values = [v for v in (a, b) if v is not None]
     return max(values) if values else None
 

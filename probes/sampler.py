@@ -15,23 +15,25 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import TypeVar, cast
 
 import psycopg
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
+from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from dbcore.database import Target, server_options
+from dbcore.database import Target, connection_kwargs
 from dbcore.errors import first_line
 
 from .config import Config
-from .model import ProbeStatus, ServerInfo, Snapshot
+from .model import BlockedSession, Blocker, ProbeStatus, ServerInfo, Snapshot
 from .postgres import (
     APPLICATION_NAME,
     PROBE_NAMES,
     PROBE_SETTINGS,
     PostgresProbes,
-    configure_probe_session,
+    ProbeConnection,
     describe_error,
     open_probe_connection,
 )
@@ -41,10 +43,11 @@ log = logging.getLogger("queuetop.sampler")
 # the snapshot says that the database is unreachable instead.
 logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
 Sink = Callable[[Snapshot], None]
+T = TypeVar("T")
 MAX_PROBE_SESSIONS = 2
 
 
-def run_probe(probes: PostgresProbes, name: str, conn: psycopg.Connection) -> tuple[ProbeStatus, object]:
+def run_probe(probes: PostgresProbes, name: str, conn: ProbeConnection) -> tuple[ProbeStatus, object]:
     """One probe, timed; its failure is its status, not an exception."""
     started = time.perf_counter()
     probes.notes.pop(name, None)
@@ -57,11 +60,11 @@ def run_probe(probes: PostgresProbes, name: str, conn: psycopg.Connection) -> tu
 
 
 def compose(server: ServerInfo, results: dict[str, tuple[ProbeStatus, object]], extra: dict | None = None) -> Snapshot:
-    def value(name: str, default: object) -> object:
+    def value(name: str, default: T) -> T:
         result = results.get(name)
-        return default if result is None or result[1] is None else result[1]
+        return default if result is None or result[1] is None else cast(T, result[1])
 
-    blocked, blockers = value("locks", ((), ()))
+    blocked, blockers = value("locks", cast(tuple[tuple[BlockedSession, ...], tuple[Blocker, ...]], ((), ())))
     return Snapshot(
         taken_at=datetime.now(UTC),
         server=server,
@@ -77,17 +80,17 @@ def compose(server: ServerInfo, results: dict[str, tuple[ProbeStatus, object]], 
     )
 
 
-def run_cycle(target: Target, config: Config | None = None, *, probes: PostgresProbes | None = None, conn: psycopg.Connection | None = None) -> Snapshot:
+def run_cycle(target: Target, config: Config | None = None, *, probes: PostgresProbes | None = None,
+              conn: ProbeConnection | None = None) -> Snapshot:
     """Every probe once, in turn, on one probe session (opened here unless given)."""
     probes = probes or PostgresProbes(config)
-    own = conn is None
-    conn = conn or open_probe_connection(target)
+    session = conn or open_probe_connection(target)
     try:
-        server = probes.server(conn, label=target.masked)
-        results = {name: run_probe(probes, name, conn) for name in PROBE_NAMES}
+        server = probes.server(session, label=target.masked)
+        results = {name: run_probe(probes, name, session) for name in PROBE_NAMES}
     finally:
-        if own:
-            conn.close()
+        if conn is None:
+            session.close()
     return compose(server, results, {"connected": True})
 
 
@@ -115,13 +118,12 @@ class Sampler:
             timeout=5.0,
             reconnect_timeout=365 * 24 * 3600.0,  # keep trying: the database may come back
             check=ConnectionPool.check_connection,
+            connection_class=ProbeConnection,
             kwargs={
                 "autocommit": True,
-                "application_name": APPLICATION_NAME,
-                "connect_timeout": 5,
-                "options": server_options(PROBE_SETTINGS),
+                "row_factory": dict_row,
+                **connection_kwargs(APPLICATION_NAME, connect_timeout=5, options=PROBE_SETTINGS),
             },
-            configure=configure_probe_session,
             name="queuetop-probes",
         )
         self._scheduler = BackgroundScheduler(

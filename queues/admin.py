@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dbcore.database import Target, connect
+from dbcore.database import Target, connect, one
 
 from .schema import ENGINE_SQL
 
@@ -11,4 +11,4 @@ def signal_backend(target: Target, pid: int, *, terminate: bool) -> bool:
     """pg_cancel_backend / pg_terminate_backend; False when the server refused or the pid is gone."""
     statement = ENGINE_SQL["terminate_backend" if terminate else "cancel_backend"]
     with connect(target, application_name="queuetop-admin") as conn:
-        return bool(conn.execute(statement, {"pid": int(pid)}).fetchone()[0])
+        return bool(one(conn.execute(statement, {"pid": int(pid)}))[0])

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import psycopg
 
-from dbcore.database import Target, connect
+from dbcore.database import Target, connect, one
 from dbcore.errors import UsageError
 from dbcore.sqlfiles import PLACEHOLDER, Queries
 
@@ -64,7 +64,8 @@ def _pg_array_literal(values: list[str]) -> str:
 
 
 class EngineBench:
-    def __init__(self, target: Target, *, messages: int, single_messages: int, concurrency: int, batch: int, progress: Callable[[str], None] | None):
+    def __init__(self, target: Target, *, messages: int, single_messages: int, concurrency: int, batch: int,
+                 progress: Callable[[str], None] | None):
         self.target = target
         self.messages = messages
         self.single_messages = single_messages
@@ -212,7 +213,7 @@ class EngineBench:
         return (polls_after - polls_before) / (t1 - t0), (after - before) / (t1 - t0)
 
     def _sessions_idle(self, expected: int) -> bool:
-        row = self.conn.execute(BENCH_SQL["idle_sessions"], {"pattern": f"queuetop-%:claim:{BENCH_QUEUE}"}).fetchone()
+        row = one(self.conn.execute(BENCH_SQL["idle_sessions"], {"pattern": f"queuetop-%:claim:{BENCH_QUEUE}"}))
         return row[0] >= expected
 
     def _queue_scans(self) -> int:
@@ -227,7 +228,7 @@ def queue_scans(conn: psycopg.Connection, queue: TableQueue) -> int:
     return int(row[0]) if row else 0
 
 
-def _summary(ours: list[float], theirs: list[float]) -> dict[str, float]:
+def _summary(ours: list[float], theirs: list[float]) -> dict[str, object]:
     q, p = statistics.median(ours), statistics.median(theirs)
     return {
         "queuetop_msgs_per_s": round(q, 1),
@@ -266,7 +267,7 @@ def run_engine_bench(
         "enqueue_batch": (lambda: bench.queuetop_enqueue(batch), lambda: bench.pgbench_enqueue(batch)),
     }
     try:
-        server_version = bench.conn.execute(BENCH_SQL["server_version"]).fetchone()[0]
+        server_version = one(bench.conn.execute(BENCH_SQL["server_version"]))[0]
         for round_no in range(rounds):
             for name, (ours, theirs) in plan.items():
                 # Alternate who goes first so that drift (autovacuum, caches) hits both sides.
@@ -290,8 +291,8 @@ def run_engine_bench(
         "batch": batch,
         "rounds": rounds,
     }
-    for name, (ours, theirs) in results.items():
-        out[name] = _summary(ours, theirs)
+    for name, (our_rates, their_rates) in results.items():
+        out[name] = _summary(our_rates, their_rates)
     out["idle_queries_per_s"] = round(idle, 2)
     out["idle_table_scans_per_s"] = round(idle_scans, 2)
     out["idle_workers"] = 4

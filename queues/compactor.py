@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 import psycopg
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from dbcore.database import Target, connect
+from dbcore.database import Target, connect, one
 from dbcore.errors import QueuetopError, UsageError
 
 from . import schema
@@ -58,7 +58,7 @@ class CompactionResult:
 
 
 def create_task(conn: psycopg.Connection, title: str) -> int:
-    return conn.execute(schema.ENGINE_SQL["task_create"], {"title": title}).fetchone()[0]
+    return one(conn.execute(schema.ENGINE_SQL["task_create"], {"title": title}))[0]
 
 
 def submit(conn: psycopg.Connection, task_id: int, users: list[int]) -> int:
@@ -109,16 +109,16 @@ def compact(conn: psycopg.Connection, group: int | None = None, *, record: bool 
     done = skipped = deleted = inserted = 0
     for task_id in groups:
         with conn.transaction():
-            locked = conn.execute(
+            locked = one(conn.execute(
                 schema.ENGINE_SQL["compaction_try_lock"], {"class": LOCK_CLASS, "key": _lock_key(task_id)}
-            ).fetchone()[0]
+            ))[0]
             if not locked:
                 skipped += 1
                 continue
             ids = [row[0] for row in conn.execute(schema.ENGINE_SQL["compaction_take_ids"], {"task_id": task_id})]
             if not ids:
                 continue  # the group is gone
-            row = conn.execute(schema.ENGINE_SQL["compaction_fold"], {"task_id": task_id, "ids": ids}).fetchone()
+            row = one(conn.execute(schema.ENGINE_SQL["compaction_fold"], {"task_id": task_id, "ids": ids}))
             deleted += row[0]
             inserted += row[1]
             done += 1

@@ -115,7 +115,7 @@ class EngineControls:
         for activity in running:
             activity.join()
 
-    def _thread(self, activity: Activity, target, *args) -> Activity:
+    def _thread(self, activity: Activity, target: Callable[..., None], *args: object) -> Activity:
         def run() -> None:
             try:
                 target(activity, *args)
@@ -128,8 +128,8 @@ class EngineControls:
         activity.thread.start()
         return activity
 
-    def _connect(self, role: str, **kwargs) -> psycopg.Connection:
-        return connect(self.target, application_name=f"queuetop-{role}", **kwargs)
+    def _connect(self, role: str, *, autocommit: bool = True) -> psycopg.Connection:
+        return connect(self.target, application_name=f"queuetop-{role}", autocommit=autocommit)
 
     # -- queues ---------------------------------------------------------------------------
 
@@ -256,7 +256,7 @@ class EngineControls:
         scenario = ContentionScenario(self.target, options, lock_sampler, stop_event=activity.stop_event)
         return self._thread(activity, self._scenario, scenario, on_done)
 
-    def _scenario(self, activity: Activity, scenario: ContentionScenario, on_done) -> None:
+    def _scenario(self, activity: Activity, scenario: ContentionScenario, on_done: Callable[[dict], None] | None) -> None:
         activity.result = scenario.run()
         if on_done is not None:
             on_done(activity.result)
@@ -296,8 +296,8 @@ class EngineControls:
             raise UsageError("no outbox relays are running (start them first)")
         with self._connect("lease") as conn:
             state = leases.describe(conn, outbox.DEFAULT_LEASE)
-        process = activity.processes.get(state.holder) if state is not None else None
-        if process is None or not process.is_alive():
+        process = activity.processes.get(state.holder) if state is not None and state.holder else None
+        if state is None or state.holder is None or process is None or not process.is_alive():
             raise UsageError("no running relay holds the lease right now")
         process.kill()
         return state.holder, state.token

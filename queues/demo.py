@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -67,7 +68,7 @@ class Demo:
             self._scheduler.shutdown(wait=True)
         self.controls.stop_all()
 
-    def _quietly(self, action, *args, **kwargs) -> None:
+    def _quietly(self, action: Callable[..., object], *args: object, **kwargs: object) -> None:
         try:
             action(*args, **kwargs)
         except QueuetopError as exc:  # a full ring or a taken lease is part of the show

@@ -12,6 +12,7 @@ import logging
 import os
 import warnings
 from pathlib import Path
+from typing import Any
 
 import platformdirs
 import psycopg
@@ -40,7 +41,7 @@ def _quiet_pgserver() -> None:
     warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 
 
-def _server(data_dir: Path):
+def _server(data_dir: Path) -> Any:  # pgserver.PostgresServer (pgserver is untyped)
     _quiet_pgserver()
     import pgserver  # imported late: it pulls in psutil and locks, only needed without a DSN
 
@@ -82,13 +83,13 @@ def server_status(data_dir: Path | None = None) -> dict[str, object]:
 
     pgdata = (data_dir or default_data_dir()).expanduser().resolve()
     info = PostmasterInfo.read_from_pgdata(pgdata) if pgdata.exists() else None
-    running = bool(info is not None and info.is_running())
+    running = info if info is not None and info.is_running() else None
     return {
         "data_dir": str(pgdata),
         "initialized": (pgdata / "PG_VERSION").exists(),
-        "running": running,
-        "pid": info.pid if running else None,
-        "dsn": info.get_uri(database=DATABASE) if running else None,
+        "running": running is not None,
+        "pid": running.pid if running else None,
+        "dsn": running.get_uri(database=DATABASE) if running else None,
     }
 
 
@@ -97,7 +98,7 @@ def stop_server(data_dir: Path | None = None) -> bool:
     status = server_status(data_dir)
     if not status["running"]:
         return False
-    from pgserver import pg_ctl
+    from pgserver import pg_ctl  # type: ignore[attr-defined]  # exported, not declared
 
     user = "pgserver" if os.name == "posix" and os.geteuid() == 0 else None
     pg_ctl(["-w", "-m", "fast", "stop"], pgdata=Path(str(status["data_dir"])), user=user)

@@ -77,7 +77,7 @@ class Signal:
     payload: str | None = None  # a reference into the payload store
 
     def to_json(self) -> str:
-        data = {"message_id": self.message_id, "attempt_id": self.attempt_id}
+        data: dict[str, str | None] = {"message_id": self.message_id, "attempt_id": self.attempt_id}
         data.update({"payload": self.payload} if self.payload else {"body": self.body})
         return json.dumps(data)
 

@@ -88,14 +88,17 @@ class HotPath:
         ids, attempts, enqueued_ats, bodies = self._tx.load_row(0, tuple)
         if not ids:
             return []
-        return [Message(i, a, e, b, token) for i, a, e, b in zip(ids, attempts, enqueued_ats, bodies)]
+        return [Message(i, a, e, b, token) for i, a, e, b in zip(ids, attempts, enqueued_ats, bodies, strict=True)]
 
     def ack(self, messages: Sequence[Message]) -> int:
         """Delete processed messages claimed together (one token); returns how many were still
         ours (the others' claims were lost: stale acks, rejected)."""
         if not messages:
             return 0
-        token = b"%d" % messages[0].claim_token
+        claim_token = messages[0].claim_token
+        if claim_token is None:
+            raise ValueError("ack() takes claimed messages (claim mode)")
+        token = b"%d" % claim_token
         if len(messages) == 1:
             result = self._exec("ack_one", {"id": b"%d" % messages[0].id, "token": token}, pq.ExecStatus.COMMAND_OK)
         else:

@@ -32,7 +32,7 @@ from collections.abc import Callable
 
 import psycopg
 
-from dbcore.database import Target, connect
+from dbcore.database import Target, connect, one
 from dbcore.errors import LeaseHeld, QueuetopError
 from dbcore.names import check_name
 
@@ -55,12 +55,12 @@ class StaleLease(QueuetopError):
 
 def send(conn: psycopg.Connection, queue: str, body: str) -> int:
     check_name("queue", queue)
-    return conn.execute(ENGINE_SQL["outbox_write"], {"kind": "send", "destination": queue, "body": body}).fetchone()[0]
+    return one(conn.execute(ENGINE_SQL["outbox_write"], {"kind": "send", "destination": queue, "body": body}))[0]
 
 
 def publish(conn: psycopg.Connection, topic: str, body: str) -> int:
     check_name("topic", topic)
-    return conn.execute(ENGINE_SQL["outbox_write"], {"kind": "publish", "destination": topic, "body": body}).fetchone()[0]
+    return one(conn.execute(ENGINE_SQL["outbox_write"], {"kind": "publish", "destination": topic, "body": body}))[0]
 
 
 def write_orders(conn: psycopg.Connection, first: int, last: int, queue: str, topic: str) -> None:

@@ -15,6 +15,7 @@ from datetime import datetime
 
 import psycopg
 
+from dbcore.database import one
 from dbcore.errors import RingFull, UsageError
 from dbcore.names import check_name
 
@@ -69,7 +70,7 @@ def put(conn: psycopg.Connection, name: str, bodies: Sequence[str]) -> int:
     """Put all bodies or none (RingFull, exit 3). Returns the first position written."""
     check_name("ring", name)
     try:
-        row = conn.execute(schema.ENGINE_SQL["ring_put"], {"name": name, "bodies": list(bodies)}).fetchone()
+        row = one(conn.execute(schema.ENGINE_SQL["ring_put"], {"name": name, "bodies": list(bodies)}))
     except psycopg.Error as exc:
         raise (_unknown_ring(exc, name) or exc) from None
     if row[0] is None:

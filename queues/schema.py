@@ -5,6 +5,7 @@ from __future__ import annotations
 import psycopg
 
 from dbcore import sqlfiles
+from dbcore.database import one
 from dbcore.errors import UsageError
 from dbcore.sqlfiles import Queries
 
@@ -33,7 +34,7 @@ def lock_init(conn: psycopg.Connection) -> None:
 
 def require(conn: psycopg.Connection, *, where: str) -> None:
     """Fail with a clear message (exit 2) when the schema is missing or too old."""
-    present = conn.execute(ENGINE_SQL["schema_present"]).fetchone()[0]
+    present = one(conn.execute(ENGINE_SQL["schema_present"]))[0]
     if not present:
         raise UsageError(f"the queuetop schema is not installed in {where}; run `queuetop engine init` first")
     version = conn.execute(ENGINE_SQL["schema_version"]).fetchone()

@@ -21,6 +21,7 @@ from typing import NamedTuple
 import psycopg
 from psycopg import sql
 
+from dbcore.database import Executor, one
 from dbcore.errors import UsageError
 from dbcore.names import check_name
 from dbcore.sqlfiles import PLACEHOLDER, QueryName
@@ -92,7 +93,7 @@ class TableQueue:
             conn.execute(self._sql("drop_queue_table"))
             conn.execute(schema.ENGINE_SQL["unregister_queue"], {"name": self.name})
 
-    def purge_dead_letters(self, conn: psycopg.Connection) -> int:
+    def purge_dead_letters(self, conn: Executor) -> int:
         """Forget the queue's dead letters (benchmarks start clean with this); returns how many."""
         return conn.execute(schema.ENGINE_SQL["purge_dead_letters"], {"queue": self.name}).rowcount
 
@@ -146,16 +147,16 @@ class TableQueue:
 
     # -- producing ------------------------------------------------------------------------
 
-    def enqueue(self, conn: psycopg.Connection, body: str) -> int:
-        return conn.execute(self._bound("enqueue"), {"body": body}).fetchone()[0]
+    def enqueue(self, conn: Executor, body: str) -> int:
+        return one(conn.execute(self._bound("enqueue"), {"body": body}))[0]
 
-    def enqueue_batch(self, conn: psycopg.Connection, bodies: Sequence[str]) -> int:
+    def enqueue_batch(self, conn: Executor, bodies: Sequence[str]) -> int:
         cur = conn.execute(self._bound("enqueue_batch"), {"bodies": list(bodies)})
         return cur.rowcount
 
     # -- claim mode -----------------------------------------------------------------------
 
-    def claim(self, conn: psycopg.Connection, *, visibility_s: float, batch: int = 1) -> list[Message]:
+    def claim(self, conn: Executor, *, visibility_s: float, batch: int = 1) -> list[Message]:
         token = new_claim_token()
         params = {"token": token, "visibility_s": float(visibility_s), "batch": batch}
         if batch == 1:
@@ -163,17 +164,17 @@ class TableQueue:
             if row is None:
                 return []
             return [Message(id=row[0], attempts=row[1], enqueued_at=row[2], body=row[3], claim_token=token)]
-        ids, attempts, enqueued_ats, bodies = conn.execute(self._bound("claim_batch"), params).fetchone()
+        ids, attempts, enqueued_ats, bodies = one(conn.execute(self._bound("claim_batch"), params))
         if not ids:
             return []
-        return [Message(i, a, e, b, token) for i, a, e, b in zip(ids, attempts, enqueued_ats, bodies)]
+        return [Message(i, a, e, b, token) for i, a, e, b in zip(ids, attempts, enqueued_ats, bodies, strict=True)]
 
-    def ack(self, conn: psycopg.Connection, message: Message) -> bool:
+    def ack(self, conn: Executor, message: Message) -> bool:
         """Delete a processed message; False when our claim was lost (stale ack, rejected)."""
         cur = conn.execute(self._bound("ack_one"), {"id": message.id, "token": message.claim_token})
         return cur.rowcount == 1
 
-    def ack_batch(self, conn: psycopg.Connection, messages: Sequence[Message]) -> int:
+    def ack_batch(self, conn: Executor, messages: Sequence[Message]) -> int:
         """Ack messages claimed together (one token); returns how many were still ours."""
         if not messages:
             return 0
@@ -183,14 +184,14 @@ class TableQueue:
         cur = conn.execute(self._bound("ack_batch"), {"ids": [m.id for m in messages], "token": token})
         return cur.rowcount
 
-    def release_for_retry(self, conn: psycopg.Connection, message: Message, error: str, *, delay_s: float = 0.0) -> bool:
+    def release_for_retry(self, conn: Executor, message: Message, error: str, *, delay_s: float = 0.0) -> bool:
         cur = conn.execute(
             self._bound("release_for_retry"),
             {"id": message.id, "token": message.claim_token, "error": error[:2000], "delay_s": float(delay_s)},
         )
         return cur.rowcount == 1
 
-    def dead_letter_claimed(self, conn: psycopg.Connection, message: Message, error: str) -> bool:
+    def dead_letter_claimed(self, conn: Executor, message: Message, error: str) -> bool:
         cur = conn.execute(
             self._bound("dead_letter_claimed"),
             {"id": message.id, "token": message.claim_token, "queue": self.name, "error": error[:2000]},
@@ -199,11 +200,11 @@ class TableQueue:
 
     # -- hold-transaction mode (call inside conn.transaction()) ----------------------------
 
-    def take_held(self, conn: psycopg.Connection, *, batch: int = 1) -> list[Message]:
+    def take_held(self, conn: Executor, *, batch: int = 1) -> list[Message]:
         rows = conn.execute(self._bound("take_held"), {"batch": batch}).fetchall()
         return [Message(id=r[0], attempts=r[1], enqueued_at=r[2], body=r[3]) for r in sorted(rows)]
 
-    def requeue_held(self, conn: psycopg.Connection, message: Message, error: str, *, delay_s: float = 0.0) -> None:
+    def requeue_held(self, conn: Executor, message: Message, error: str, *, delay_s: float = 0.0) -> None:
         conn.execute(
             self._bound("requeue_held"),
             {
@@ -216,7 +217,7 @@ class TableQueue:
             },
         )
 
-    def dead_letter_held(self, conn: psycopg.Connection, message: Message, error: str) -> None:
+    def dead_letter_held(self, conn: Executor, message: Message, error: str) -> None:
         conn.execute(
             self._bound("dead_letter_held"),
             {
@@ -231,11 +232,11 @@ class TableQueue:
 
     # -- inspection -----------------------------------------------------------------------
 
-    def has_messages(self, conn: psycopg.Connection) -> bool:
-        return bool(conn.execute(self.statement("queue_has_messages")).fetchone()[0])
+    def has_messages(self, conn: Executor) -> bool:
+        return bool(one(conn.execute(self.statement("queue_has_messages")))[0])
 
-    def counts(self, conn: psycopg.Connection) -> QueueCounts:
-        row = conn.execute(self.statement("queue_counts"), {"queue": self.name}).fetchone()
+    def counts(self, conn: Executor) -> QueueCounts:
+        row = one(conn.execute(self.statement("queue_counts"), {"queue": self.name}))
         return QueueCounts(depth=row[0], ready=row[1], in_flight=row[2], dead=row[3])
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from dbcore.database import Target, connect
+from dbcore.database import Executor, Target, connect
 from dbcore.errors import OperationFailed, UsageError, first_line
 
 from .handlers import Handler
@@ -238,6 +238,8 @@ class WorkerPool:
     def _listen(self) -> None:
         interval = UNTIL_EMPTY_POLL_S if self.options.until_empty else self.options.poll_interval_s
         conn: psycopg.Connection | None = None
+        assert self._stop_pipe is not None  # closed only once every thread has ended
+        stop_fd = self._stop_pipe[0]
         next_tick = time.monotonic() + interval
         while not self._stop.is_set():
             try:
@@ -247,7 +249,7 @@ class WorkerPool:
                 # Wait on the socket and on the stop pipe together, so that stop() ends the wait
                 # at once rather than at the next tick; then drain what arrived.
                 timeout = max(0.0, next_tick - time.monotonic())
-                readable, _, _ = select.select([conn.fileno(), self._stop_pipe[0]], [], [], timeout)
+                readable, _, _ = select.select([conn.fileno(), stop_fd], [], [], timeout)
                 if self._stop.is_set():
                     break
                 if conn.fileno() in readable:
@@ -299,7 +301,7 @@ class WorkerPool:
                 lost_since = time.monotonic()
                 self._stop.wait(0.5)
 
-    def _idle(self, conn: psycopg.Connection, seen_generation: int) -> bool:
+    def _idle(self, conn: Executor, seen_generation: int) -> bool:
         """Nothing to claim: wait for work, or report that --until-empty is satisfied."""
         assert self._queue is not None
         if self.options.until_empty and not self._queue.has_messages(conn):
@@ -355,7 +357,7 @@ class WorkerPool:
             acked = hot.ack(succeeded)
             self.summary.add(processed=acked, stale_acks=len(succeeded) - acked)
 
-    def _dead_or_stale(self, conn: psycopg.Connection, message: Message, error: str) -> None:
+    def _dead_or_stale(self, conn: Executor, message: Message, error: str) -> None:
         assert self._queue is not None
         if self._queue.dead_letter_claimed(conn, message, error):
             self.summary.add(dead=1)

@@ -272,7 +272,7 @@ def test_debug_shows_a_traceback_and_the_default_does_not(db, cli):
     args = ("engine", "ring", "take", "missing", "--dsn", db.dsn)
     plain = cli(*args)
     line = assert_error(plain, 2)
-    for debug_args in (args + ("--debug",), ("--debug",) + args):  # after or before the command
+    for debug_args in ((*args, "--debug"), ("--debug", *args)):  # after or before the command
         debug = cli(*debug_args)
         assert debug.returncode == 2
         assert "Traceback (most recent call last)" in debug.stderr

@@ -56,7 +56,7 @@ def test_random_interleavings_of_writers_and_compactions_keep_every_sum_exact(db
     def writer(seed):
         r = random.Random(seed)
         with db.connect() as conn:
-            for step in range(150):
+            for _step in range(150):
                 task = r.choice(tasks)
                 if r.random() < 0.3:
                     users = [r.randrange(1, 400) for _ in range(r.randrange(1, 6))]

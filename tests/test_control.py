@@ -68,7 +68,7 @@ def test_burst_ring_and_lease_controls(db):
     [lease] = [lease for lease in snap.leases if lease.name == "ctl-lease"]
     assert lease.state == "held" and lease.holder == "op"
     controls.lease_release("ctl-lease", "op")
-    assert [lease for lease in run_cycle(db.target).leases if lease.name == "ctl-lease"][0].state == "free"
+    assert next(lease for lease in run_cycle(db.target).leases if lease.name == "ctl-lease").state == "free"
     with pytest.raises(UsageError):
         controls.start_producer("ctl-burst", 0)
     with pytest.raises(UsageError):

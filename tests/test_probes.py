@@ -184,7 +184,7 @@ def test_reference_queue_counts_and_oldest_claimable_age(db):
         conn.execute(
             sql.SQL("UPDATE {} SET enqueued_at = now() - make_interval(secs => 1000 - id * 100)").format(table)
         )
-        [hidden] = queue.claim(conn, visibility_s=300)  # id 1, the oldest: in flight, hidden
+        [_hidden] = queue.claim(conn, visibility_s=300)  # id 1, the oldest: in flight, hidden
         [retry] = queue.claim(conn, visibility_s=300)  # id 2: released with a back-off
         assert queue.release_for_retry(conn, retry, "boom", delay_s=600)
         [dead] = queue.claim(conn, visibility_s=300)  # id 3: dead-lettered
@@ -379,7 +379,7 @@ def test_rings_and_leases(db):
 
 
 def test_connections(db):
-    with sessions(db, "qt-conn-x", "qt-conn-x", "qt-conn-x") as (idle, in_tx, snapshot_holder):
+    with sessions(db, "qt-conn-x", "qt-conn-x", "qt-conn-x") as (_idle, in_tx, snapshot_holder):
         in_tx.run("BEGIN")
         in_tx.run("SELECT 1")
         snapshot_holder.run("BEGIN ISOLATION LEVEL REPEATABLE READ")

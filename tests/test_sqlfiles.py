@@ -106,12 +106,12 @@ def scan() -> Scan:
     forwarders: dict[str, tuple[str, str] | None] = {}
     functions = [(where, fn) for where, tree in modules for fn in ast.walk(tree)
                  if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and where != LOADER]
-    for where, fn in functions:
+    for _where, fn in functions:
         params = [a for a in fn.args.args + fn.args.kwonlyargs if _is_query_name_annotation(a.annotation)]
         if params:
             forwarders[fn.name] = None
     for _ in range(len(forwarders) + 1):  # resolve chains (_bound -> statement -> _sql -> ENGINE_SQL)
-        for where, fn in functions:
+        for _where, fn in functions:
             if fn.name not in forwarders or forwarders[fn.name] is not None:
                 continue
             for node in ast.walk(fn):

@@ -123,7 +123,7 @@ def test_hold_transaction_failure_requeues_under_same_id(db):
         with pytest.raises(ZeroDivisionError):
             with conn.transaction():
                 queue.take_held(conn)
-                1 / 0
+                raise ZeroDivisionError("the handler failed")
         assert queue.counts(conn).depth == 3
 
 

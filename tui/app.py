@@ -7,7 +7,7 @@ from pathlib import Path
 
 from platformdirs import user_log_dir
 
-from dbcore.database import connect
+from dbcore.database import connect, one
 from probes.config import load_config
 from probes.sampler import Sampler
 from queues import schema
@@ -32,7 +32,7 @@ def run_dashboard(ctx) -> int:
     if not args.read_only:
         with connect(target, application_name="queuetop-cli:dashboard") as conn:
             # Engine controls only where the engine's schema is (queuetop engine init).
-            engine_ready = bool(conn.execute(schema.ENGINE_SQL["schema_present"]).fetchone()[0])
+            engine_ready = bool(one(conn.execute(schema.ENGINE_SQL["schema_present"]))[0])
         if engine_ready:
             controls = EngineControls(target)
             if target.embedded and not args.no_demo:

@@ -401,7 +401,8 @@ def _positive_float(text: str) -> float:
 def _connection_options(parser: argparse.ArgumentParser, *, top: bool = False) -> None:
     # Leaf parsers use SUPPRESS so that an option given before the sub-command is not reset.
     default = None if top else argparse.SUPPRESS
-    parser.add_argument("--dsn", default=default, help=f"database to use: SQLAlchemy URL, libpq URI or key=value string (default: ${ENV_DSN}, else the embedded server)")
+    parser.add_argument("--dsn", default=default, help="database to use: SQLAlchemy URL, libpq URI or key=value string "
+                        f"(default: ${ENV_DSN}, else the embedded server)")
     parser.add_argument("--data-dir", default=default, help="data directory of the embedded server (default: the user's data dir)")
     parser.add_argument("--debug", action="store_true", default=False if top else argparse.SUPPRESS, help="show tracebacks")
 
@@ -454,7 +455,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--until-empty", action="store_true", help="stop when the queue holds no ready or in-flight message")
     p.add_argument("--duration", type=_positive_float, default=None, help="stop after this many seconds")
     p.add_argument("--max-attempts", type=int, default=5, help="attempts before a message is dead-lettered (default 5)")
-    p.add_argument("--visibility", type=_positive_float, default=30.0, help="claim mode: seconds a claimed message stays hidden (default 30)")
+    p.add_argument("--visibility", type=_positive_float, default=30.0,
+                   help="claim mode: seconds a claimed message stays hidden (default 30)")
     p.add_argument("--mode", choices=("claim", "hold-transaction"), default="claim", help="processing mode (default claim)")
     p.add_argument("--batch", type=int, default=1, help="messages claimed per round trip (default 1)")
     p.add_argument("--poll-interval", type=_positive_float, default=5.0, help="seconds between fallback polls of an idle queue (default 5)")

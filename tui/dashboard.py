@@ -14,12 +14,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.command import Hit, Hits, Provider
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Footer, Input, Static, Tree
@@ -123,7 +123,7 @@ class QueuetopApp(App[None]):
     #filter { dock: bottom; display: none; }
     #filter.visible { display: block; }
     """
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("question_mark", "help", "Help", id="help", key_display="?"),
         Binding("p", "toggle_pause", "Pause", id="pause"),
         Binding("r", "refresh_now", "Refresh", id="refresh"),
@@ -232,7 +232,7 @@ class QueuetopApp(App[None]):
         parts.append(Text("PAUSED" if self.paused else "LIVE", style="bold yellow" if self.paused else "bold green"))
         if s is not None and not s.extra.get("connected", True):
             # First, where it cannot be missed or cut off.
-            reason = s.extra.get("connection_error") or "database unreachable"
+            reason = str(s.extra.get("connection_error") or "database unreachable")
             parts.append(Text(f" DISCONNECTED, retrying: {fmt.one_line(reason, 70)} ", style="bold white on red"))
         parts.append(Text(f" every {self.source.interval_s:g}s"))
         if s is not None:
@@ -256,6 +256,7 @@ class QueuetopApp(App[None]):
     def action_help(self) -> None:
         keys = []
         for binding in self.BINDINGS:
+            assert isinstance(binding, Binding)  # every binding here is a Binding, with an id
             key = self._keymap.get(binding.id or "", binding.key_display or binding.key)
             keys.append((key, binding.description, binding.id or ""))
         keys.append(("Tab / Shift-Tab", "move between panels", ""))
@@ -362,6 +363,8 @@ class QueuetopApp(App[None]):
     @work(thread=True, group="admin")
     def _signal_backend(self, pid: int, terminate: bool) -> None:
         try:
+            if self.backend is None:
+                raise RuntimeError("no database behind this view")
             done = self.backend.signal_backend(pid, terminate)
             message, severity = (f"{'terminated' if terminate else 'cancelled'} backend {pid}", "information") if done \
                 else (f"backend {pid} was not signalled (gone, or not allowed)", "warning")
@@ -389,7 +392,7 @@ class QueuetopApp(App[None]):
             if text:
                 self._run_engine_action(binding_id, text)
 
-        self.push_screen(PromptScreen(title, placeholder, default), submitted)
+        self.push_screen(PromptScreen(title, placeholder, default or ""), submitted)
 
     def action_stop_all(self) -> None:
         if self.controls is not None:

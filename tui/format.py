@@ -49,7 +49,7 @@ def sparkline(values: list[float], width: int = 12) -> str:
 
 def gauge(used: int, capacity: int, width: int = 12) -> Text:
     share = 0.0 if capacity <= 0 else min(1.0, used / capacity)
-    filled = int(round(share * width))
+    filled = round(share * width)
     style = "bold red" if share >= 1.0 else "yellow" if share >= 0.8 else "green"
     return Text.assemble(("█" * filled, style), ("░" * (width - filled), "dim"), f" {used:,}/{capacity:,}")
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from dbcore.database import Target, connect
 from dbcore.errors import UsageError
@@ -42,12 +43,12 @@ def run_probe_bench(
         queue = TableQueue.create(admin, BENCH_QUEUE)
         for _ in range(idle_connections):
             idle.append(connect(target, application_name="queuetop-bench-idle"))
-        results = {}
+        results: dict[str, _Cycles] = {}
         for label, depth in (("small", small_depth), ("large", large_depth)):
             _prepare(admin, queue, depth)
             say(f"{label}: {depth:,} messages, {idle_connections} idle sessions")
             results[label] = _time_cycles(target, cycles)
-            say(f"{label}: p50 {results[label]['p50']:.2f} ms")
+            say(f"{label}: p50 {results[label].p50:.2f} ms")
         admin.execute(queue.statement("truncate_queue"))
     finally:
         for conn in idle:
@@ -60,15 +61,15 @@ def run_probe_bench(
         "idle_connections": idle_connections,
         "small_depth": small_depth,
         "large_depth": large_depth,
-        "cycle_ms_p50_small": round(small["p50"], 3),
-        "cycle_ms_p50_large": round(large["p50"], 3),
-        "cycle_ms_p95_small": round(small["p95"], 3),
-        "cycle_ms_p95_large": round(large["p95"], 3),
-        "ratio": round(large["p50"] / small["p50"], 3) if small["p50"] else None,
-        "probe_ms_p50_small": small["probes"],
-        "probe_ms_p50_large": large["probes"],
-        "large_depth_reported": large["depth"],
-        "large_depth_is_estimate": large["estimate"],
+        "cycle_ms_p50_small": round(small.p50, 3),
+        "cycle_ms_p50_large": round(large.p50, 3),
+        "cycle_ms_p95_small": round(small.p95, 3),
+        "cycle_ms_p95_large": round(large.p95, 3),
+        "ratio": round(large.p50 / small.p50, 3) if small.p50 else None,
+        "probe_ms_p50_small": small.probes,
+        "probe_ms_p50_large": large.probes,
+        "large_depth_reported": large.depth,
+        "large_depth_is_estimate": large.estimate,
     }
 
 
@@ -81,9 +82,19 @@ def _prepare(conn, queue: TableQueue, depth: int) -> None:
     queue.dead_letter_claimed(conn, claimed[0], "bench")
 
 
-def _time_cycles(target: Target, cycles: int) -> dict[str, object]:
+@dataclass(frozen=True, slots=True)
+class _Cycles:
+    p50: float
+    p95: float
+    probes: dict[str, float]  # each probe's p50
+    depth: int | None  # the bench queue's depth as the probe reported it
+    estimate: bool
+
+
+def _time_cycles(target: Target, cycles: int) -> _Cycles:
     probes = PostgresProbes()
-    totals, per_probe = [], {}
+    totals: list[float] = []
+    per_probe: dict[str, list[float]] = {}
     snapshot = None
     with open_probe_connection(target) as conn:
         run_cycle(target, probes=probes, conn=conn)  # warm: SQL parsed, catalog cached
@@ -95,11 +106,12 @@ def _time_cycles(target: Target, cycles: int) -> dict[str, object]:
                 if status.error:
                     raise RuntimeError(f"probe {name} failed: {status.error}")
                 per_probe.setdefault(name, []).append(status.elapsed_ms)
+    assert snapshot is not None  # cycles >= 1
     [queue] = [q for q in snapshot.queues if q.name == BENCH_QUEUE]
-    return {
-        "p50": statistics.median(totals),
-        "p95": statistics.quantiles(totals, n=20)[-1] if len(totals) >= 2 else totals[0],
-        "probes": {name: round(statistics.median(v), 3) for name, v in per_probe.items()},
-        "depth": queue.depth,
-        "estimate": queue.depth_is_estimate,
-    }
+    return _Cycles(
+        p50=statistics.median(totals),
+        p95=statistics.quantiles(totals, n=20)[-1] if len(totals) >= 2 else totals[0],
+        probes={name: round(statistics.median(v), 3) for name, v in per_probe.items()},
+        depth=queue.depth,
+        estimate=queue.depth_is_estimate,
+    )

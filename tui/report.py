@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from probes.model import Snapshot
 
 
@@ -15,12 +17,13 @@ def _num(value: object, suffix: str = "") -> str:
     return str(value)
 
 
-def _table(title: str, header: tuple[str, ...], rows: list[tuple[object, ...]]) -> str:
+def _table(title: str, header: tuple[str, ...], rows: Sequence[tuple[object, ...]]) -> str:
     cells = [header] + [tuple(_num(c) if not isinstance(c, str) else c for c in row) for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
     lines = [title]
     for index, row in enumerate(cells):
-        lines.append("  " + "  ".join(c.rjust(w) if index and c[:1].isdigit() else c.ljust(w) for c, w in zip(row, widths)).rstrip())
+        aligned = (c.rjust(w) if index and c[:1].isdigit() else c.ljust(w) for c, w in zip(row, widths, strict=True))
+        lines.append(("  " + "  ".join(aligned)).rstrip())
     if not rows:
         lines.append("  (none)")
     return "\n".join(lines)

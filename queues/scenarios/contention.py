@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import errors as pg_errors
 
-from dbcore.database import Target, connect
+from dbcore.database import Target, connect, one
 from dbcore.errors import UsageError
 
 from .. import compactor, schema
@@ -175,7 +175,7 @@ class ContentionScenario:
                 with connect(self.target, application_name=f"{APPLICATION}:cleanup") as conn:
                     self._cleanup(conn, tasks)
 
-    def _guard(self, target, *args) -> None:
+    def _guard(self, target: Callable[..., None], *args: object) -> None:
         try:
             target(*args)
         except Exception as exc:  # reported in the summary; the other threads stop too
@@ -322,7 +322,7 @@ class ContentionScenario:
             consistent = final == expected == truth
         else:
             final = {t: _by_status(compactor.status_counts(conn, t).items()) for t in tasks}
-            pending_deltas = conn.execute(schema.ENGINE_SQL["scenario_pending_deltas"], {"tasks": tasks}).fetchone()[0]
+            pending_deltas = one(conn.execute(schema.ENGINE_SQL["scenario_pending_deltas"], {"tasks": tasks}))[0]
             # Folding what is left must not change a sum either (tried, then rolled back: the
             # deltas stay as the run left them, for --keep).
             with conn.transaction(force_rollback=True):
@@ -333,6 +333,11 @@ class ContentionScenario:
         answers = sum(self._answered.values())
         latencies = sorted(self._latencies)
         samples = self._blocked_samples
+        errors = list(self._errors)
+        if self._submission_errors:
+            errors.append(f"{self._submission_errors} submission(s) rolled back")
+        if self._skipped:
+            errors.append(f"{self._skipped} answer(s) found no pending user task")
         result: dict[str, object] = {
             "scenario": "contention",
             "mode": o.mode,
@@ -357,17 +362,15 @@ class ContentionScenario:
             "pending_deltas_at_end": pending_deltas,
             "starved": self._starved,
             "lock_sample_errors": self._sample_errors,
-            "errors": self._errors + ([f"{self._submission_errors} submission(s) rolled back"] if self._submission_errors else []),
+            "errors": errors,
         }
-        if self._skipped:
-            result["errors"].append(f"{self._skipped} answer(s) found no pending user task")
         return result
 
     def _cleanup(self, conn: psycopg.Connection, tasks: list[int]) -> None:
         conn.execute(schema.ENGINE_SQL["scenario_drop_tasks"], {"tasks": tasks})
 
 
-def _by_status(rows) -> dict[str, int]:
+def _by_status(rows: Iterable[tuple[str, int]]) -> dict[str, int]:
     counts = {status: 0 for status in STATUSES}
     for status, count in rows:
         counts[status] = int(count)

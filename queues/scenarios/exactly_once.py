@@ -25,15 +25,17 @@ import random
 import signal
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, MutableSequence
+from multiprocessing.process import BaseProcess
 
 import psycopg
 
-from dbcore.database import Target, connect
+from dbcore.database import Target, connect, one
 from dbcore.errors import UsageError
 
 from .. import schema
 from ..exactly_once import RECEIVE_STEPS, Endpoint, Outgoing, Signal, signal_queue
+from ..table_queue import TableQueue
 
 log = logging.getLogger("queuetop.scenario.exactly_once")
 APPLICATION = "queuetop-scenario:exactly-once"
@@ -41,7 +43,7 @@ NAIVE_STEPS = ("claim", "process", "inbox.delete")
 
 
 def _receiver(conninfo: str, endpoint: str, variant: str, crash_rate: float, seed: int, slot: int,
-              deliveries, visibility_s: float) -> None:
+              deliveries: MutableSequence[int], visibility_s: float) -> None:
     """One receiving process: claim a signal, handle it, acknowledge it; now and then die."""
     rng = random.Random(seed)
     steps = RECEIVE_STEPS if variant == "claims" else NAIVE_STEPS
@@ -92,7 +94,7 @@ class ExactlyOnceScenario:
         rng = random.Random(self.seed)
         context = multiprocessing.get_context("forkserver")
         deliveries = context.Array("q", self.receivers, lock=False)
-        processes: list[multiprocessing.Process | None] = [None] * self.receivers
+        processes: list[BaseProcess | None] = [None] * self.receivers
         crashes = spawned = 0
         started = time.monotonic()
         with connect(self.target, application_name=f"{APPLICATION}:send") as conn:
@@ -144,6 +146,7 @@ class ExactlyOnceScenario:
                         operation = sender.send(conn, [Outgoing(self.receiver_name, body)], dispatch=False)
                         sender.dispatch(conn, operation)
                         record = sender.outbox_record(conn, operation)
+                        assert record is not None, "dispatched, not yet deleted"
                         [(message_id, attempt_id)] = record["attempts"].items()
                         copy = Signal(message_id, attempt_id, body)
                         sender.delete_outbox_record(conn, operation)
@@ -176,11 +179,11 @@ class ExactlyOnceScenario:
         return result
 
     def _summary(self, conn: psycopg.Connection, elapsed: float, deliveries: int, duplicates: int, crashes: int) -> dict:
-        row = conn.execute(schema.ENGINE_SQL["scenario_effects"], {"receiver": self.receiver_name}).fetchone()
+        row = one(conn.execute(schema.ENGINE_SQL["scenario_effects"], {"receiver": self.receiver_name}))
         side_effects, distinct = int(row[0]), int(row[1])
-        inbox, outbox = conn.execute(
+        inbox, outbox = one(conn.execute(
             schema.ENGINE_SQL["scenario_leftovers"], {"receiver": self.receiver_name, "sender": self.sender_name}
-        ).fetchone()
+        ))
         return {
             "scenario": "exactly-once",
             "variant": self.variant,
@@ -198,7 +201,7 @@ class ExactlyOnceScenario:
             "seed": self.seed,
         }
 
-    def _cleanup(self, conn: psycopg.Connection, queue) -> None:
+    def _cleanup(self, conn: psycopg.Connection, queue: TableQueue) -> None:
         names = [self.sender_name, self.receiver_name]
         conn.execute(schema.ENGINE_SQL["scenario_drop_endpoints"], {"endpoints": names})
         queue.drop(conn)

@@ -18,10 +18,11 @@ import signal
 import time
 import uuid
 from collections.abc import Callable
+from multiprocessing.process import BaseProcess
 
 import psycopg
 
-from dbcore.database import Target, connect
+from dbcore.database import Target, connect, one
 from dbcore.errors import UsageError
 
 from .. import lease as leases
@@ -57,7 +58,7 @@ class RelayScenario:
 
     def run(self) -> dict[str, object]:
         context = multiprocessing.get_context("forkserver")
-        processes: dict[str, multiprocessing.Process] = {}
+        processes: dict[str, BaseProcess] = {}
         killed: str | None = None
         with connect(self.target, application_name=f"{APPLICATION}:service") as conn:
             schema.require(conn, where=self.target.masked)
@@ -87,7 +88,7 @@ class RelayScenario:
                     if self.kill_leader and killed is None and self._relayed(conn) >= self.messages // 3:
                         killed = self._kill_leader(conn, processes)
                     if deadline is not None:
-                        backlog = conn.execute(schema.ENGINE_SQL["outbox_rows"]).fetchone()[0]
+                        backlog = one(conn.execute(schema.ENGINE_SQL["outbox_rows"]))[0]
                         if backlog == 0 and (killed or not self.kill_leader):
                             break
                         if time.monotonic() > deadline:
@@ -95,11 +96,11 @@ class RelayScenario:
                     time.sleep(0.01)
                 elapsed = time.monotonic() - started
             finally:
-                for proc in processes.values():
-                    if proc.is_alive():
-                        proc.kill()
-                for proc in processes.values():
-                    proc.join(10)
+                for process in processes.values():
+                    if process.is_alive():
+                        process.kill()
+                for process in processes.values():
+                    process.join(10)
             result = self._summary(conn, elapsed, first_token, killed)
             if not self.keep:
                 self._cleanup(conn)
@@ -111,10 +112,10 @@ class RelayScenario:
 
     def _relayed(self, conn: psycopg.Connection) -> int:
         """Messages delivered to the destination queues so far."""
-        return sum(conn.execute(TableQueue(name).statement("queue_row_count")).fetchone()[0]
+        return sum(one(conn.execute(TableQueue(name).statement("queue_row_count")))[0]
                    for name in [self.direct, *self.subscribers])
 
-    def _kill_leader(self, conn: psycopg.Connection, processes: dict[str, multiprocessing.Process]) -> str | None:
+    def _kill_leader(self, conn: psycopg.Connection, processes: dict[str, BaseProcess]) -> str | None:
         state = leases.describe(conn, self.lease)
         if state is None or state.holder not in processes:
             return None

@@ -3,11 +3,13 @@ Fetched by a thread worker on a probe session, then shown."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Label, Static
@@ -16,7 +18,7 @@ from .. import format as fmt
 
 
 class DetailsScreen(ModalScreen[None]):
-    BINDINGS = [Binding("escape,q,enter", "close", "Close", id="details.close")]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,q,enter", "close", "Close", id="details.close")]
     DEFAULT_CSS = """
     DetailsScreen { align: center middle; }
     DetailsScreen > VerticalScroll { width: 95%; height: 90%; border: round $accent; background: $surface; padding: 0 1; }
@@ -92,5 +94,6 @@ def session_renderables(details: dict) -> list:
         locks.add_column(column)
     for lock in details["locks"]:
         what = lock["relation"] or lock["transactionid"] or (f"{lock['classid']}/{lock['objid']}" if lock["objid"] else "-")
-        locks.add_row(lock["locktype"], lock["mode"], Text("yes", style="green") if lock["granted"] else Text("WAITING", style="bold red"), what)
+        granted = Text("yes", style="green") if lock["granted"] else Text("WAITING", style="bold red")
+        locks.add_row(lock["locktype"], lock["mode"], granted, what)
     return [info, Text("\nQuery:", style="bold"), Text(s["query"] or "-"), locks]

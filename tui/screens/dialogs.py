@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from rich.markup import escape
 from rich.table import Table
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label, Static
 
 
 class HelpScreen(ModalScreen[None]):
-    BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close", id="help.close")]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,q,question_mark", "dismiss", "Close", id="help.close")]
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
     HelpScreen > Vertical { width: 90%; max-width: 100; height: 90%; border: round $accent; background: $surface; padding: 0 1; }
@@ -33,12 +35,9 @@ class HelpScreen(ModalScreen[None]):
             yield Label("queuetop — keys (remap them by id in the config's \\[keys] table)")
             yield Static(table)
 
-    def action_dismiss(self) -> None:
-        self.dismiss(None)
-
 
 class ConfirmScreen(ModalScreen[bool]):
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("y", "answer(True)", "Yes", id="confirm.yes"),
         Binding("n,escape", "answer(False)", "No", id="confirm.no"),
     ]
@@ -65,7 +64,7 @@ class PromptScreen(ModalScreen[str | None]):
 
     AUTO_FOCUS = "#prompt-input"
 
-    BINDINGS = [Binding("escape", "cancel", "Cancel", id="prompt.cancel")]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel", id="prompt.cancel")]
     DEFAULT_CSS = """
     PromptScreen { align: center middle; }
     PromptScreen > Vertical { width: 80%; max-width: 90; height: auto; border: round $accent; background: $surface; padding: 0 1; }

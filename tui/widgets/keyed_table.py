@@ -4,6 +4,7 @@ changed cells updated; nothing rebuilt per tick (the way Dolphie does it)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import cast
 
 from rich.cells import cell_len
 from rich.text import Text
@@ -46,11 +47,11 @@ class KeyedTable(DataTable):
                 self.add_row(*cells, key=key)
                 order_changed = True
             elif old != cells:
-                for column, before, after in zip(column_keys, old, cells):
+                for column, before, after in zip(column_keys, old, cells, strict=True):
                     if before != after:
                         # Widening the column costs a layout pass: only when the value no longer fits.
                         self._cell_versions[(key, column)] = self._cell_versions.get((key, column), 0) + 1
-                        wider = _cell_width(after) > self.columns[column].content_width
+                        wider = _cell_width(after) > self.columns[ColumnKey(column)].content_width
                         changes.append((key, column, after, wider))
             self._cells[key] = cells
         self._apply_changes(changes)
@@ -81,8 +82,8 @@ class KeyedTable(DataTable):
         if row_index < 0 or column_index < 0:
             return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
         try:
-            row_key = self._row_locations.get_key(row_index).value
-            column_key = self._column_locations.get_key(column_index).value
+            row_key = cast(str, cast(RowKey, self._row_locations.get_key(row_index)).value)
+            column_key = cast(str, cast(ColumnKey, self._column_locations.get_key(column_index)).value)
             key = (
                 row_key, column_key, self._cell_versions.get((row_key, column_key), 0), row_index, column_index,
                 base_style, width, cursor, hover, self._show_hover_cursor, self._pseudo_class_state,

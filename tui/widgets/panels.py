@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from typing import ClassVar
 
 from rich.text import Text
 from textual.containers import Vertical
 from textual.widgets import Sparkline, Static, Tree
+from textual.widgets.tree import TreeNode
 
 from probes.model import Snapshot
 
@@ -36,9 +38,13 @@ class Panel(Vertical):
         super().__init__(**kwargs)
         self.border_title = title
 
+    def show(self, snapshot: Snapshot, filter_text: str = "") -> None:
+        """Show what `snapshot` says (rows matching `filter_text`), changing only what changed."""
+        raise NotImplementedError
+
 
 class QueuesPanel(Panel):
-    COLUMNS = [
+    COLUMNS: ClassVar[list[tuple[str, str]]] = [
         ("name", "Queue"), ("depth", "Depth"), ("ready", "Ready"), ("in_flight", "In flight"),
         ("dead", "Dead"), ("age", "Oldest"), ("in", "In/s"), ("out", "Out/s"), ("trend", "Depth trend"),
         ("bloat", "Dead tup"), ("vacuum", "Vacuumed"),
@@ -94,7 +100,7 @@ class QueuesPanel(Panel):
 
 
 class RingsPanel(Panel):
-    COLUMNS = [("name", "Ring"), ("occupancy", "Occupancy"), ("refused", "Refused")]
+    COLUMNS: ClassVar[list[tuple[str, str]]] = [("name", "Ring"), ("occupancy", "Occupancy"), ("refused", "Refused")]
 
     def __init__(self) -> None:
         super().__init__("Rings", id="rings")
@@ -113,7 +119,9 @@ class RingsPanel(Panel):
 
 
 class LeasesPanel(Panel):
-    COLUMNS = [("name", "Lease"), ("state", "State"), ("holder", "Holder"), ("token", "Token"), ("expires", "Expires in")]
+    COLUMNS: ClassVar[list[tuple[str, str]]] = [
+        ("name", "Lease"), ("state", "State"), ("holder", "Holder"), ("token", "Token"), ("expires", "Expires in"),
+    ]
 
     def __init__(self) -> None:
         super().__init__("Leases", id="leases")
@@ -157,7 +165,7 @@ class LocksPanel(Panel):
     def __init__(self) -> None:
         super().__init__("Locks", id="locks")
         self._shape: tuple = ()
-        self._tree_nodes: dict[tuple[int, ...], object] = {}
+        self._tree_nodes: dict[tuple[int, ...], TreeNode[int]] = {}
         self._labels: dict[tuple[int, ...], object] = {}  # the frozen sample each label shows
         self._last_facts: tuple | None = None
 
@@ -207,7 +215,7 @@ class LocksPanel(Panel):
             paths.append(path)
             for child in sorted(children.get(path[-1], [])):
                 if child not in path and len(path) < 12:
-                    walk(path + (child,))
+                    walk((*path, child))
 
         for pid in visible_roots:
             walk((pid,))
@@ -224,10 +232,10 @@ class LocksPanel(Panel):
             self._tree_nodes = {}
             self._labels = {}
             for path in paths:
-                parent = tree.root if len(path) == 1 else self._tree_nodes[path[:-1]]
+                under = tree.root if len(path) == 1 else self._tree_nodes[path[:-1]]
                 pid = path[-1]
                 label = label_root(pid) if len(path) == 1 and pid in roots else label_blocked(pid)
-                self._tree_nodes[path] = parent.add(label, data=pid, expand=True)
+                self._tree_nodes[path] = under.add(label, data=pid, expand=True)
                 self._labels[path] = roots[pid] if len(path) == 1 and pid in roots else blocked.get(pid)
             tree.root.expand()
             self._shape = shape
@@ -236,10 +244,10 @@ class LocksPanel(Panel):
             for path, node in self._tree_nodes.items():
                 pid = path[-1]
                 is_root = len(path) == 1 and pid in roots
-                facts = roots[pid] if is_root else blocked.get(pid)
-                if facts != self._labels.get(path):
+                sample = roots[pid] if is_root else blocked.get(pid)
+                if sample != self._labels.get(path):
                     node.set_label(label_root(pid) if is_root else label_blocked(pid))
-                    self._labels[path] = facts
+                    self._labels[path] = sample
 
     @property
     def selected_pid(self) -> int | None:
@@ -248,7 +256,7 @@ class LocksPanel(Panel):
 
 
 class ConnectionsPanel(Panel):
-    COLUMNS = [("n", "#"), ("what", "By"), ("name", "Name")]
+    COLUMNS: ClassVar[list[tuple[str, str]]] = [("n", "#"), ("what", "By"), ("name", "Name")]
 
     def __init__(self) -> None:
         super().__init__("Connections", id="connections")
@@ -278,7 +286,7 @@ class ConnectionsPanel(Panel):
         history = list(self._history)
         if spark.data != history:
             spark.data = history
-        rows = {}
+        rows: dict[str, tuple[object, ...]] = {}
         for state, n in c.by_state.items():
             rows[f"state:{state}"] = (fmt.count(n), "state", Text(state, style="bold red" if state == "idle in transaction" else ""))
         for app, n in c.by_application.items():
@@ -291,7 +299,7 @@ class CompactionPanel(Panel):
     """Pattern 5's compactor: delta rows waiting to be folded, per group, and its last run (in the
     border's subtitle, so the table keeps every line)."""
 
-    COLUMNS = [("pending", "Pending"), ("group", "Group")]  # the figure first: it must never scroll away
+    COLUMNS: ClassVar[list[tuple[str, str]]] = [("pending", "Pending"), ("group", "Group")]  # the figure first: it must never scroll away
 
     def __init__(self) -> None:
         super().__init__("Compaction", id="compaction")
@@ -301,7 +309,7 @@ class CompactionPanel(Panel):
         yield KeyedTable(self.COLUMNS, id="compaction-table")
 
     def show(self, snapshot: Snapshot, filter_text: str = "") -> None:
-        rows = {}
+        rows: dict[str, tuple[object, ...]] = {}
         subtitle = ""
         for c in snapshot.compaction:
             total = Text(fmt.count(c.pending_deltas, c.pending_is_estimate), style="bold yellow" if c.pending_deltas else "")
