@@ -1,0 +1,43 @@
+"""The README is a front door that stays true: short, its links resolve, its commands exist."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tui.cli import build_parser
+
+from .conftest import REPO
+
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+LINK = re.compile(r"\]\(([^)#\s]+)(#[^)\s]*)?\)")
+
+
+def test_the_readme_is_short_and_gives_the_two_setup_commands():
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 300
+    assert "make run " in text and "make test " in text
+
+
+@pytest.mark.parametrize("page", DOCS, ids=lambda p: p.name)
+def test_every_relative_link_resolves(page):
+    text = page.read_text(encoding="utf-8")
+    targets = [m.group(1) for m in LINK.finditer(text) if "://" not in m.group(1)]
+    missing = [t for t in targets if not (page.parent / t).exists()]
+    assert missing == []
+
+
+def test_every_command_in_the_readme_table_exists():
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    commands = re.findall(r"^\| `queuetop ([a-z]+(?: [a-z]+)?)", text, re.MULTILINE)
+    assert len(commands) >= 8
+    parser = build_parser()
+    for command in commands:
+        words = command.split()
+        if words[0].startswith("-"):
+            continue
+        # `--help` of an existing command exits 0; of an unknown one, argparse exits 2.
+        with pytest.raises(SystemExit) as exit_info:
+            parser.parse_args([*words, "--help"])
+        assert exit_info.value.code == 0, command
