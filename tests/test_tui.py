@@ -7,6 +7,7 @@ import io
 import json
 
 import psycopg
+from rich.console import Console
 from textual.widgets import DataTable, Input, Tree
 
 from probes.config import Config, DeclaredQueue
@@ -17,6 +18,7 @@ from queues.table_queue import TableQueue
 from tui.backend import DatabaseBackend
 from tui.dashboard import QueuetopApp
 from tui.sample import SampleSource, sample_snapshot
+from tui.screens.details import DetailsScreen
 from tui.screens.dialogs import ConfirmScreen, HelpScreen, PromptScreen
 from tui.widgets.panels import CompactionPanel, LocksPanel, QueuesPanel
 
@@ -41,6 +43,21 @@ async def answer_prompt(pilot, app, key: str, text: str) -> None:
     assert isinstance(app.screen, PromptScreen)
     app.screen.query_one(Input).value = text
     await pilot.press("enter")
+
+
+async def queue_details_text(pilot, app, row_key: str) -> str:
+    """Select a queue's row once it is shown, press Enter, and return the details as text."""
+    await settle(pilot, app, lambda: row_key in queue_rows(app), f"the row {row_key}", 500)
+    table = app.query_one(QueuesPanel).query_one(DataTable)
+    table.focus()
+    table.move_cursor(row=table.get_row_index(row_key))
+    await pilot.press("enter")
+    assert isinstance(app.screen, DetailsScreen)
+    await settle(pilot, app, lambda: app.screen.renderables is not None, "details loaded", 500)
+    console = Console(width=200, record=True, file=io.StringIO())
+    for renderable in app.screen.renderables:
+        console.print(renderable)
+    return console.export_text()
 
 
 def queue_rows(app) -> dict[str, tuple]:
@@ -294,22 +311,7 @@ async def test_enter_shows_a_queues_head_and_dead_letters(db):
         queue.dead_letter_claimed(conn, claimed, "ValueError: bad order")
     app = live_app(db)
     async with app.run_test(size=(100, 30)) as pilot:
-        await settle(pilot, app, lambda: "reference:details" in queue_rows(app), "the queue row", 500)
-        table = app.query_one(QueuesPanel).query_one(DataTable)
-        table.focus()
-        table.move_cursor(row=table.get_row_index("reference:details"))
-        await pilot.press("enter")
-        from tui.screens.details import DetailsScreen
-
-        assert isinstance(app.screen, DetailsScreen)
-
-        await settle(pilot, app, lambda: app.screen.renderables is not None, "details loaded", 500)
-        from rich.console import Console
-
-        console = Console(width=200, record=True, file=io.StringIO())
-        for renderable in app.screen.renderables:
-            console.print(renderable)
-        text = console.export_text()
+        text = await queue_details_text(pilot, app, "reference:details")
         assert '{"order": 2}' in text and "ValueError: bad order" in text
         await pilot.press("escape")
         assert not isinstance(app.screen, DetailsScreen)
@@ -323,21 +325,7 @@ async def test_enter_on_a_declared_queue_shows_its_head_rows(db):
     app = QueuetopApp(lambda sink: Sampler(db.target, sink, config, interval_s=0.3),
                       backend=DatabaseBackend(db.target, config))
     async with app.run_test(size=(100, 30)) as pilot:
-        await settle(pilot, app, lambda: "table:mail" in queue_rows(app), "the declared queue's row", 500)
-        table = app.query_one(QueuesPanel).query_one(DataTable)
-        table.focus()
-        table.move_cursor(row=table.get_row_index("table:mail"))
-        await pilot.press("enter")
-        from tui.screens.details import DetailsScreen
-
-        assert isinstance(app.screen, DetailsScreen)
-        await settle(pilot, app, lambda: app.screen.renderables is not None, "details loaded", 500)
-        from rich.console import Console
-
-        console = Console(width=200, record=True, file=io.StringIO())
-        for renderable in app.screen.renderables:
-            console.print(renderable)
-        text = console.export_text()
+        text = await queue_details_text(pilot, app, "table:mail")
         assert "recipient" in text and "ops@example.com" in text and "dev@example.com" in text
         assert text.index("ops@example.com") < text.index("dev@example.com")  # the dequeue order
 
