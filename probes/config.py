@@ -41,15 +41,26 @@ DEFAULT_WINDOW = 1000
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DeclaredQueue:
+    """A job table and what its columns mean (see probes/sources/jobtable.py for the rules)."""
+
     name: str
-    table: str
-    order_by: str
-    age_column: str | None = None
-    visible_at_column: str | None = None
+    table: str  # a table, a partitioned parent or a view
+    order_by: str  # the dequeue order (should lead an index)
+    age_column: str | None = None  # enqueue (or due) time: the oldest ready age
+    queue_column: str | None = None  # a shared table: one queue per distinct value ...
+    queue: str | None = None  # ... or only this one
+    visible_at_column: str | None = None  # ahead: claimed until then (in flight), or sent with a delay
+    not_before_column: str | None = None  # ahead: scheduled or backing off (delayed)
     state_column: str | None = None
-    ready_states: tuple[str, ...] = ()
+    ready_states: tuple[str, ...] = ()  # empty: every state not listed below
     in_flight_states: tuple[str, ...] = ()
+    done_states: tuple[str, ...] = ()  # finished rows kept in the table: in no count
     dead_states: tuple[str, ...] = ()
+    in_flight_when_not_null: str | None = None  # e.g. locked_at
+    attempts_column: str | None = None
+    max_attempts_column: str | None = None  # dead when attempts reach it ...
+    max_attempts: int | None = None  # ... or this
+    dead_letter_table: str | None = None  # its rows (of this queue, if it has the queue column) are dead
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -58,6 +69,8 @@ class Config:
     window: int = DEFAULT_WINDOW
     queues: tuple[DeclaredQueue, ...] = field(default_factory=tuple)
     keys: dict[str, str] = field(default_factory=dict)  # dashboard binding id -> key(s)
+    disabled_sources: frozenset[str] = frozenset()  # [sources] disable = ["pgmq", ...]
+    source_options: dict[str, dict[str, object]] = field(default_factory=dict)  # [sources.<name>]
     path: Path | None = None
 
 
@@ -84,7 +97,7 @@ def load_config(path: str | Path | None = None) -> Config:
 
 def parse_config(data: dict, path: Path | None = None) -> Config:
     where = f"config {str(path)!r}" if path else "config"
-    unknown = set(data) - {"probes", "queues", "keys"}
+    unknown = set(data) - {"probes", "queues", "keys", "sources"}
     if unknown:
         raise UsageError(f"{where}: unknown section(s) {', '.join(sorted(unknown))}")
     probes = data.get("probes", {})
@@ -106,12 +119,47 @@ def parse_config(data: dict, path: Path | None = None) -> Config:
     keys = data.get("keys", {})
     if not isinstance(keys, dict) or not all(isinstance(k, str) and isinstance(v, str) and v for k, v in keys.items()):
         raise UsageError(f"{where}: [keys] maps binding ids to keys, e.g. pause = \"space\"")
-    return Config(interval_s=float(interval), window=window, queues=queues, keys=dict(keys), path=path)
+    disabled, options = _sources(data.get("sources", {}), where)
+    return Config(interval_s=float(interval), window=window, queues=queues, keys=dict(keys), path=path,
+                  disabled_sources=disabled, source_options=options)
+
+
+def _sources(section: object, where: str) -> tuple[frozenset[str], dict[str, dict[str, object]]]:
+    """`[sources]`: `disable = [names]`, and per source a table of options (`[sources.pgmq]
+    schema = "pgmq"`)."""
+    from .sources import source_classes
+
+    known = source_classes()
+    if not isinstance(section, dict):
+        raise UsageError(f"{where}: [sources] must be a table")
+    disable = section.get("disable", [])
+    if not isinstance(disable, list) or not all(isinstance(n, str) for n in disable):
+        raise UsageError(f"{where}: sources.disable must be a list of source names")
+    options: dict[str, dict[str, object]] = {}
+    for name in [*disable, *(k for k in section if k != "disable")]:
+        if name not in known:
+            raise UsageError(f"{where}: unknown source {name!r} (known: {', '.join(known)})")
+    for name, value in section.items():
+        if name == "disable":
+            continue
+        if not isinstance(value, dict):
+            raise UsageError(f"{where}: [sources.{name}] must be a table of options")
+        allowed = set(getattr(known[name], "options", ()))
+        unknown = set(value) - allowed
+        if unknown:
+            raise UsageError(f"{where}: [sources.{name}]: unknown option(s) {', '.join(sorted(unknown))}"
+                             + (f" (it takes {', '.join(sorted(allowed))})" if allowed else " (it takes none)"))
+        for key, option in value.items():
+            if not isinstance(option, str) or not is_valid_name(option):
+                raise UsageError(f"{where}: sources.{name}.{key} must be a name")
+        options[name] = dict(value)
+    return frozenset(disable), options
 
 
 _KEYS = {
-    "name", "table", "order_by", "age_column", "visible_at_column", "state_column",
-    "ready_states", "in_flight_states", "dead_states",
+    "name", "table", "order_by", "age_column", "queue_column", "queue", "visible_at_column", "not_before_column",
+    "state_column", "ready_states", "in_flight_states", "done_states", "dead_states", "in_flight_when_not_null",
+    "attempts_column", "max_attempts_column", "max_attempts", "dead_letter_table",
 }
 
 
@@ -146,17 +194,42 @@ def _declared_queue(entry: object, index: int, where: str) -> DeclaredQueue:
     if not is_valid_name(name):
         raise UsageError(f"{where}: queues[{index}]: invalid name {name!r}")
     state_column = text("state_column")
+    max_attempts = entry.get("max_attempts")
+    if max_attempts is not None and (not isinstance(max_attempts, int) or isinstance(max_attempts, bool)
+                                     or not 1 <= max_attempts <= 1_000_000):
+        raise UsageError(f"{where}: queues[{index}]: max_attempts must be a whole number from 1 to 1000000")
     declared = DeclaredQueue(
         name=name,
         table=required("table"),
         order_by=required("order_by"),
         age_column=text("age_column"),
+        queue_column=text("queue_column"),
+        queue=text("queue"),
         visible_at_column=text("visible_at_column"),
+        not_before_column=text("not_before_column"),
         state_column=state_column,
         ready_states=states("ready_states"),
         in_flight_states=states("in_flight_states"),
+        done_states=states("done_states"),
         dead_states=states("dead_states"),
+        in_flight_when_not_null=text("in_flight_when_not_null"),
+        attempts_column=text("attempts_column"),
+        max_attempts_column=text("max_attempts_column"),
+        max_attempts=max_attempts,
+        dead_letter_table=text("dead_letter_table"),
     )
-    if not state_column and (declared.ready_states or declared.in_flight_states or declared.dead_states):
+    listed = [*declared.ready_states, *declared.in_flight_states, *declared.done_states, *declared.dead_states]
+    if not state_column and listed:
         raise UsageError(f"{where}: queues[{index}]: states need a state_column")
+    if state_column and not (declared.ready_states or declared.in_flight_states or declared.dead_states):
+        raise UsageError(f"{where}: queues[{index}]: a state_column needs its states listed (ready_states, "
+                         "in_flight_states, done_states, dead_states): the probe reads each state through its index")
+    if len(set(listed)) != len(listed):
+        raise UsageError(f"{where}: queues[{index}]: a state is listed twice")
+    if declared.queue is not None and declared.queue_column is None:
+        raise UsageError(f"{where}: queues[{index}]: queue needs a queue_column")
+    if (declared.max_attempts_column or max_attempts) and not declared.attempts_column:
+        raise UsageError(f"{where}: queues[{index}]: max_attempts needs an attempts_column")
+    if declared.max_attempts_column and max_attempts:
+        raise UsageError(f"{where}: queues[{index}]: give max_attempts_column or max_attempts, not both")
     return declared

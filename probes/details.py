@@ -2,42 +2,22 @@
 
 from __future__ import annotations
 
-from psycopg import sql
-
-from dbcore.database import one
 from dbcore.sqlfiles import Queries
 
+from .config import Config
 from .postgres import ProbeConnection
+from .sources import QueueDetails, source_classes
 
-HEAD_ROWS = 20
 DETAILS_SQL = Queries("probes", "details.sql")
 
 
-def queue_details(conn: ProbeConnection, name: str, kind: str, table: str,
-                  order_by: str | None = None) -> dict[str, list[dict]]:
-    """Head messages and dead letters of a reference queue, the head of the outbox or of an
-    endpoint's inbox, or the head rows of a declared table (in its `order_by` order).
-    `table` and `order_by` are only looked up in the catalog, never put into SQL as text."""
-    if kind == "outbox":
-        return {"head": conn.execute(DETAILS_SQL["outbox_head"], {"limit": HEAD_ROWS}).fetchall(), "dead": []}
-    if kind == "inbox":
-        return {"head": conn.execute(DETAILS_SQL["inbox_head"], {"endpoint": name, "limit": HEAD_ROWS}).fetchall(), "dead": []}
-    row = conn.execute(DETAILS_SQL["relation"], {"table": table}).fetchone()
-    if row is None:
-        return {"head": [], "dead": []}
-    ident = sql.Identifier(row["schema_name"], row["table_name"])
-    if kind == "reference":
-        head = conn.execute(sql.SQL(DETAILS_SQL["queue_head"]).format(table=ident), {"limit": HEAD_ROWS}).fetchall()
-        dead = conn.execute(DETAILS_SQL["queue_dead_letters"], {"queue": name, "limit": HEAD_ROWS}).fetchall()
-        return {"head": head, "dead": dead}
-    if kind == "table" and order_by:
-        present = one(conn.execute(DETAILS_SQL["column_present"], {"relid": row["relid"], "column": order_by}))
-        if not present["present"]:
-            raise LookupError(f"order_by column {order_by!r} not in {table}")
-        statement = sql.SQL(DETAILS_SQL["table_head"]).format(table=ident, order=sql.Identifier(order_by))
-        rows = conn.execute(statement, {"limit": HEAD_ROWS}).fetchall()
-        return {"head": [dict(r["row"]) for r in rows], "dead": []}
-    return {"head": [], "dead": []}
+def queue_details(conn: ProbeConnection, source: str, name: str, config: Config | None = None) -> QueueDetails:
+    """Head rows and failed/dead rows of one queue, as its source reads them (the library's own
+    error text where it keeps one). An unknown source or queue has no details."""
+    cls = source_classes().get(source)
+    if cls is None:
+        return QueueDetails()
+    return cls(config or Config()).details(conn, name)
 
 
 def session_details(conn: ProbeConnection, pid: int) -> dict[str, object]:

@@ -21,8 +21,8 @@ class ProbeStatus:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QueueSample:
     name: str
-    kind: str  # "reference" (the engine's table queue), "table" (declared in the config),
-    # "outbox" (the transactional outbox's unrelayed rows) or "inbox" (an endpoint's inbox)
+    kind: str  # "reference" (the engine's table queue), "table" (a job table: declared in the
+    # config, or a library's), "outbox" (the transactional outbox's unrelayed rows) or "inbox"
     table: str  # schema-qualified, quoted as SQL
     depth: int | None
     ready: int | None
@@ -40,6 +40,7 @@ class QueueSample:
     inserted_total: int | None  # cumulative counters the rates come from (pg_stat_user_tables)
     deleted_total: int | None
     error: str | None = None
+    source: str = "reference"  # which source found it: reference | outbox | inbox | table | pgmq | ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

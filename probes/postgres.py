@@ -13,17 +13,16 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 import psycopg
-from psycopg import sql
 from psycopg.rows import dict_row
 
 from dbcore.database import DictRow, Target, connect, one
 from dbcore.errors import first_line
 from dbcore.sqlfiles import Queries
 
-from .config import Config, DeclaredQueue
+from .config import Config
 from .model import (
     BlockedSession,
     Blocker,
@@ -35,12 +34,12 @@ from .model import (
     RingSample,
     ServerInfo,
 )
+from .sources import QueueFigures, QueueSource, sources_for
+from .sources.base import has_table
 
 APPLICATION_NAME = "queuetop-probe"
 STATEMENT_TIMEOUT_MS = 2000
 LOCK_TIMEOUT_MS = 100
-DEAD_COUNT_CAP = 10_000
-_TIMESTAMPS = ("timestamp", "date")
 # Every probe session, however opened (one-off or pooled), runs with these.
 PROBE_SETTINGS = {
     "default_transaction_read_only": "on",
@@ -55,7 +54,7 @@ COMPACTION_TOP_GROUPS = 20
 
 # Each probe's statements (probes/sql/postgresql/<probe>.sql).
 SERVER_SQL = Queries("probes", "server.sql")
-QUEUES_SQL = Queries("probes", "queues.sql")
+QUEUES_SQL = Queries("probes", "queues.sql")  # what every queue's table shares: its statistics
 RINGS_SQL = Queries("probes", "rings.sql")
 LEASES_SQL = Queries("probes", "leases.sql")
 LOCKS_SQL = Queries("probes", "locks.sql")
@@ -78,16 +77,7 @@ class _Counters:
     at: float
     inserted: int
     deleted: int
-
-
-@dataclass(frozen=True, slots=True)
-class _ResolvedTable:
-    relid: int
-    table: sql.Composable  # quoted from the catalog's names
-    qualified: str
-    head: sql.Composed
-    max_key: sql.Composed | None  # integer ordering: depth above the window from the key span
-    indexed: bool  # order_by leads an index: the head window is read in index order, not sorted
+    depth: int | None  # exact depths only
 
 
 class PostgresProbes:
@@ -99,7 +89,7 @@ class PostgresProbes:
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or Config()
         self._previous: dict[str, _Counters] = {}
-        self._resolved: dict[str, _ResolvedTable] = {}
+        self.sources = sources_for(self.config)
         self._server: ServerInfo | None = None
         self._version_num = 0
         # What a probe that succeeded could not see (privileges), by probe name.
@@ -116,209 +106,77 @@ class PostgresProbes:
     # -- queues --------------------------------------------------------------------------
 
     def queues(self, conn: ProbeConnection) -> tuple[QueueSample, ...]:
-        window = self.config.window
-        samples: list[tuple[str, str, str, int | None, dict | None, str | None]] = []
-        reference = []
-        if _has_table(conn, "queuetop.queues"):
-            try:
-                reference = conn.execute(QUEUES_SQL["registry"]).fetchall()
-            except psycopg.errors.InsufficientPrivilege as exc:
-                self.notes["queues"] = f"reference queues hidden: {first_line(exc)}"
+        """Every queue of every source found in this database (probes/sources/): the engine's,
+        the declared tables, and the libraries detected with no config."""
+        figures: list[tuple[QueueSource, QueueFigures]] = []
         problems = []
-        for entry in reference:
-            table = sql.Identifier(entry["schema_name"], entry["table_name"])
-            head, error = None, None
+        for source in self.sources:
             try:
-                head = one(conn.execute(sql.SQL(QUEUES_SQL["reference_head"]).format(table=table), {"window": window + 1}))
-                dead = one(conn.execute(QUEUES_SQL["dead_letters"], {"queue": entry["name"], "cap": DEAD_COUNT_CAP}))
-                head = {
-                    **head,
-                    "beyond_window": (head["max_id"] - head["last_head_id"]) if head["last_head_id"] else 0,
-                    "dead": dead["counted"] if dead["counted"] < DEAD_COUNT_CAP else dead["span"],
-                    "dead_is_estimate": dead["counted"] >= DEAD_COUNT_CAP,
-                }
+                detection = source.detect(conn)
+                if detection is None:
+                    continue
+                figures.extend((source, f) for f in source.sample(conn, detection))
             except psycopg.Error as exc:
-                error = describe_error(exc)
-                problems.append(f"{entry['name']}: {error}")
-            samples.append(("reference", entry["name"], table.as_string(conn), entry["relid"], head, error))
-        for declared in self.config.queues:
-            head, error, relid, qualified = None, None, None, declared.table
-            try:
-                resolved = self._resolve(conn, declared)
-                relid, qualified = resolved.relid, resolved.qualified
-                head = self._declared_head(conn, declared, resolved)
-                if not resolved.indexed:
-                    problems.append(f"{declared.name}: no index leads with order_by column {declared.order_by!r}, "
-                                    "so every sample sorts the whole table (create one)")
-            except (psycopg.Error, LookupError) as exc:
-                error = describe_error(exc) if isinstance(exc, psycopg.Error) else str(exc.args[0])
-                problems.append(f"{declared.name}: {error}")
-            samples.append(("table", declared.name, qualified, relid, head, error))
-
-        samples.extend(self._outbox_and_inboxes(conn, window, problems))
+                problems.append(f"{source.name}: {describe_error(exc)}")
+        for _source, f in figures:
+            problems.extend(f"{f.name}: {note}" for note in f.notes)
+            if f.error:
+                problems.append(f"{f.name}: {f.error}")
         if problems:
-            self.notes["queues"] = "; ".join(([self.notes["queues"]] if "queues" in self.notes else []) + problems)
-        stats = {}
-        relids = [s[3] for s in samples if s[3] is not None]
-        if relids:
-            stats = {row["relid"]: row for row in conn.execute(QUEUES_SQL["table_stats"], {"relids": relids})}
+            self.notes["queues"] = "; ".join(problems)
+        relids = sorted({f.relid for _, f in figures if f.relid is not None})
+        stats = {row["relid"]: row for row in conn.execute(QUEUES_SQL["table_stats"], {"relids": relids})} if relids else {}
         now = time.monotonic()
-        out = []
-        for kind, name, qualified, relid, head, error in samples:
-            st = stats.get(relid)
-            out.append(self._queue_sample(kind, name, qualified, head, st, error, now))
-        return tuple(out)
+        return tuple(self._queue_sample(source, f, stats.get(f.relid), now) for source, f in figures)
 
-    def _outbox_and_inboxes(self, conn: ProbeConnection, window: int, problems: list[str]) -> list[tuple]:
-        """The transactional outbox (kind `outbox`) and each endpoint's inbox (kind `inbox`),
-        shown as queues: their depth is the backlog of messages not yet relayed / processed."""
-        samples: list[tuple] = []
-        if _has_table(conn, "queuetop.outbox"):
-            try:
-                head = dict(one(conn.execute(QUEUES_SQL["outbox_head"], {"window": window + 1})))
-                head["beyond_window"] = (head["max_id"] - head["last_head_id"]) if head["last_head_id"] else 0
-                head["dead"] = None
-                samples.append(("outbox", "outbox", "queuetop.outbox", head.pop("relid"), head, None))
-            except psycopg.Error as exc:
-                problems.append(f"outbox: {describe_error(exc)}")
-        if _has_table(conn, "queuetop.eo_inbox"):
-            try:
-                for row in conn.execute(QUEUES_SQL["inbox_heads"], {"window": window + 1}):
-                    head = dict(row)
-                    # The window is shared: past it, every endpoint's count is a lower bound.
-                    head.update(beyond_window=0, dead=None, dead_is_estimate=head.pop("read_rows") > window)
-                    samples.append(("inbox", head.pop("endpoint"), "queuetop.eo_inbox", None, head, None))
-            except psycopg.Error as exc:
-                problems.append(f"inbox: {describe_error(exc)}")
-        return samples
-
-    def _queue_sample(self, kind: str, name: str, qualified: str, head: dict[str, Any] | None, st: DictRow | None,
-                      error: str | None, now: float) -> QueueSample:
+    def _queue_sample(self, source: QueueSource, f: QueueFigures, st: DictRow | None, now: float) -> QueueSample:
         enq = deq = None
-        if st is not None:
-            current = _Counters(now, st["n_tup_ins"], st["n_tup_del"])
-            previous = self._previous.get(f"{kind}:{name}")
-            self._previous[f"{kind}:{name}"] = current
+        if st is not None and f.rates_from is not None:
+            key = f"{source.name}:{f.name}"
+            current = _Counters(now, st["n_tup_ins"], st["n_tup_del"], f.depth if not f.depth_is_estimate else None)
+            previous = self._previous.get(key)
+            self._previous[key] = current
             if previous is not None and current.at > previous.at:
                 span = current.at - previous.at
                 enq = max(0.0, (current.inserted - previous.inserted) / span)
-                deq = max(0.0, (current.deleted - previous.deleted) / span)
-        depth = ready = in_flight = delayed = dead = age = None
-        estimate = False
-        if head is not None:
-            window = self.config.window
-            head_rows = head["head_rows"]
-            in_flight = head["in_flight"]
-            delayed = head.get("delayed", 0)
-            dead = head.get("dead")
-            age = head["oldest_ready_age_s"]
-            # The probe reads one row more than the window: whether there is more is then known.
-            if head_rows <= window:
-                depth = head_rows
-            else:
-                estimate = True
-                depth = head_rows + max(0, head.get("beyond_window", 0))
-            if kind != "table":
-                ready = max(0, depth - in_flight - delayed)
-            else:
-                # Declared tables: ready counted in the window; beyond it, every row is taken
-                # to be ready (the ordering puts claimed and failed rows first).
-                ready = head["ready"] + max(0, depth - head_rows)
-            estimate = estimate or bool(head.get("dead_is_estimate"))  # (inbox: the shared window ran out)
+                if f.rates_from == "deletes":
+                    deq = max(0.0, (current.deleted - previous.deleted) / span)
+                elif current.depth is not None and previous.depth is not None:
+                    # Finished rows may stay: what arrived and is no longer waiting has left.
+                    deq = max(0.0, enq - (current.depth - previous.depth) / span)
         return QueueSample(
-            name=name,
-            kind=kind,
-            table=qualified,
-            depth=depth,
-            ready=ready,
-            in_flight=in_flight,
-            delayed=delayed,
-            dead=dead,
-            oldest_ready_age_s=age,
+            name=f.name,
+            kind=source.kind,
+            source=source.name,
+            table=f.table,
+            depth=f.depth,
+            ready=f.ready,
+            in_flight=f.in_flight,
+            delayed=f.delayed,
+            dead=f.dead,
+            oldest_ready_age_s=f.oldest_ready_age_s,
             enqueued_per_s=enq,
             dequeued_per_s=deq,
-            depth_is_estimate=estimate,
+            depth_is_estimate=f.depth_is_estimate,
             dead_tuples=st["n_dead_tup"] if st else None,
             live_tuples=st["n_live_tup"] if st else None,
             last_vacuum_at=_latest(st["last_vacuum"], st["last_autovacuum"]) if st else None,
             last_autovacuum_at=st["last_autovacuum"] if st else None,
             inserted_total=st["n_tup_ins"] if st else None,
             deleted_total=st["n_tup_del"] if st else None,
-            error=error,
+            error=f.error,
         )
-
-    def _resolve(self, conn: ProbeConnection, declared: DeclaredQueue) -> _ResolvedTable:
-        cached = self._resolved.get(declared.name)
-        if cached is not None:
-            return cached
-        row = conn.execute(QUEUES_SQL["resolve_table"], {"table": declared.table}).fetchone()
-        if row is None:
-            raise LookupError(f"table {declared.table!r} not found (or not a table)")
-        columns = {r["name"]: r["type"] for r in conn.execute(QUEUES_SQL["table_columns"], {"relid": row["relid"]})}
-
-        def column(key: str, value: str | None, types: tuple[str, ...] = ()) -> sql.Composable:
-            if value is None:
-                return sql.Literal(None)  # the query casts it to the column's type
-            if value not in columns:
-                raise LookupError(f"{declared.name}: {key} column {value!r} not in {declared.table}")
-            if types and not columns[value].startswith(types):
-                raise LookupError(f"{declared.name}: {key} column {value!r} is {columns[value]}, not a timestamp")
-            return sql.Identifier(value)
-
-        table = sql.Identifier(row["schema_name"], row["table_name"])
-        order = column("order_by", declared.order_by)
-        parts = {
-            "table": table,
-            "order": order,
-            "age": column("age_column", declared.age_column, _TIMESTAMPS),
-            "visible": column("visible_at_column", declared.visible_at_column, _TIMESTAMPS),
-            "state": column("state_column", declared.state_column),
-        }
-        integer_order = columns[declared.order_by] in ("bigint", "integer", "smallint")
-        leading = {r["name"] for r in conn.execute(QUEUES_SQL["leading_index_columns"], {"relid": row["relid"]})}
-        resolved = _ResolvedTable(
-            relid=row["relid"],
-            table=table,
-            qualified=table.as_string(conn),
-            head=sql.SQL(QUEUES_SQL["user_head"]).format(**parts),
-            max_key=sql.SQL(QUEUES_SQL["user_max_key"]).format(table=table, order=order) if integer_order else None,
-            indexed=declared.order_by in leading,
-        )
-        self._resolved[declared.name] = resolved
-        return resolved
-
-    def _declared_head(self, conn: ProbeConnection, declared: DeclaredQueue, resolved: _ResolvedTable) -> dict:
-        window = self.config.window
-        head = one(conn.execute(
-            resolved.head,
-            {
-                "window": window + 1,
-                "ready_states": list(declared.ready_states),
-                "in_flight_states": list(declared.in_flight_states),
-                "dead_states": list(declared.dead_states),
-            },
-        ))
-        head = dict(head)
-        if head["head_rows"] > window:
-            if resolved.max_key is not None and head["last_head_key"] is not None:
-                max_key = one(conn.execute(resolved.max_key))["max_key"]
-                head["beyond_window"] = int(max_key) - int(head["last_head_key"])
-            else:
-                planner = one(conn.execute(QUEUES_SQL["planner_rows"], {"relid": resolved.relid}))
-                head["beyond_window"] = (planner["estimate"] or 0) - head["head_rows"]
-            head["dead_is_estimate"] = bool(declared.dead_states)
-        return head
 
     # -- rings and leases ----------------------------------------------------------------
 
     def rings(self, conn: ProbeConnection) -> tuple[RingSample, ...]:
-        if not _has_table(conn, "queuetop.rings"):
+        if not has_table(conn, "queuetop.rings"):
             return ()
         rows = conn.execute(RINGS_SQL["rings"]).fetchall()
         return tuple(RingSample(name=r["name"], capacity=r["capacity"], used=r["used"], refused_total=r["refused_total"]) for r in rows)
 
     def leases(self, conn: ProbeConnection) -> tuple[LeaseSample, ...]:
-        if not _has_table(conn, "queuetop.leases"):
+        if not has_table(conn, "queuetop.leases"):
             return ()
         rows = conn.execute(LEASES_SQL["leases"]).fetchall()
         return tuple(
@@ -327,7 +185,7 @@ class PostgresProbes:
         )
 
     def compaction(self, conn: ProbeConnection) -> tuple[CompactionSample, ...]:
-        if not _has_table(conn, "queuetop.task_status_deltas"):
+        if not has_table(conn, "queuetop.task_status_deltas"):
             return ()
         row = one(conn.execute(
             COMPACTION_SQL["compaction"], {"cap": COMPACTION_COUNT_CAP, "top": COMPACTION_TOP_GROUPS}
@@ -497,10 +355,6 @@ def _advisory_key(row: dict) -> str | None:
     if row.get("objsubid") == 1:
         return f"advisory {(int(row['classid']) << 32) | int(row['objid'])}"
     return f"advisory ({row['classid']}, {row['objid']})"
-
-
-def _has_table(conn: ProbeConnection, name: str) -> bool:
-    return bool(one(conn.execute(SERVER_SQL["table_present"], {"table": name}))["present"])
 
 
 def _latest(a: datetime | None, b: datetime | None) -> datetime | None:

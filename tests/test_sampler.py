@@ -122,9 +122,10 @@ def test_snapshot_json_has_every_v1_key(db, cli):
     assert set(snap["probes"]) == {"queues", "rings", "leases", "locks", "connections", "compaction"}
     assert all(p["error"] is None and p["elapsed_ms"] >= 0 for p in snap["probes"].values())
     [q] = [q for q in snap["queues"] if q["name"] == "cli-q"]
-    required = {"name", "kind", "depth", "ready", "in_flight", "dead", "oldest_ready_age_s",
+    required = {"name", "kind", "source", "depth", "ready", "in_flight", "delayed", "dead", "oldest_ready_age_s",
                 "enqueued_per_s", "dequeued_per_s", "depth_is_estimate"}
     assert required <= set(q)
+    assert (q["kind"], q["source"]) == ("reference", "reference")
     assert q["depth"] == 3 and q["enqueued_per_s"] is None  # one sample: no rates
     assert {"total", "max", "by_state", "by_application", "oldest_xact_age_s", "xmin_holder_pid"} <= set(snap["connections"])
 

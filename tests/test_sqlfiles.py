@@ -183,9 +183,11 @@ def _own_nodes(fn: ast.AST):
 def _sql_files() -> dict[tuple[str, str], dict[str, str]]:
     files = {}
     for package in SQL_PACKAGES:
-        for path in sorted((REPO / package / "sql" / "postgresql").glob("*.sql")):
-            if (package, path.name) not in SCRIPTS:
-                files[(package, path.name)] = sqlfiles.load(package, "postgresql", path.name)
+        root = REPO / package / "sql" / "postgresql"
+        for path in sorted(root.rglob("*.sql")):
+            name = path.relative_to(root).as_posix()
+            if (package, name) not in SCRIPTS:
+                files[(package, name)] = sqlfiles.load(package, "postgresql", name)
     return files
 
 

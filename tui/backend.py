@@ -6,6 +6,7 @@ from dbcore.database import Target
 from probes.config import Config
 from probes.details import queue_details, session_details
 from probes.postgres import open_probe_connection
+from probes.sources import QueueDetails
 from queues.admin import signal_backend
 
 
@@ -14,10 +15,9 @@ class DatabaseBackend:
         self.target = target
         self.config = config or Config()
 
-    def queue_details(self, name: str, kind: str, table: str) -> dict:
-        declared = next((q for q in self.config.queues if q.name == name), None) if kind == "table" else None
+    def queue_details(self, source: str, name: str) -> QueueDetails:
         with open_probe_connection(self.target, application_name="queuetop-probe:details") as conn:
-            return queue_details(conn, name, kind, table, order_by=declared.order_by if declared else None)
+            return queue_details(conn, source, name, self.config)
 
     def session_details(self, pid: int) -> dict:
         with open_probe_connection(self.target, application_name="queuetop-probe:details") as conn:

@@ -26,6 +26,7 @@ from textual.widgets import DataTable, Footer, Input, Static, Tree
 
 from dbcore.errors import QueuetopError
 from probes.model import Snapshot
+from probes.sources import QueueDetails
 
 from . import format as fmt
 from .messages import ActivityEnded, SnapshotArrived
@@ -52,7 +53,7 @@ class SnapshotSource(Protocol):
 class Backend(Protocol):
     """What the dashboard may do to the database; None when it has none (replays, tests)."""
 
-    def queue_details(self, name: str, kind: str, table: str) -> dict: ...
+    def queue_details(self, source: str, name: str) -> QueueDetails: ...
     def session_details(self, pid: int) -> dict: ...
     def signal_backend(self, pid: int, terminate: bool) -> bool: ...
 
@@ -314,14 +315,14 @@ class QueuetopApp(App[None]):
             self.notify("no database behind this view", severity="warning")
             return
         key = event.row_key.value or ""
-        kind, _, name = key.partition(":")
-        queue = next((q for q in self.snapshot.queues if q.kind == kind and q.name == name), None)
+        source, _, name = key.partition(":")
+        queue = next((q for q in self.snapshot.queues if q.source == source and q.name == name), None)
         if queue is None:
             return
         backend = self.backend
         self.push_screen(DetailsScreen(
             f"Queue {name} ({queue.table})",
-            lambda: queue_renderables(backend.queue_details(queue.name, queue.kind, queue.table)),
+            lambda: queue_renderables(backend.queue_details(queue.source, queue.name)),
         ))
 
     @on(Tree.NodeSelected, "#locks-tree")

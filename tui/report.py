@@ -47,10 +47,11 @@ def render(snapshot: Snapshot) -> str:
     queues = [
         (
             q.name + (" ~" if q.depth_is_estimate else ""),
-            q.kind,
+            q.source,
             q.depth,
             q.ready,
             q.in_flight,
+            q.delayed,
             q.dead,
             q.oldest_ready_age_s,
             q.enqueued_per_s,
@@ -73,7 +74,7 @@ def render(snapshot: Snapshot) -> str:
         head,
         _table(
             "Queues (~ = depth estimated)",
-            ("name", "kind", "depth", "ready", "in-flight", "dead", "oldest s", "in/s", "out/s", "dead tup"),
+            ("name", "source", "depth", "ready", "in-flight", "delayed", "dead", "oldest s", "in/s", "out/s", "dead tup"),
             queues,
         ),
         _table("Rings", ("name", "used/capacity", "refused"), rings),

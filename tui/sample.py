@@ -32,6 +32,7 @@ def sample_snapshot(*, queues: int = 4, sessions: int = 12, tree_depth: int = 3,
         QueueSample(
             name=f"queue-{i:02d}" if i else "orders",
             kind="reference" if i % 3 else "table",
+            source="reference" if i % 3 else "table",
             table=f'"queuetop"."q_queue-{i:02d}"',
             depth=4321 * (i + 1) + step * 7,
             ready=4000 * (i + 1) + step * 5,

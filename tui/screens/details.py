@@ -14,6 +14,8 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Label, Static
 
+from probes.sources import QueueDetails
+
 from .. import format as fmt
 
 
@@ -55,29 +57,36 @@ class DetailsScreen(ModalScreen[None]):
         self.dismiss(None)
 
 
-def queue_renderables(details: dict) -> list:
-    head_rows = details["head"]
-    if head_rows and "state" not in head_rows[0]:  # the outbox or an inbox: show its own columns
-        table = Table(title="Head (oldest first)", expand=True)
-        columns = list(head_rows[0].keys())
-        for column in columns:
-            table.add_column(column.replace("_", " "))
-        for r in head_rows:
-            table.add_row(*[fmt.one_line(str(r[c]) if r[c] is not None else "-", 60) for c in columns])
-        return [table]
-    head = Table(title="Head messages (oldest first)", expand=True)
-    for column in ("id", "state", "attempts", "enqueued", "body", "last error"):
-        head.add_column(column)
-    for r in details["head"]:
-        head.add_row(str(r["id"]), r["state"], str(r["attempts"]), f"{r['enqueued_at']:%H:%M:%S}",
-                     fmt.one_line(r["body"], 60), fmt.one_line(r["last_error"], 60))
-    dead = Table(title="Dead letters (newest first)", expand=True)
-    for column in ("message", "attempts", "died", "error", "body"):
-        dead.add_column(column)
-    for r in details["dead"]:
-        dead.add_row(str(r["message_id"]), str(r["attempts"]), f"{r['died_at']:%H:%M:%S}",
-                     Text(fmt.one_line(r["last_error"], 80), style="red"), fmt.one_line(r["body"], 40))
-    return [head, dead]
+def queue_renderables(details: QueueDetails) -> list:
+    if details.head and "state" in details.head[0] and "body" in details.head[0]:  # the engine's queue
+        head = Table(title="Head messages (oldest first)", expand=True)
+        for column in ("id", "state", "attempts", "enqueued", "body", "last error"):
+            head.add_column(column)
+        for r in details.head:
+            head.add_row(str(r["id"]), r["state"], str(r["attempts"]), f"{r['enqueued_at']:%H:%M:%S}",
+                         fmt.one_line(r["body"], 60), fmt.one_line(r["last_error"], 60))
+        dead = Table(title="Dead letters (newest first)", expand=True)
+        for column in ("message", "attempts", "died", "error", "body"):
+            dead.add_column(column)
+        for r in details.dead:
+            dead.add_row(str(r["message_id"]), str(r["attempts"]), f"{r['died_at']:%H:%M:%S}",
+                         Text(fmt.one_line(r["last_error"], 80), style="red"), fmt.one_line(r["body"], 40))
+        return [head, dead]
+    out: list = [_rows_table("Head (oldest first)", details.head)]
+    if details.dead:
+        out.append(_rows_table("Failed for good (newest first)", details.dead, style="red"))
+    return out
+
+
+def _rows_table(title: str, rows: list[dict], style: str = "") -> Table:
+    """Rows of any table, with their own columns."""
+    table = Table(title=title, expand=True)
+    columns = list(rows[0].keys()) if rows else ["(none)"]
+    for column in columns:
+        table.add_column(column.replace("_", " "))
+    for r in rows:
+        table.add_row(*[Text(fmt.one_line(str(r[c]) if r[c] is not None else "-", 60), style=style) for c in columns])
+    return table
 
 
 def session_renderables(details: dict) -> list:

@@ -18,7 +18,8 @@ from .. import format as fmt
 from .keyed_table import KeyedTable
 
 HISTORY = 30
-KIND_SUFFIX = {"reference": "", "outbox": "", "table": " (table)", "inbox": " (inbox)"}
+# What a queue's name is followed by, by source: the engine's own queues need no suffix.
+SOURCE_SUFFIX = {"reference": "", "outbox": ""}
 
 
 def _matches(filter_text: str, *fields: object) -> bool:
@@ -61,7 +62,7 @@ class QueuesPanel(Panel):
     def show(self, snapshot: Snapshot, filter_text: str = "") -> None:
         rows = {}
         for q in snapshot.queues:
-            key = f"{q.kind}:{q.name}"
+            key = f"{q.source}:{q.name}"
             history = self.history.setdefault(key, deque(maxlen=HISTORY))
             if q.depth is not None:
                 history.append(float(q.depth))
@@ -78,7 +79,7 @@ class QueuesPanel(Panel):
                              "", "", "", "", "", "", "", "", "")
                 self._rendered[key] = (facts, rows[key])
                 continue
-            name = Text(q.name + KIND_SUFFIX.get(q.kind, f" ({q.kind})"))
+            name = Text(q.name + SOURCE_SUFFIX.get(q.source, f" ({q.source})"))
             bloat = Text(fmt.count(q.dead_tuples))
             if q.dead_tuples and q.live_tuples is not None and q.dead_tuples > max(1000, 2 * (q.live_tuples or 0)):
                 bloat.stylize("bold yellow")  # more dead than live: vacuum is not keeping up

@@ -1,0 +1,100 @@
+"""The queue-source seam: what every kind of queue (the engine's, a declared table, a library's)
+must provide to the queues probe and to the dashboard's Enter.
+
+A source is one file in this package (plus its SQL in `probes/sql/postgresql/sources/`):
+
+- `detect(conn)`: is it installed in this database (and which schema version)? None when not.
+- `sample(conn, detection)`: one `QueueFigures` per real queue, at a cost that does not grow
+  with the depth of any queue.
+- `details(conn, name)`: the head rows and the failed/dead rows, with the library's own error
+  text, for Enter.
+
+Sources are read-only like every probe: they run on the probe session (read-only, autocommit,
+statement and lock timeouts).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from dbcore.database import DictRow, one
+from dbcore.sqlfiles import Queries
+
+if TYPE_CHECKING:
+    from ..config import Config
+    from ..postgres import ProbeConnection
+
+
+SERVER_SQL = Queries("probes", "server.sql")
+
+
+def has_table(conn: ProbeConnection, name: str) -> bool:
+    """Whether a relation of that (schema-qualified) name exists: the usual detect()."""
+    return bool(one(conn.execute(SERVER_SQL["table_present"], {"table": name}))["present"])
+
+
+@dataclass(frozen=True, slots=True)
+class Detection:
+    """A source found in the database."""
+
+    version: str | None = None  # the library's schema version, where it records one
+    schema: str | None = None  # where its tables are
+
+
+@dataclass(slots=True)
+class QueueFigures:
+    """What a source measured for one queue; the probe adds rates and table statistics."""
+
+    name: str
+    table: str  # the relation the queue lives in, quoted as SQL (for the reader, and details)
+    relid: int | None = None  # its OID, for pg_stat_user_tables (None: a view, or shared stats)
+    depth: int | None = None
+    ready: int | None = None
+    in_flight: int | None = None
+    delayed: int | None = None
+    dead: int | None = None
+    oldest_ready_age_s: float | None = None
+    depth_is_estimate: bool = False
+    # How the rates come from the table's cumulative counters (pg_stat_user_tables):
+    # "deletes"  - one queue per table, a finished message is deleted: in = inserts, out = deletes;
+    # "arrivals" - one queue per table, finished rows may stay: in = inserts, out = in - growth of
+    #              depth (needs exact depths);
+    # None       - the table is shared with other queues: its counters are not this queue's.
+    rates_from: str | None = None
+    error: str | None = None
+    notes: list[str] = field(default_factory=list)  # what the operator should know (RLS, indexes)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDetails:
+    """Enter on a queue: its head (oldest first) and its failed or dead rows (newest first)."""
+
+    head: list[DictRow] = field(default_factory=list)
+    dead: list[DictRow] = field(default_factory=list)
+
+
+class QueueSource:
+    """Base of every source. Subclasses set `name` (the snapshot's `queues[].source`) and
+    `kind` (`queues[].kind`), and implement the three methods."""
+
+    name: ClassVar[str]
+    kind: ClassVar[str] = "table"
+    order: ClassVar[int] = 50  # where its rows come in the snapshot (lower first)
+    options: ClassVar[tuple[str, ...]] = ()  # what `[sources.<name>]` may set (e.g. schema)
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+
+    def detect(self, conn: ProbeConnection) -> Detection | None:
+        raise NotImplementedError
+
+    def sample(self, conn: ProbeConnection, detection: Detection) -> list[QueueFigures]:
+        raise NotImplementedError
+
+    def details(self, conn: ProbeConnection, name: str) -> QueueDetails:
+        raise NotImplementedError
+
+    def option(self, key: str, default: Any = None) -> Any:
+        """This source's own option from the config (`[sources.<name>]`)."""
+        return self.config.source_options.get(self.name, {}).get(key, default)

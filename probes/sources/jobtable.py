@@ -1,0 +1,339 @@
+"""Any job table, counted right or honestly estimated at a cost that does not grow with depth.
+
+A `DeclaredQueue` (the config's `[[queues]]`, also what the library adapters are made of)
+says which columns mean what. Each row of a queue is then, in this order:
+
+- done (`done_states`): not counted at all;
+- dead: in `dead_states`, or its attempts reached their maximum (and it is not being worked);
+- in flight: in `in_flight_states`, or `in_flight_when_not_null` is set, or `visible_at` is
+  ahead and the row was attempted (claimed until then), or an open transaction holds it;
+- delayed: `not_before` is ahead, or `visible_at` is ahead on a row never attempted (sent
+  with a delay);
+- ready: the rest of the `ready_states` (all of them, with no state list).
+
+Counting reads at most `cap` rows per state (or per queue, without a state column), through
+the state's index where the table has one; past the cap, the figure is the planner's estimate
+for that state, split in the proportions of the rows read, and flagged as an estimate.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg import sql
+
+from dbcore.database import one
+from dbcore.sqlfiles import Queries
+
+from ..config import DeclaredQueue
+from .base import QueueDetails, QueueFigures
+
+if TYPE_CHECKING:
+    from ..postgres import ProbeConnection
+
+JOBTABLE_SQL = Queries("probes", "sources/jobtable.sql")
+COUNT_CAP = 10_000  # rows read per state and queue, at most
+MAX_QUEUES = 200  # distinct queues of one shared table
+HEAD_ROWS = 20
+_TIMESTAMPS = ("timestamp", "date")
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedTable:
+    """A declared table, resolved through the catalog once (names quoted from the catalog)."""
+
+    relid: int
+    qualified: str
+    relkind: str  # r table, p partitioned parent, v view, m materialized view
+    can_select: bool
+    rls_active: bool
+    parts: dict[str, sql.Composable]  # the {fields} of jobtable.sql
+    state_type: sql.Composable | None
+    state_type_name: str | None  # the state column's type, for enum labels
+    queue_type: sql.Composable | None
+    indexed: bool  # order_by leads an index
+    queue_indexed: bool  # queue_column leads an index (the distinct-queue skip scan needs it)
+
+
+def resolve(conn: ProbeConnection, declared: DeclaredQueue) -> ResolvedTable:
+    """Look the table and every configured column up in the catalog; LookupError says what is
+    missing. Nothing configured is ever put into SQL as text."""
+    row = conn.execute(JOBTABLE_SQL["resolve"], {"table": declared.table}).fetchone()
+    if row is None:
+        raise LookupError(f"table {declared.table!r} not found (or not a table or view)")
+    columns = {r["name"]: r for r in conn.execute(JOBTABLE_SQL["columns"], {"relid": row["relid"]})}
+
+    def column(key: str, value: str | None, types: tuple[str, ...] = ()) -> sql.Composable:
+        if value is None:
+            return sql.Literal(None)
+        if value not in columns:
+            raise LookupError(f"{declared.name}: {key} column {value!r} not in {declared.table}")
+        if types and not str(columns[value]["type"]).startswith(types):
+            raise LookupError(f"{declared.name}: {key} column {value!r} is {columns[value]['type']}, not a timestamp")
+        return sql.Identifier(value)
+
+    def type_of(value: str | None) -> sql.Composable | None:
+        if value is None:
+            return None
+        return sql.Identifier(columns[value]["type_schema"], columns[value]["type_name"])
+
+    table = sql.Identifier(row["schema_name"], row["table_name"])
+    parts: dict[str, sql.Composable] = {
+        "table": table,
+        "order": column("order_by", declared.order_by),
+        "age": column("age_column", declared.age_column, _TIMESTAMPS),
+        "visible": column("visible_at_column", declared.visible_at_column, _TIMESTAMPS),
+        "not_before": column("not_before_column", declared.not_before_column, _TIMESTAMPS),
+        "state": column("state_column", declared.state_column),
+        "locked": column("in_flight_when_not_null", declared.in_flight_when_not_null),
+        "attempts": column("attempts_column", declared.attempts_column),
+        "max_attempts": (column("max_attempts_column", declared.max_attempts_column)
+                         if declared.max_attempts_column else sql.Literal(declared.max_attempts)),
+        "queue_column": column("queue_column", declared.queue_column),
+        # A view has no xmax: rows held by an open transaction cannot be seen through it.
+        "xmax": sql.Identifier("xmax") if row["relkind"] in ("r", "p", "m") else sql.Literal(None),
+    }
+    leading = {r["name"] for r in conn.execute(JOBTABLE_SQL["leading_index_columns"], {"relid": row["relid"]})}
+    return ResolvedTable(
+        relid=row["relid"],
+        qualified=table.as_string(conn),
+        relkind=row["relkind"],
+        can_select=row["can_select"],
+        rls_active=bool(row["rls_active"]),
+        parts=parts,
+        state_type=type_of(declared.state_column),
+        state_type_name=(sql.Identifier(columns[declared.state_column]["type_schema"], columns[declared.state_column]["type_name"])
+                         .as_string(conn) if declared.state_column and columns[declared.state_column]["typtype"] == "e" else None),
+        queue_type=type_of(declared.queue_column),
+        indexed=declared.order_by in leading or row["relkind"] == "v",
+        queue_indexed=declared.queue_column in leading if declared.queue_column else False,
+    )
+
+
+class JobTable:
+    """Samples the queue(s) of one declared table; keeps the catalog lookups between samples."""
+
+    def __init__(self, declared: DeclaredQueue, *, cap: int = COUNT_CAP) -> None:
+        self.declared = declared
+        self.cap = cap
+        self._resolved: ResolvedTable | None = None
+        self._dead_letters: ResolvedTable | None = None
+        self._other_states: list[str] | None = None
+
+    def resolved(self, conn: ProbeConnection) -> ResolvedTable:
+        if self._resolved is None:
+            self._resolved = resolve(conn, self.declared)
+        return self._resolved
+
+    # -- sampling ------------------------------------------------------------------------
+
+    def sample(self, conn: ProbeConnection, queues: list[str] | None = None) -> list[QueueFigures]:
+        """One QueueFigures per queue: the configured `queue`, every distinct value of
+        `queue_column` (or the `queues` a library's registry names), or the whole table."""
+        d = self.declared
+        try:
+            table = self.resolved(conn)
+        except LookupError as exc:
+            return [QueueFigures(name=d.name, table=d.table, error=str(exc.args[0]))]
+        if not table.can_select:
+            return [QueueFigures(name=d.name, table=table.qualified, error=f"no SELECT privilege on {table.qualified}")]
+        if d.queue_column is None:
+            names: list[str | None] = [None]
+        elif d.queue is not None:
+            names = [d.queue]
+        elif queues is not None:
+            names = list(queues)
+        else:
+            names = list(self._distinct(conn, table, "queue_column"))
+        live = None
+        if table.rls_active:
+            live = one(conn.execute(JOBTABLE_SQL["live_rows"], {"relid": table.relid}))["live"]
+        out = []
+        for queue in names:
+            try:
+                figures = self._figures(conn, table, queue)
+            except psycopg.Error as exc:
+                figures = QueueFigures(name=self._name(queue), table=table.qualified, error=describe(exc))
+            if table.rls_active:
+                figures.notes.append(
+                    f"row-level security hides rows from this role: {figures.depth or 0:,} visible"
+                    f" of ~{live:,} live in {table.qualified}"
+                )
+            if not table.indexed:
+                figures.notes.append(f"no index leads with order_by column {d.order_by!r} of {table.qualified}")
+            out.append(figures)
+        return out
+
+    def _distinct(self, conn: ProbeConnection, table: ResolvedTable, key: str) -> list[str]:
+        statement = sql.SQL(JOBTABLE_SQL["distinct_values"]).format(table=table.parts["table"], column=table.parts[key])
+        return [r["value"] for r in conn.execute(statement, {"max_values": MAX_QUEUES})]
+
+    def _ready_states(self, conn: ProbeConnection, table: ResolvedTable) -> list[str]:
+        """The states read as ready-unless-the-row-says-otherwise: those listed, or with none
+        listed, every state the column holds that is not listed elsewhere (an enum's labels, or
+        the column's distinct values)."""
+        d = self.declared
+        if d.ready_states:
+            return list(d.ready_states)
+        listed = {*d.in_flight_states, *d.done_states, *d.dead_states}
+        if table.state_type_name is None:  # a text column: the values it holds now
+            return [v for v in self._distinct(conn, table, "state") if v not in listed]
+        if self._other_states is None:  # an enum: its labels, once
+            labels = conn.execute(JOBTABLE_SQL["enum_labels"], {"type": table.state_type_name})
+            self._other_states = [r["value"] for r in labels if r["value"] not in listed]
+        return self._other_states
+
+    def _filter(self, table: ResolvedTable, queue: str | None) -> sql.Composable:
+        if queue is None:
+            return sql.SQL(JOBTABLE_SQL["every_row"])
+        return sql.SQL(JOBTABLE_SQL["queue_is"]).format(queue_column=table.parts["queue_column"],
+                                                        queue_type=table.queue_type)
+
+    def _name(self, queue: str | None) -> str:
+        """A queue's row name: the entry's name, or with one row per queue of a shared table,
+        `name:queue` (a library adapter's entries have no name: just the queue)."""
+        d = self.declared
+        if queue is None or d.queue is not None:
+            return d.name
+        return f"{d.name}:{queue}" if d.name else queue
+
+    def _figures(self, conn: ProbeConnection, table: ResolvedTable, queue: str | None) -> QueueFigures:
+        d = self.declared
+        name = self._name(queue)
+        # The table's counters are this queue's only when the queue has the table to itself.
+        shared = d.queue_column is not None
+        keeps_rows = bool(d.done_states or d.dead_states or d.max_attempts or d.max_attempts_column)
+        figures = QueueFigures(name=name, table=table.qualified,
+                               relid=table.relid if table.relkind != "v" else None,
+                               rates_from=None if shared else "arrivals" if keeps_rows else "deletes")
+        where = self._filter(table, queue)
+        params: dict[str, Any] = {"cap": self.cap, "queue": queue}
+        ready = in_flight = delayed = dead = 0
+        oldest: float | None = None
+        estimate = False
+        if d.state_column:
+            states = [*self._ready_states(conn, table), *d.in_flight_states, *d.dead_states]
+            statement = sql.SQL(JOBTABLE_SQL["one_state"]).format(**table.parts, filter=where, state_type=table.state_type)
+            estimate_state = sql.SQL(JOBTABLE_SQL["estimate_state"]).format(**table.parts, filter=where,
+                                                                             state_type=table.state_type)
+            for state in states:
+                row = one(conn.execute(statement, {**params, "state": state}))
+                counts, exact = self._scaled(conn, row, estimate_state, {"state": row["state"], "queue": queue})
+                estimate = estimate or not exact
+                state = row["state"]
+                if state in d.dead_states:
+                    dead += counts["scanned"]
+                elif state in d.in_flight_states:
+                    in_flight += counts["scanned"]
+                    estimate = estimate or not exact
+                else:
+                    in_flight += counts["held"]
+                    delayed += counts["later"]
+                    dead += counts["exhausted"]
+                    ready += counts["scanned"] - counts["held"] - counts["later"] - counts["exhausted"]
+                    if row["oldest_due_age_s"] is not None:
+                        oldest = max(oldest or 0.0, row["oldest_due_age_s"])
+        else:
+            statement = sql.SQL(JOBTABLE_SQL["stateless"]).format(**table.parts, filter=where)
+            row = one(conn.execute(statement, params))
+            estimate_marked = sql.SQL(JOBTABLE_SQL["estimate_marked"]).format(**table.parts, filter=where)
+            marked, marked_exact = self._scaled(conn, row, estimate_marked, {"queue": queue})
+            total, total_exact = int(row["total"]), int(row["total"]) < self.cap
+            if not total_exact:
+                plan = one(conn.execute(sql.SQL(JOBTABLE_SQL["estimate_rows"]).format(**table.parts, filter=where),
+                                        {"queue": queue}))
+                total = max(self.cap, _plan_rows(plan), marked["scanned"])
+            estimate = not (marked_exact and total_exact)
+            in_flight = marked["held"] + int(row["held_unmarked"])
+            delayed, dead = marked["later"], marked["exhausted"]
+            ready = max(0, total - marked["scanned"] - int(row["held_unmarked"]))
+            oldest = row["oldest_due_age_s"]
+        if d.dead_letter_table:
+            extra, extra_exact = self._dead_letter_count(conn, queue)
+            dead += extra
+            estimate = estimate or not extra_exact
+        figures.ready, figures.in_flight, figures.delayed, figures.dead = ready, in_flight, delayed, dead
+        figures.depth = ready + in_flight + delayed
+        figures.oldest_ready_age_s = oldest if ready else None
+        figures.depth_is_estimate = estimate
+        return figures
+
+    def _scaled(self, conn: ProbeConnection, row: dict[str, Any], estimate: sql.Composed,
+                params: dict[str, Any]) -> tuple[dict[str, int], bool]:
+        """The row's counts, exact when fewer than `cap` rows were read; else `estimate`'s (an
+        EXPLAIN of the same rows) figure, split in the proportions of the rows read."""
+        counts = {key: int(row[key]) for key in ("scanned", "held", "later", "exhausted")}
+        if counts["scanned"] < self.cap:
+            return counts, True
+        estimated = max(self.cap, _plan_rows(one(conn.execute(estimate, params))))
+        factor = estimated / counts["scanned"]
+        return {key: round(value * factor) for key, value in counts.items()}, False
+
+    def _dead_letter_count(self, conn: ProbeConnection, queue: str | None) -> tuple[int, bool]:
+        d = self.declared
+        assert d.dead_letter_table is not None
+        if self._dead_letters is None:
+            dlq = DeclaredQueue(name=d.name, table=d.dead_letter_table, order_by=d.order_by, queue_column=d.queue_column)
+            try:
+                self._dead_letters = resolve(conn, dlq)
+            except LookupError:  # no queue column there: the whole table is this queue's
+                self._dead_letters = resolve(conn, DeclaredQueue(name=d.name, table=d.dead_letter_table, order_by=d.order_by))
+        table = self._dead_letters
+        where = self._filter(table, queue if table.queue_type is not None else None)
+        statement = sql.SQL(JOBTABLE_SQL["dead_letters"]).format(**table.parts, filter=where)
+        scanned = int(one(conn.execute(statement, {"cap": self.cap, "queue": queue}))["scanned"])
+        if scanned < self.cap:
+            return scanned, True
+        plan = one(conn.execute(sql.SQL(JOBTABLE_SQL["estimate_rows"]).format(**table.parts, filter=where), {"queue": queue}))
+        return max(self.cap, _plan_rows(plan)), False
+
+    # -- details -------------------------------------------------------------------------
+
+    def details(self, conn: ProbeConnection, queue: str | None) -> QueueDetails:
+        """The head rows in queue order, and the dead rows (dead states, or the dead-letter
+        table) newest first; every column as text cut to 200 characters."""
+        table = self.resolved(conn)
+        d = self.declared
+        where = self._filter(table, queue)
+        head_where: sql.Composable = where
+        waiting: list[str] = []
+        if d.state_column:  # the head is what waits or runs: not the finished or dead rows
+            waiting = [*self._ready_states(conn, table), *d.in_flight_states]
+            fragment = sql.SQL(JOBTABLE_SQL["waiting_state_is"]).format(**table.parts, state_type=table.state_type)
+            head_where = sql.SQL(JOBTABLE_SQL["both"]).format(first=where, second=fragment)
+        head = conn.execute(sql.SQL(JOBTABLE_SQL["head"]).format(**table.parts, filter=head_where),
+                            {"limit": HEAD_ROWS, "queue": queue, "waiting_states": waiting})
+        dead_rows: list[dict[str, Any]] = []
+        if d.dead_letter_table:
+            if self._dead_letters is None:
+                self._dead_letter_count(conn, queue)
+            assert self._dead_letters is not None
+            dlq = self._dead_letters
+            dead_where = self._filter(dlq, queue if dlq.queue_type is not None else None)
+            statement = sql.SQL(JOBTABLE_SQL["dead_head"]).format(**dlq.parts, filter=dead_where)
+            dead_rows = [dict(r["row"]) for r in conn.execute(statement, {"limit": HEAD_ROWS, "queue": queue})]
+        elif d.dead_states or (d.attempts_column and (d.max_attempts_column or d.max_attempts)):
+            fragment = (sql.SQL(JOBTABLE_SQL["dead_state_is"]).format(**table.parts, state_type=table.state_type)
+                        if d.dead_states else sql.SQL(JOBTABLE_SQL["exhausted"]).format(**table.parts))
+            dead_where = sql.SQL(JOBTABLE_SQL["both"]).format(first=where, second=fragment)
+            statement = sql.SQL(JOBTABLE_SQL["dead_head"]).format(**table.parts, filter=dead_where)
+            params = {"limit": HEAD_ROWS, "queue": queue, "dead_states": list(d.dead_states)}
+            dead_rows = [dict(r["row"]) for r in conn.execute(statement, params)]
+        return QueueDetails(head=[dict(r["row"]) for r in head], dead=dead_rows)
+
+
+def _plan_rows(plan: dict[str, Any]) -> int:
+    """`Plan Rows` of an EXPLAIN (FORMAT JSON) result row."""
+    document = plan["QUERY PLAN"]
+    if isinstance(document, str):
+        document = json.loads(document)
+    return int(document[0]["Plan"]["Plan Rows"])
+
+
+def describe(exc: psycopg.Error | LookupError) -> str:
+    from ..postgres import describe_error
+
+    return describe_error(exc) if isinstance(exc, psycopg.Error) else str(exc.args[0])

@@ -1,0 +1,348 @@
+"""Declared job tables (`[[queues]]`): every state a job can be in, shared tables, views,
+partitioned parents, dead-letter tables, counts past the cap, row-level security. Every figure
+is checked against ground truth computed in SQL by the test itself."""
+
+from __future__ import annotations
+
+import threading
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from probes.config import Config, DeclaredQueue
+from probes.postgres import PostgresProbes, open_probe_connection
+from probes.sampler import run_cycle
+from probes.sources.jobtable import JobTable
+
+from .conftest import PASSWORD, PASSWORD_ROLE, wait_until
+
+JOBS = """
+CREATE TABLE public.jobs (
+    id bigserial PRIMARY KEY,
+    queue_name text NOT NULL,
+    status text NOT NULL,
+    scheduled_at timestamptz,
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX jobs_queue_status ON public.jobs (queue_name, status);
+CREATE INDEX jobs_status ON public.jobs (status);
+"""
+
+
+def queues_of(db, *declared: DeclaredQueue, target=None) -> dict[str, object]:
+    snap = run_cycle(target or db.target, Config(queues=declared))
+    return {q.name: q for q in snap.queues if q.source == "table"}, snap
+
+
+def truth(conn, query: str, *params) -> int:
+    return conn.execute(query, params).fetchone()[0]
+
+
+SHARED = DeclaredQueue(
+    name="jobs", table="public.jobs", order_by="id", age_column="created_at", queue_column="queue_name",
+    not_before_column="scheduled_at", state_column="status", ready_states=("todo",), in_flight_states=("doing",),
+    done_states=("succeeded", "cancelled"), dead_states=("failed",),
+)
+
+
+def test_a_shared_table_shows_one_row_per_queue_with_every_state_right(db):
+    with db.connect() as conn:
+        conn.execute(JOBS)
+        conn.execute("""
+            INSERT INTO public.jobs (queue_name, status, scheduled_at, created_at)
+            SELECT 'mail', 'todo', NULL, now() - interval '90 seconds' FROM generate_series(1, 3)   -- ready
+            UNION ALL SELECT 'mail', 'todo', now() + interval '1 hour', now() FROM generate_series(1, 2)  -- scheduled
+            UNION ALL SELECT 'mail', 'todo', now() - interval '1 minute', now() - interval '30 seconds'  -- due: ready
+            UNION ALL SELECT 'mail', 'doing', NULL, now() FROM generate_series(1, 4)              -- running
+            UNION ALL SELECT 'mail', 'failed', NULL, now() FROM generate_series(1, 2)             -- dead
+            UNION ALL SELECT 'mail', 'succeeded', NULL, now() FROM generate_series(1, 500)        -- done, kept
+            UNION ALL SELECT 'sms', 'todo', NULL, now() - interval '5 seconds'
+            UNION ALL SELECT 'sms', 'cancelled', NULL, now()""")
+        ground = {
+            queue: {
+                "ready": truth(conn, "SELECT count(*) FROM jobs WHERE queue_name = %s AND status = 'todo'"
+                                     " AND (scheduled_at IS NULL OR scheduled_at <= now())", queue),
+                "delayed": truth(conn, "SELECT count(*) FROM jobs WHERE queue_name = %s AND status = 'todo'"
+                                       " AND scheduled_at > now()", queue),
+                "in_flight": truth(conn, "SELECT count(*) FROM jobs WHERE queue_name = %s AND status = 'doing'", queue),
+                "dead": truth(conn, "SELECT count(*) FROM jobs WHERE queue_name = %s AND status = 'failed'", queue),
+            }
+            for queue in ("mail", "sms")
+        }
+    rows, snap = queues_of(db, SHARED)
+    assert set(rows) == {"jobs:mail", "jobs:sms"}
+    for queue in ("mail", "sms"):
+        q = rows[f"jobs:{queue}"]
+        g = ground[queue]
+        assert (q.ready, q.delayed, q.in_flight, q.dead) == (g["ready"], g["delayed"], g["in_flight"], g["dead"])
+        assert q.depth == g["ready"] + g["delayed"] + g["in_flight"]  # done and dead rows are not in depth
+        assert q.depth_is_estimate is False and q.error is None
+    assert rows["jobs:mail"].ready == 4 and rows["jobs:mail"].delayed == 2  # scheduled is delayed, not in flight
+    assert 85 <= rows["jobs:mail"].oldest_ready_age_s <= 120
+    assert rows["jobs:mail"].enqueued_per_s is None  # a shared table's counters are no one queue's
+    assert snap.probes["queues"].error is None
+
+
+def test_in_flight_rows_deep_in_a_large_table_are_counted(db):
+    # The old probe read a 1,000-row head and took every row past it to be ready.
+    with db.connect() as conn:
+        conn.execute(JOBS)
+        conn.execute("INSERT INTO jobs (queue_name, status) SELECT 'q', 'todo' FROM generate_series(1, 3000)")
+        conn.execute("INSERT INTO jobs (queue_name, status) SELECT 'q', 'doing' FROM generate_series(1, 6)")
+    declared = DeclaredQueue(name="deep", table="public.jobs", order_by="id", state_column="status",
+                             ready_states=("todo",), in_flight_states=("doing",))
+    rows, _ = queues_of(db, declared)
+    assert (rows["deep"].ready, rows["deep"].in_flight, rows["deep"].depth) == (3000, 6, 3006)
+
+
+def test_counts_past_the_cap_are_the_planners_estimate_and_say_so(db):
+    with db.connect() as conn:
+        conn.execute(JOBS)
+        conn.execute("INSERT INTO jobs (queue_name, status) SELECT 'q', 'todo' FROM generate_series(1, 5000)")
+        conn.execute("INSERT INTO jobs (queue_name, status) SELECT 'q', 'doing' FROM generate_series(1, 7)")
+        conn.execute("ANALYZE jobs")
+    declared = DeclaredQueue(name="big", table="public.jobs", order_by="id", state_column="status",
+                             ready_states=("todo",), in_flight_states=("doing",))
+    with open_probe_connection(db.target) as conn:
+        [q] = JobTable(declared, cap=200).sample(conn)
+    assert q.depth_is_estimate is True
+    assert 4500 <= q.ready <= 5500  # the statistics' figure for 'todo', not the cap
+    assert q.in_flight == 7  # below the cap: still exact
+
+
+def test_a_stateless_table_past_the_cap_keeps_its_few_marked_rows_exact(db):
+    with db.connect() as conn:
+        conn.execute("""CREATE TABLE public.big (id bigserial PRIMARY KEY, run_at timestamptz NOT NULL DEFAULT now(),
+                        locked_at timestamptz);
+                        CREATE INDEX ON public.big (locked_at) WHERE locked_at IS NOT NULL""")
+        conn.execute("INSERT INTO big (run_at) SELECT now() - interval '1 s' FROM generate_series(1, 5000)")
+        conn.execute("INSERT INTO big (locked_at) SELECT now() FROM generate_series(1, 7)")
+        conn.execute("INSERT INTO big (run_at) SELECT now() + interval '1 h' FROM generate_series(1, 3)")
+        conn.execute("ANALYZE big")
+    declared = DeclaredQueue(name="big", table="public.big", order_by="id", not_before_column="run_at",
+                             in_flight_when_not_null="locked_at")
+    with open_probe_connection(db.target) as conn:
+        [q] = JobTable(declared, cap=200).sample(conn)
+    assert q.depth_is_estimate is True
+    assert (q.in_flight, q.delayed) == (7, 3)  # found through their markers, not sampled
+    assert 4500 <= q.ready <= 5500
+
+
+def test_a_job_table_without_states_locked_scheduled_backing_off_and_exhausted(db):
+    # Graphile Worker's shape: no state column; locked_at, run_at, attempts, max_attempts.
+    with db.connect() as conn:
+        conn.execute("""CREATE TABLE public.gw (
+            id bigserial PRIMARY KEY, task text NOT NULL, run_at timestamptz NOT NULL DEFAULT now(),
+            locked_at timestamptz, attempts int NOT NULL DEFAULT 0, max_attempts int NOT NULL DEFAULT 3,
+            created_at timestamptz NOT NULL DEFAULT now())""")
+        conn.execute("""
+            INSERT INTO gw (task, run_at, locked_at, attempts) VALUES
+              ('t', now() - interval '10 s', NULL, 0),            -- ready
+              ('t', now() - interval '10 s', NULL, 1),            -- ready again after a failure
+              ('t', now(), now(), 1),                             -- locked: in flight
+              ('t', now() + interval '1 h', NULL, 0),             -- scheduled: delayed
+              ('t', now() + interval '30 s', NULL, 2),            -- backing off: delayed
+              ('t', now() - interval '1 h', NULL, 3),             -- attempts exhausted: dead
+              ('t', now(), now(), 3)                              -- exhausted but running: in flight""")
+    declared = DeclaredQueue(name="gw", table="public.gw", order_by="id", age_column="run_at",
+                             not_before_column="run_at", in_flight_when_not_null="locked_at",
+                             attempts_column="attempts", max_attempts_column="max_attempts")
+    rows, _ = queues_of(db, declared)
+    q = rows["gw"]
+    assert (q.ready, q.in_flight, q.delayed, q.dead, q.depth) == (2, 2, 2, 1, 6)
+    assert q.depth_is_estimate is False
+
+
+def test_visibility_with_attempts_and_a_dead_letter_table(db):
+    # PGMQ's shape: vt ahead means read (in flight) when read_ct > 0, sent with a delay when 0;
+    # the archive table holds the dead.
+    with db.connect() as conn:
+        conn.execute("""CREATE TABLE public.q_x (msg_id bigserial PRIMARY KEY, read_ct int NOT NULL DEFAULT 0,
+                        enqueued_at timestamptz NOT NULL DEFAULT now(), vt timestamptz NOT NULL DEFAULT now());
+                        CREATE TABLE public.a_x (msg_id bigint PRIMARY KEY, archived_at timestamptz DEFAULT now())""")
+        conn.execute("""INSERT INTO q_x (read_ct, vt) VALUES (0, now() - interval '1 s'), (2, now() - interval '1 s'),
+                        (1, now() + interval '30 s'), (0, now() + interval '5 min')""")
+        conn.execute("INSERT INTO a_x (msg_id) SELECT g FROM generate_series(100, 104) g")
+    declared = DeclaredQueue(name="x", table="public.q_x", order_by="msg_id", age_column="enqueued_at",
+                             visible_at_column="vt", attempts_column="read_ct", dead_letter_table="public.a_x")
+    rows, _ = queues_of(db, declared)
+    q = rows["x"]
+    assert (q.ready, q.in_flight, q.delayed, q.dead, q.depth) == (2, 1, 1, 5, 4)
+
+
+def test_a_view_and_a_partitioned_parent_are_accepted_and_exact(db):
+    with db.connect() as conn:
+        conn.execute("""CREATE TABLE public.pjobs (id bigserial, name text NOT NULL, state text NOT NULL)
+                        PARTITION BY LIST (name);
+                        CREATE TABLE public.pjobs_a PARTITION OF public.pjobs FOR VALUES IN ('a');
+                        CREATE TABLE public.pjobs_b PARTITION OF public.pjobs FOR VALUES IN ('b');
+                        CREATE INDEX ON public.pjobs (name, state)""")
+        conn.execute("""INSERT INTO pjobs (name, state) SELECT 'a', 'created' FROM generate_series(1, 1300)
+                        UNION ALL SELECT 'b', 'created' FROM generate_series(1, 1077)
+                        UNION ALL SELECT 'b', 'completed' FROM generate_series(1, 40)""")
+        conn.execute("CREATE VIEW public.pending_b AS SELECT id, state FROM pjobs WHERE name = 'b'")
+        total = truth(conn, "SELECT count(*) FROM pjobs WHERE state = 'created'")
+    parent = DeclaredQueue(name="p", table="public.pjobs", order_by="id", queue_column="name", state_column="state",
+                           ready_states=("created",), done_states=("completed",))
+    view = DeclaredQueue(name="v", table="public.pending_b", order_by="id", state_column="state",
+                         ready_states=("created",), done_states=("completed",))
+    rows, _ = queues_of(db, parent, view)
+    assert (rows["p:a"].depth, rows["p:b"].depth, rows["v"].depth) == (1300, 1077, 1077)
+    assert rows["p:a"].depth + rows["p:b"].depth == total
+    assert not any(rows[k].depth_is_estimate for k in ("p:a", "p:b", "v"))
+
+
+def test_an_enum_state_with_no_ready_list_reads_every_other_label(db):
+    with db.connect() as conn:
+        conn.execute("""CREATE TYPE job_state AS ENUM ('available', 'scheduled', 'running', 'completed', 'discarded');
+                        CREATE TABLE public.rj (id bigserial PRIMARY KEY, state job_state NOT NULL);
+                        CREATE INDEX ON public.rj (state)""")
+        conn.execute("""INSERT INTO rj (state) VALUES ('available'), ('available'), ('scheduled'), ('running'),
+                        ('completed'), ('completed'), ('discarded')""")
+    declared = DeclaredQueue(name="rj", table="public.rj", order_by="id", state_column="state",
+                             in_flight_states=("running",), done_states=("completed",), dead_states=("discarded",))
+    rows, _ = queues_of(db, declared)
+    # 'available' and 'scheduled' are the other labels: ready (no time column says otherwise).
+    assert (rows["rj"].ready, rows["rj"].in_flight, rows["rj"].dead) == (3, 1, 1)
+
+
+def test_a_row_held_by_an_open_transaction_is_in_flight(db):
+    with db.connect() as conn:
+        conn.execute(JOBS)
+        conn.execute("INSERT INTO jobs (queue_name, status) SELECT 'q', 'todo' FROM generate_series(1, 3)")
+    holder = db.connect(autocommit=False)
+    try:
+        holder.execute("SELECT id FROM jobs ORDER BY id LIMIT 1 FOR UPDATE")
+        declared = DeclaredQueue(name="held", table="public.jobs", order_by="id", state_column="status",
+                                 ready_states=("todo",))
+        rows, _ = queues_of(db, declared)
+        assert (rows["held"].ready, rows["held"].in_flight) == (2, 1)
+    finally:
+        holder.close()
+
+
+def _limited_target(db):
+    from dbcore.database import resolve_target
+
+    with db.connect() as conn:
+        conn.execute(sql.SQL("GRANT CONNECT ON DATABASE {} TO {}").format(sql.Identifier(db.name), sql.Identifier(PASSWORD_ROLE)))
+    return resolve_target(db.dsn.replace("postgres@", f"{PASSWORD_ROLE}:{PASSWORD}@"))
+
+
+def test_row_level_security_that_hides_rows_is_said_not_shown_as_zero(db):
+    with db.connect() as conn:
+        conn.execute(JOBS)
+        conn.execute("INSERT INTO jobs (queue_name, status) SELECT 'q', 'todo' FROM generate_series(1, 300)")
+        conn.execute("ALTER TABLE jobs ENABLE ROW LEVEL SECURITY")  # and no policy: a non-owner sees nothing
+        conn.execute(sql.SQL("GRANT SELECT ON public.jobs TO {}").format(sql.Identifier(PASSWORD_ROLE)))
+        conn.execute("ANALYZE jobs")
+    declared = DeclaredQueue(name="rls", table="public.jobs", order_by="id", state_column="status", ready_states=("todo",))
+    target = _limited_target(db)
+    rows, snap = queues_of(db, declared, target=target)
+    assert rows["rls"].depth == 0  # what this role can see ...
+    note = snap.probes["queues"].error
+    assert "rls: row-level security hides rows from this role: 0 visible of ~300 live" in note  # ... and that it is not all
+    owner_rows, owner_snap = queues_of(db, declared)  # the owner is not subject to it
+    assert owner_rows["rls"].depth == 300 and owner_snap.probes["queues"].error is None
+
+
+def test_no_select_privilege_is_reported_on_the_row(db):
+    with db.connect() as conn:
+        conn.execute(JOBS)
+        conn.execute("INSERT INTO jobs (queue_name, status) VALUES ('q', 'todo')")
+    declared = DeclaredQueue(name="hidden", table="public.jobs", order_by="id", state_column="status", ready_states=("todo",))
+    rows, snap = queues_of(db, declared, target=_limited_target(db))
+    assert rows["hidden"].depth is None and "no SELECT privilege" in rows["hidden"].error
+    assert "no SELECT privilege" in snap.probes["queues"].error
+
+
+def test_dequeue_rates_come_from_arrivals_when_finished_rows_stay(db):
+    # A table whose jobs are UPDATEd to done (never deleted): out/s is what arrived and is no
+    # longer waiting, not zero.
+    with db.connect() as conn:
+        conn.execute(JOBS)
+    declared = DeclaredQueue(name="rated", table="public.jobs", order_by="id", state_column="status",
+                             ready_states=("todo",), done_states=("succeeded",))
+    probes = PostgresProbes(Config(queues=(declared,)))
+    run_cycle(db.target, probes=probes)
+    with db.connect() as conn:
+        conn.execute("INSERT INTO jobs (queue_name, status) SELECT 'q', 'todo' FROM generate_series(1, 40)")
+        conn.execute("UPDATE jobs SET status = 'succeeded' WHERE id IN (SELECT id FROM jobs ORDER BY id LIMIT 30)")
+
+    def rated():
+        [q] = [q for q in run_cycle(db.target, probes=probes).queues if q.name == "rated"]
+        return q if q.inserted_total == 40 else None  # the statistics have caught up
+
+    q = wait_until(rated, timeout=15, interval=0.3, what="statistics of 40 inserts")
+    assert q.depth == 10
+    # The first sample after the inserts saw 40 arrivals and a depth 10 higher: 30 left.
+    assert q.enqueued_per_s > 0 and q.dequeued_per_s == pytest.approx(q.enqueued_per_s * 30 / 40, rel=1e-6)
+
+
+def test_a_lock_on_the_table_is_a_note_on_its_row_and_the_other_queues_go_on(db):
+    with db.connect() as conn:
+        conn.execute(JOBS)
+        conn.execute("CREATE TABLE public.other (id bigserial PRIMARY KEY)")
+        conn.execute("INSERT INTO other DEFAULT VALUES")
+    locker = db.connect(autocommit=False)
+    try:
+        locker.execute("LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE")
+        locked = DeclaredQueue(name="locked", table="public.jobs", order_by="id", state_column="status", ready_states=("todo",))
+        free = DeclaredQueue(name="free", table="public.other", order_by="id")
+        rows, snap = queues_of(db, locked, free)
+        assert rows["free"].depth == 1
+        assert "lock timeout" in snap.probes["queues"].error
+    finally:
+        locker.close()
+
+
+def test_configured_names_never_become_sql(db):
+    with db.connect() as conn:
+        conn.execute(JOBS)
+    hostile = DeclaredQueue(name="h", table="public.jobs", order_by="id", queue_column='queue_name"; DROP TABLE jobs; --')
+    rows, _ = queues_of(db, hostile)
+    assert "queue_column column" in rows["h"].error
+    with db.connect() as conn:
+        assert conn.execute("SELECT to_regclass('public.jobs') IS NOT NULL").fetchone()[0]
+
+
+@pytest.mark.parametrize("threads", [4])
+def test_sampling_while_workers_move_jobs_never_double_counts(db, threads):
+    """Jobs moved todo -> doing -> succeeded by real threads while the probe samples: every
+    sample's figures stay within the number of unfinished jobs."""
+    with db.connect() as conn:
+        conn.execute(JOBS)
+        conn.execute("INSERT INTO jobs (queue_name, status) SELECT 'q', 'todo' FROM generate_series(1, 400)")
+    stop = threading.Event()
+
+    def work():
+        with db.connect() as conn:
+            while not stop.is_set():
+                with conn.transaction():
+                    row = conn.execute("UPDATE jobs SET status = 'doing' WHERE id = (SELECT id FROM jobs WHERE status = 'todo'"
+                                       " ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING id").fetchone()
+                if row is None:
+                    return
+                conn.execute("UPDATE jobs SET status = 'succeeded' WHERE id = %s", row)
+
+    workers = [threading.Thread(target=work, daemon=True) for _ in range(threads)]
+    for w in workers:
+        w.start()
+    declared = DeclaredQueue(name="moving", table="public.jobs", order_by="id", state_column="status",
+                             ready_states=("todo",), in_flight_states=("doing",), done_states=("succeeded",))
+    probes = PostgresProbes(Config(queues=(declared,)))
+    try:
+        seen = []
+        while any(w.is_alive() for w in workers):
+            [q] = [q for q in run_cycle(db.target, probes=probes).queues if q.name == "moving"]
+            assert q.error is None and 0 <= q.depth <= 400 and q.in_flight <= threads + 1
+            seen.append(q.depth)
+    finally:
+        stop.set()
+        for w in workers:
+            w.join(10)
+    [q] = [q for q in run_cycle(db.target, probes=probes).queues if q.name == "moving"]
+    assert q.depth == 0
+    with psycopg.connect(db.dsn) as conn:
+        assert truth(conn, "SELECT count(*) FROM jobs WHERE status = 'succeeded'") == 400
