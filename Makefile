@@ -6,6 +6,9 @@ VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The Node.js queue libraries the tests drive (pg-boss, Graphile Worker), from tests/peers' lock.
+NODE_PEERS := .cache/node-peers
+PEERS_STAMP := $(NODE_PEERS)/.installed
 # -qq: pip's and setuptools' notices (the editable-install banner among them) are not for
 # newcomers; errors still show.
 PIP_INSTALL := $(PY) -m pip install -qq
@@ -21,7 +24,14 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(VENV)/bin/queuetop $(ARGS)
 
-test: $(STAMP)
+$(PEERS_STAMP): tests/peers/package.json tests/peers/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+		mkdir -p $(NODE_PEERS) && cp tests/peers/package.json tests/peers/package-lock.json $(NODE_PEERS)/ && \
+		(cd $(NODE_PEERS) && npm ci --no-audit --no-fund --silent) && \
+		cp tests/peers/package-lock.json $(PEERS_STAMP); \
+	else echo "npm not found: the pg-boss and Graphile Worker tests will be skipped"; fi
+
+test: $(STAMP) $(PEERS_STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)
@@ -29,5 +39,5 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info
+	rm -rf $(VENV) .cache .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

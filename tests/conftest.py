@@ -154,6 +154,58 @@ def cli() -> Callable[..., CliResult]:
     return run_cli
 
 
+NODE_PEERS = REPO / ".cache" / "node-peers"  # `make test` installs tests/peers/package.json here too
+
+
+@pytest.fixture(scope="session")
+def node_peers() -> Path:
+    """The Node.js peer libraries (pg-boss, Graphile Worker) installed from tests/peers' lock
+    file; skips only where Node.js itself is absent, installs what is missing otherwise."""
+    import fcntl
+    import shutil
+
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        pytest.skip("Node.js and npm are not installed here: the pg-boss and Graphile Worker tests need them")
+    source = REPO / "tests" / "peers"
+    lock = (source / "package-lock.json").read_text()
+    NODE_PEERS.mkdir(parents=True, exist_ok=True)
+    stamp = NODE_PEERS / ".installed"
+    with open(NODE_PEERS / ".lock", "w") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)  # one installer at a time
+        if not stamp.exists() or stamp.read_text() != lock:
+            for name in ("package.json", "package-lock.json"):
+                shutil.copy(source / name, NODE_PEERS / name)
+            subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--silent"], cwd=NODE_PEERS, check=True,
+                           capture_output=True, timeout=600)
+            stamp.write_text(lock)
+    return NODE_PEERS / "node_modules"
+
+
+class NodeWorkload:
+    """A node script from tests/peers run against a test database: it builds its workload
+    through the library's own API, says {"ready": true}, and holds its workers until close()."""
+
+    def __init__(self, modules: Path, script: str, *args: str) -> None:
+        env = {**os.environ, "QUEUETOP_NODE_PEERS": str(modules)}
+        self.proc = subprocess.Popen(["node", str(REPO / "tests" / "peers" / script), *args], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        line = self.proc.stdout.readline() if self.proc.stdout else ""
+        if not line.strip():
+            self.proc.kill()
+            _, err = self.proc.communicate(timeout=10)
+            raise AssertionError(f"{script} failed before its workload was ready: {err[-2000:]}")
+        self.report = json.loads(line)
+
+    def close(self) -> None:
+        if self.proc.stdin:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(30)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+
+
 def wait_until(predicate: Callable[[], object], *, timeout: float = 10.0, interval: float = 0.02, what: str = "condition") -> object:
     """Poll `predicate` until it returns something truthy; fail after `timeout` seconds."""
     deadline = time.monotonic() + timeout

@@ -116,9 +116,10 @@ def resolve(conn: ProbeConnection, declared: DeclaredQueue) -> ResolvedTable:
 class JobTable:
     """Samples the queue(s) of one declared table; keeps the catalog lookups between samples."""
 
-    def __init__(self, declared: DeclaredQueue, *, cap: int = COUNT_CAP) -> None:
+    def __init__(self, declared: DeclaredQueue, *, cap: int = COUNT_CAP, index_note: bool = True) -> None:
         self.declared = declared
         self.cap = cap
+        self.index_note = index_note  # a library's order is its own business: no note for it
         self._resolved: ResolvedTable | None = None
         self._dead_letters: ResolvedTable | None = None
         self._other_states: list[str] | None = None
@@ -162,8 +163,9 @@ class JobTable:
                     f"row-level security hides rows from this role: {figures.depth or 0:,} visible"
                     f" of ~{live:,} live in {table.qualified}"
                 )
-            if not table.indexed:
-                figures.notes.append(f"no index leads with order_by column {d.order_by!r} of {table.qualified}")
+            if not table.indexed and self.index_note:
+                figures.notes.append(f"no index leads with order_by column {d.order_by!r} of {table.qualified}: "
+                                     "its head (Enter) is sorted from the whole queue; create one")
             out.append(figures)
         return out
 

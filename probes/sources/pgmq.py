@@ -54,7 +54,7 @@ class Pgmq(QueueSource):
                 table = JobTable(DeclaredQueue(
                     name=name, table=row["queue_table"], order_by="msg_id", age_column="enqueued_at",
                     visible_at_column="vt", attempts_column="read_ct", dead_letter_table=row["archive_table"],
-                ))
+                ), index_note=False)
             current[name] = table
         self.tables = current
         return current

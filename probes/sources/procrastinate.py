@@ -40,7 +40,7 @@ class Procrastinate(QueueSource):
             queue_column="queue_name", state_column="status", not_before_column="scheduled_at",
             ready_states=("todo",), in_flight_states=("doing", "aborting"),
             done_states=("succeeded", "cancelled", "aborted"), dead_states=("failed",),
-        ))
+        ), index_note=False)
 
     @property
     def schema(self) -> str:

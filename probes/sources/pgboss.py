@@ -1,0 +1,95 @@
+"""pg-boss, versions 9 and 10: `<schema>.job` (v10: partitioned by queue, one partition per queue
+of `<schema>.queue`; v9: one table), a `job_state` enum.
+
+In its own terms (fetchNextJob): ready = `created` or `retry` with `start_after < now()`;
+delayed = the same states with `start_after` ahead (scheduled, or backing off before a retry:
+its `getQueueSize` counts those as queued, queuetop does not); in flight = `active`; dead =
+`failed` (and v9's `expired`); `completed` and `cancelled` are finished. `id` is a random uuid:
+the order is `created_on`, the ready age is from `start_after` (when the job became due).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from psycopg import sql
+
+from dbcore.database import one
+from dbcore.sqlfiles import Queries
+
+from ..config import DeclaredQueue
+from .base import Detection, QueueDetails, QueueFigures, QueueSource, has_table
+from .jobtable import HEAD_ROWS, JobTable
+
+if TYPE_CHECKING:
+    from ..config import Config
+    from ..postgres import ProbeConnection
+
+PGBOSS_SQL = Queries("probes", "sources/pgboss.sql")
+V10 = 21  # pg-boss 10's schema version: the queue table and one partition per queue
+
+
+class PgBoss(QueueSource):
+    name = "pg-boss"
+    order = 62
+    options = ("schema",)
+
+    def __init__(self, config: Config) -> None:
+        super().__init__(config)
+        self.tables: dict[int, JobTable] = {}
+
+    @property
+    def schema(self) -> str:
+        return str(self.option("schema", "pgboss"))
+
+    def _parts(self) -> dict[str, sql.Composable]:
+        return {"jobs": sql.Identifier(self.schema, "job"), "queues": sql.Identifier(self.schema, "queue"),
+                "versions": sql.Identifier(self.schema, "version")}
+
+    def detect(self, conn: ProbeConnection) -> Detection | None:
+        if not (has_table(conn, sql.Identifier(self.schema, "job").as_string(conn))
+                and has_table(conn, sql.Identifier(self.schema, "version").as_string(conn))):
+            return None
+        version = one(conn.execute(sql.SQL(PGBOSS_SQL["version"]).format(**self._parts())))["version"]
+        return Detection(version=str(version) if version is not None else None, schema=self.schema)
+
+    def _table(self, schema_version: int) -> JobTable:
+        table = self.tables.get(schema_version)
+        if table is None:
+            v10 = schema_version >= V10
+            start_after = "start_after" if v10 else "startafter"  # v9 spelled its columns without _
+            table = self.tables[schema_version] = JobTable(DeclaredQueue(
+                name="", table=sql.Identifier(self.schema, "job").as_string(None),
+                order_by="created_on" if v10 else "createdon", age_column=start_after, queue_column="name",
+                state_column="state", not_before_column=start_after, ready_states=("created", "retry"),
+                in_flight_states=("active",), done_states=("completed", "cancelled"),
+                dead_states=("failed",) if v10 else ("failed", "expired"),
+            ), index_note=False)
+        return table
+
+    def sample(self, conn: ProbeConnection, detection: Detection) -> list[QueueFigures]:
+        schema_version = int(detection.version or 0)
+        table = self._table(schema_version)
+        if schema_version < V10:  # v9: the queues are the distinct job names
+            names = sql.SQL(PGBOSS_SQL["queues_v9"]).format(**self._parts())
+            return table.sample(conn, queues=[r["name"] for r in conn.execute(names)])
+        queues = sql.SQL(PGBOSS_SQL["queues_v10"]).format(**self._parts())
+        partitions = {r["name"]: r["relid"] for r in conn.execute(queues, {"schema": self.schema})}
+        out = table.sample(conn, queues=list(partitions))
+        for figures in out:
+            # Each queue has its partition to itself: its counters are the queue's.
+            figures.relid = partitions.get(figures.name)
+            figures.rates_from = "arrivals" if figures.relid is not None else None
+        return out
+
+    def details(self, conn: ProbeConnection, name: str) -> QueueDetails:
+        detection = self.detect(conn)
+        if detection is None:
+            return QueueDetails()
+        schema_version = int(detection.version or 0)
+        generic = self._table(schema_version).details(conn, name)
+        failures = sql.SQL(PGBOSS_SQL["failures_v10" if schema_version >= V10 else "failures_v9"]).format(**self._parts())
+        return QueueDetails(head=generic.head, dead=conn.execute(failures, {"queue": name, "limit": HEAD_ROWS}).fetchall())
+
+
+SOURCE = PgBoss
