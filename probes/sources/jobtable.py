@@ -247,7 +247,7 @@ class JobTable:
             if not total_exact:
                 plan = one(conn.execute(sql.SQL(JOBTABLE_SQL["estimate_rows"]).format(**table.parts, filter=where),
                                         {"queue": queue}))
-                total = max(self.cap, _plan_rows(plan), marked["scanned"])
+                total = max(self.cap, plan_rows(plan), marked["scanned"])
             estimate = not (marked_exact and total_exact)
             in_flight = marked["held"] + int(row["held_unmarked"])
             delayed, dead = marked["later"], marked["exhausted"]
@@ -270,7 +270,7 @@ class JobTable:
         counts = {key: int(row[key]) for key in ("scanned", "held", "later", "exhausted")}
         if counts["scanned"] < self.cap:
             return counts, True
-        estimated = max(self.cap, _plan_rows(one(conn.execute(estimate, params))))
+        estimated = max(self.cap, plan_rows(one(conn.execute(estimate, params))))
         factor = estimated / counts["scanned"]
         return {key: round(value * factor) for key, value in counts.items()}, False
 
@@ -290,7 +290,7 @@ class JobTable:
         if scanned < self.cap:
             return scanned, True
         plan = one(conn.execute(sql.SQL(JOBTABLE_SQL["estimate_rows"]).format(**table.parts, filter=where), {"queue": queue}))
-        return max(self.cap, _plan_rows(plan)), False
+        return max(self.cap, plan_rows(plan)), False
 
     # -- details -------------------------------------------------------------------------
 
@@ -327,7 +327,7 @@ class JobTable:
         return QueueDetails(head=[dict(r["row"]) for r in head], dead=dead_rows)
 
 
-def _plan_rows(plan: dict[str, Any]) -> int:
+def plan_rows(plan: dict[str, Any]) -> int:
     """`Plan Rows` of an EXPLAIN (FORMAT JSON) result row."""
     document = plan["QUERY PLAN"]
     if isinstance(document, str):
