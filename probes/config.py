@@ -54,6 +54,7 @@ class DeclaredQueue:
     state_column: str | None = None
     ready_states: tuple[str, ...] = ()  # empty: every state not listed below
     in_flight_states: tuple[str, ...] = ()
+    delayed_states: tuple[str, ...] = ()  # e.g. scheduled, retryable: not claimable until something moves them
     done_states: tuple[str, ...] = ()  # finished rows kept in the table: in no count
     dead_states: tuple[str, ...] = ()
     in_flight_when_not_null: str | None = None  # e.g. locked_at
@@ -158,7 +159,8 @@ def _sources(section: object, where: str) -> tuple[frozenset[str], dict[str, dic
 
 _KEYS = {
     "name", "table", "order_by", "age_column", "queue_column", "queue", "visible_at_column", "not_before_column",
-    "state_column", "ready_states", "in_flight_states", "done_states", "dead_states", "in_flight_when_not_null",
+    "state_column", "ready_states", "in_flight_states", "delayed_states", "done_states", "dead_states",
+    "in_flight_when_not_null",
     "attempts_column", "max_attempts_column", "max_attempts", "dead_letter_table",
 }
 
@@ -210,6 +212,7 @@ def _declared_queue(entry: object, index: int, where: str) -> DeclaredQueue:
         state_column=state_column,
         ready_states=states("ready_states"),
         in_flight_states=states("in_flight_states"),
+        delayed_states=states("delayed_states"),
         done_states=states("done_states"),
         dead_states=states("dead_states"),
         in_flight_when_not_null=text("in_flight_when_not_null"),
@@ -218,12 +221,14 @@ def _declared_queue(entry: object, index: int, where: str) -> DeclaredQueue:
         max_attempts=max_attempts,
         dead_letter_table=text("dead_letter_table"),
     )
-    listed = [*declared.ready_states, *declared.in_flight_states, *declared.done_states, *declared.dead_states]
+    listed = [*declared.ready_states, *declared.in_flight_states, *declared.delayed_states, *declared.done_states,
+              *declared.dead_states]
     if not state_column and listed:
         raise UsageError(f"{where}: queues[{index}]: states need a state_column")
-    if state_column and not (declared.ready_states or declared.in_flight_states or declared.dead_states):
+    if state_column and not (declared.ready_states or declared.in_flight_states or declared.delayed_states
+                             or declared.dead_states):
         raise UsageError(f"{where}: queues[{index}]: a state_column needs its states listed (ready_states, "
-                         "in_flight_states, done_states, dead_states): the probe reads each state through its index")
+                         "in_flight_states, delayed_states, done_states, dead_states): each state is read through its index")
     if len(set(listed)) != len(listed):
         raise UsageError(f"{where}: queues[{index}]: a state is listed twice")
     if declared.queue is not None and declared.queue_column is None:

@@ -7,8 +7,8 @@ says which columns mean what. Each row of a queue is then, in this order:
 - dead: in `dead_states`, or its attempts reached their maximum (and it is not being worked);
 - in flight: in `in_flight_states`, or `in_flight_when_not_null` is set, or `visible_at` is
   ahead and the row was attempted (claimed until then), or an open transaction holds it;
-- delayed: `not_before` is ahead, or `visible_at` is ahead on a row never attempted (sent
-  with a delay);
+- delayed: in `delayed_states`, or `not_before` is ahead, or `visible_at` is ahead on a row
+  never attempted (sent with a delay);
 - ready: the rest of the `ready_states` (all of them, with no state list).
 
 Counting reads at most `cap` rows per state (or per queue, without a state column), through
@@ -155,7 +155,9 @@ class JobTable:
         out = []
         for queue in names:
             try:
-                figures = self._figures(conn, table, queue)
+                with conn.transaction():
+                    conn.execute(JOBTABLE_SQL["one_snapshot"])
+                    figures = self._figures(conn, table, queue)
             except psycopg.Error as exc:
                 figures = QueueFigures(name=self._name(queue), table=table.qualified, error=describe(exc))
             if table.rls_active:
@@ -180,7 +182,7 @@ class JobTable:
         d = self.declared
         if d.ready_states:
             return list(d.ready_states)
-        listed = {*d.in_flight_states, *d.done_states, *d.dead_states}
+        listed = {*d.in_flight_states, *d.delayed_states, *d.done_states, *d.dead_states}
         if table.state_type_name is None:  # a text column: the values it holds now
             return [v for v in self._distinct(conn, table, "state") if v not in listed]
         if self._other_states is None:  # an enum: its labels, once
@@ -217,7 +219,7 @@ class JobTable:
         oldest: float | None = None
         estimate = False
         if d.state_column:
-            states = [*self._ready_states(conn, table), *d.in_flight_states, *d.dead_states]
+            states = [*self._ready_states(conn, table), *d.in_flight_states, *d.delayed_states, *d.dead_states]
             statement = sql.SQL(JOBTABLE_SQL["one_state"]).format(**table.parts, filter=where, state_type=table.state_type)
             estimate_state = sql.SQL(JOBTABLE_SQL["estimate_state"]).format(**table.parts, filter=where,
                                                                              state_type=table.state_type)
@@ -230,7 +232,8 @@ class JobTable:
                     dead += counts["scanned"]
                 elif state in d.in_flight_states:
                     in_flight += counts["scanned"]
-                    estimate = estimate or not exact
+                elif state in d.delayed_states:
+                    delayed += counts["scanned"]
                 else:
                     in_flight += counts["held"]
                     delayed += counts["later"]
@@ -303,7 +306,7 @@ class JobTable:
         head_where: sql.Composable = where
         waiting: list[str] = []
         if d.state_column:  # the head is what waits or runs: not the finished or dead rows
-            waiting = [*self._ready_states(conn, table), *d.in_flight_states]
+            waiting = [*self._ready_states(conn, table), *d.in_flight_states, *d.delayed_states]
             fragment = sql.SQL(JOBTABLE_SQL["waiting_state_is"]).format(**table.parts, state_type=table.state_type)
             head_where = sql.SQL(JOBTABLE_SQL["both"]).format(first=where, second=fragment)
         head = conn.execute(sql.SQL(JOBTABLE_SQL["head"]).format(**table.parts, filter=head_where),

@@ -6,6 +6,11 @@
 -- column); past the cap the figure is the planner's estimate, flagged as such. Never a scan of
 -- the whole table for a figure, whatever the depth.
 
+-- name: one_snapshot
+-- A queue's per-state reads see one snapshot: a job moving from one state to the next while
+-- they run is counted once, not in both.
+SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY;
+
 -- name: resolve
 -- The relation behind a configured name: a table, a partitioned parent or a view. Who may read
 -- it, and whether row-level security filters what this role sees.

@@ -1,0 +1,131 @@
+"""River. Its workers are Go (nothing here can run them), so: the `river_job` schema as River's
+own Python client (PyPI `riverqueue`) ships it, River's fetching index, jobs inserted through
+that client, and the worker's state changes written as River's executor writes them (running:
+attempt counted and attempted_at set; retryable: scheduled again with the error appended;
+discarded and completed: finalized). queuetop finds it with no config; every figure matches
+ground truth in SQL."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from importlib import resources
+
+import pytest
+
+from probes.details import queue_details
+from probes.postgres import open_probe_connection
+from probes.sampler import run_cycle
+
+riverqueue = pytest.importorskip("riverqueue", reason="River's Python client is a test dependency (pip install -e '.[test]')")
+sqlalchemy = pytest.importorskip("sqlalchemy")
+
+# River's fetching index (its migration 002/004), for the probe to read states through.
+FETCH_INDEX = "CREATE INDEX river_job_prioritized_fetching_index ON river_job (state, queue, priority, scheduled_at, id)"
+
+
+@dataclass
+class SendEmail:
+    to: str
+    kind: str = "send_email"
+
+    def to_json(self) -> str:
+        return json.dumps({"to": self.to})
+
+
+def install_schema(db) -> None:
+    from riverqueue.driver import riversqlalchemy
+
+    text = resources.files(riversqlalchemy).joinpath("dbsqlc", "river_job.sql").read_text(encoding="utf-8")
+    ddl = text.split("-- name:")[0]  # the schema part; the rest are the client's queries
+    with db.connect() as conn:
+        conn.execute(ddl)
+        conn.execute(FETCH_INDEX)
+
+
+def worker(db, statement: str, *ids: int) -> None:
+    """What River's Go executor writes when it takes, retries, discards or completes a job."""
+    with db.connect() as conn:
+        conn.execute(statement, {"ids": list(ids)})
+
+
+TAKE = """UPDATE river_job SET state = 'running', attempt = attempt + 1, attempted_at = now(),
+          attempted_by = array_append(attempted_by, 'worker-1') WHERE id = ANY(%(ids)s)"""
+RETRY_LATER = """UPDATE river_job SET state = 'retryable', scheduled_at = now() + interval '10 minutes',
+                 errors = array_append(errors, jsonb_build_object('at', now(), 'attempt', attempt, 'error', 'smtp timeout'))
+                 WHERE id = ANY(%(ids)s)"""
+DISCARD = """UPDATE river_job SET state = 'discarded', finalized_at = now(),
+             errors = array_append(errors, jsonb_build_object('at', now(), 'attempt', attempt, 'error', 'mailbox full'))
+             WHERE id = ANY(%(ids)s)"""
+COMPLETE = "UPDATE river_job SET state = 'completed', finalized_at = now() WHERE id = ANY(%(ids)s)"
+
+
+@pytest.fixture
+def river(db):
+    from riverqueue.driver import riversqlalchemy
+
+    install_schema(db)
+    engine = sqlalchemy.create_engine(db.dsn.replace("postgresql://", "postgresql+psycopg://", 1))
+    client = riverqueue.Client(riversqlalchemy.Driver(engine))
+
+    def insert(queue: str, to: str, **opts) -> int:
+        return client.insert(SendEmail(to), insert_opts=riverqueue.InsertOpts(queue=queue, **opts)).job.id
+
+    mail = [insert("mail", f"user{n}@example.com") for n in range(9)]
+    worker(db, TAKE, *mail[:6])  # six taken by a worker ...
+    worker(db, COMPLETE, *mail[:3])  # ... three done
+    worker(db, RETRY_LATER, mail[3])  # one failed, retrying in 10 minutes
+    worker(db, DISCARD, mail[4])  # one failed for good
+    # mail[5] still running; mail[6:] available
+    later = datetime.now(UTC) + timedelta(hours=1)
+    insert("mail", "later1@example.com", scheduled_at=later)
+    insert("mail", "later2@example.com", scheduled_at=later)
+    insert("reports", "ops@example.com")
+    yield client
+    engine.dispose()
+
+
+def ground_truth(db, queue: str) -> dict[str, int]:
+    """River's fetch: state = 'available' AND scheduled_at <= now()."""
+    with db.connect() as conn:
+        ready, delayed, in_flight, dead = conn.execute(
+            """SELECT count(*) FILTER (WHERE state = 'available' AND scheduled_at <= now()),
+                      count(*) FILTER (WHERE (state = 'available' AND scheduled_at > now())
+                                         OR state IN ('scheduled', 'retryable', 'pending')),
+                      count(*) FILTER (WHERE state = 'running'),
+                      count(*) FILTER (WHERE state = 'discarded')
+               FROM river_job WHERE queue = %s""",
+            (queue,),
+        ).fetchone()
+    return {"ready": ready, "delayed": delayed, "in_flight": in_flight, "dead": dead, "depth": ready + delayed + in_flight}
+
+
+def test_river_queues_are_found_with_no_config_and_every_figure_is_right(db, river):
+    snap = run_cycle(db.target)
+    rows = {q.name: q for q in snap.queues if q.source == "river"}
+    assert set(rows) == {"mail", "reports"}
+    for queue in ("mail", "reports"):
+        q, g = rows[queue], ground_truth(db, queue)
+        assert (q.ready, q.delayed, q.in_flight, q.dead, q.depth) == (g["ready"], g["delayed"], g["in_flight"], g["dead"], g["depth"])
+        assert q.error is None and q.depth_is_estimate is False
+    # River's meaning: the client's scheduled inserts and the retry are delayed, the 3 completed are finished.
+    assert (rows["mail"].ready, rows["mail"].delayed, rows["mail"].in_flight, rows["mail"].dead) == (3, 3, 1, 1)
+    assert snap.probes["queues"].error is None
+
+
+def test_river_uses_its_queue_registry_when_it_has_one(db, river):
+    with db.connect() as conn:  # as River's producers keep it (migration 004)
+        conn.execute("CREATE TABLE river_queue (name text PRIMARY KEY, created_at timestamptz NOT NULL DEFAULT now(),"
+                     " metadata jsonb NOT NULL DEFAULT '{}', paused_at timestamptz, updated_at timestamptz NOT NULL DEFAULT now())")
+        conn.execute("INSERT INTO river_queue (name) VALUES ('mail'), ('idle')")
+    rows = {q.name: q for q in run_cycle(db.target).queues if q.source == "river"}
+    assert set(rows) == {"mail", "idle"} and rows["idle"].depth == 0 and rows["mail"].depth == 7
+
+
+def test_river_details_show_waiting_jobs_and_the_last_error(db, river):
+    with open_probe_connection(db.target) as conn:
+        details = queue_details(conn, "river", "mail")
+    assert {row["state"] for row in details.head} == {"available", "running", "retryable", "scheduled"}
+    [discarded] = details.dead
+    assert discarded["last_error"] == "mailbox full"
