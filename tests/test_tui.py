@@ -109,6 +109,27 @@ async def test_rows_update_in_place():
         assert list(table.rows) == keys_before  # same row keys: updated, not rebuilt
 
 
+async def test_greater_than_cycles_the_queue_order_by_depth_oldest_dead():
+    app = sample_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot, app, lambda: app.snapshot is not None, "first snapshot")
+        table = app.query_one(QueuesPanel).query_one(DataTable)
+        queues = app.snapshot.queues
+        shown = lambda: [k.value for k in table.ordered_keys()]  # noqa: E731
+        assert shown() == [f"{q.source}:{q.name}" for q in queues]  # the snapshot's order
+        for order, figure in (("depth", "depth"), ("oldest", "oldest_ready_age_s"), ("dead", "dead")):
+            await pilot.press("greater_than_sign")
+            expected = [f"{q.source}:{q.name}" for q in sorted(queues, key=lambda q: -(getattr(q, figure) or 0))]
+            await settle(pilot, app, lambda expected=expected: shown() == expected, f"sorted by {order}")
+            assert app.query_one(QueuesPanel).border_subtitle == f"sorted by {order} ↓ (>)"
+        await pilot.press("greater_than_sign")  # and back to the snapshot's order
+        await settle(pilot, app, lambda: shown() == [f"{q.source}:{q.name}" for q in queues], "unsorted")
+        # The Delayed column makes depth add up: ready + in flight + delayed.
+        orders = queue_rows(app)["table:orders"]
+        assert [c for _, c in QueuesPanel.COLUMNS][:6] == ["Queue", "Depth", "Ready", "In flight", "Delayed", "Dead"]
+        assert orders[4] == "0"
+
+
 async def test_help_pause_interval_and_quit():
     app = sample_app()
     async with app.run_test(size=(100, 30)) as pilot:

@@ -131,6 +131,7 @@ class QueuetopApp(App[None]):
         Binding("plus", "interval(1)", "Slower", id="interval.slower", key_display="+"),
         Binding("minus", "interval(-1)", "Faster", id="interval.faster", key_display="-"),
         Binding("slash", "filter", "Filter", id="filter", key_display="/"),
+        Binding("greater_than_sign", "sort_queues", "Sort queues", id="queues.sort", key_display=">", show=False),
         Binding("c", "signal(False)", "Cancel backend", id="backend.cancel"),
         Binding("k", "signal(True)", "Terminate backend", id="backend.terminate"),
         Binding("q", "quit", "Quit", id="quit"),
@@ -284,6 +285,14 @@ class QueuetopApp(App[None]):
         self.source.set_interval(new)
         self._render_status()
         self.notify(f"refresh every {new:g}s", timeout=2)
+
+    def action_sort_queues(self) -> None:
+        """Cycle the Queues panel's order: by source, depth, oldest ready age, dead (largest first)."""
+        panel = self.query_one(QueuesPanel)
+        order = panel.cycle_sort()
+        if self.snapshot is not None:
+            panel.show(self.snapshot, self.filter_text)
+        self.notify(f"queues sorted by {order}", timeout=2)
 
     def action_filter(self) -> None:
         box = self.query_one("#filter", Input)

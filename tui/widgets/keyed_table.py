@@ -8,7 +8,9 @@ from typing import cast
 
 from rich.cells import cell_len
 from rich.text import Text
+from textual._two_way_dict import TwoWayDict
 from textual.cache import LRUCache
+from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 from textual.widgets.data_table import CellKey, ColumnKey, RowKey
 
@@ -55,8 +57,26 @@ class KeyedTable(DataTable):
                         changes.append((key, column, after, wider))
             self._cells[key] = cells
         self._apply_changes(changes)
-        if order_changed and list(self._cells) != list(rows):
+        if list(self._cells) != list(rows):
             self._cells = {k: self._cells[k] for k in rows}
+        if not order_changed and [k.value for k in self.ordered_keys()] != list(rows):
+            self._reorder(list(rows))
+
+    def ordered_keys(self) -> list[RowKey]:
+        """The row keys in display order."""
+        return [self.coordinate_to_cell_key(Coordinate(index, 0)).row_key for index in range(self.row_count)] if self.columns else []
+
+    def _reorder(self, keys: list[str]) -> None:
+        """Show the existing rows in `keys` order (as DataTable.sort does, by position)."""
+        try:
+            self._row_locations = TwoWayDict({RowKey(k): index for index, k in enumerate(keys)})
+            self._update_count += 1
+            self.refresh()
+        except AttributeError:  # DataTable internals changed: rebuild the rows instead
+            cells = dict(self._cells)
+            self.clear()
+            for key in keys:
+                self.add_row(*cells[key], key=key)
 
     def _apply_changes(self, changes: list[tuple[str, str, object, bool]]) -> None:
         """All changed cells, then one refresh. DataTable.update_cell refreshes per cell (160 per

@@ -12,7 +12,7 @@ from textual.containers import Vertical
 from textual.widgets import Sparkline, Static, Tree
 from textual.widgets.tree import TreeNode
 
-from probes.model import Snapshot
+from probes.model import QueueSample, Snapshot
 
 from .. import format as fmt
 from .keyed_table import KeyedTable
@@ -46,22 +46,40 @@ class Panel(Vertical):
 
 class QueuesPanel(Panel):
     COLUMNS: ClassVar[list[tuple[str, str]]] = [
-        ("name", "Queue"), ("depth", "Depth"), ("ready", "Ready"), ("in_flight", "In flight"),
+        ("name", "Queue"), ("depth", "Depth"), ("ready", "Ready"), ("in_flight", "In flight"), ("delayed", "Delayed"),
         ("dead", "Dead"), ("age", "Oldest"), ("in", "In/s"), ("out", "Out/s"), ("trend", "Depth trend"),
         ("bloat", "Dead tup"), ("vacuum", "Vacuumed"),
     ]
+
+    # What `>` cycles through: the snapshot's own order (by source), then the figures an operator
+    # looks for first, largest first.
+    SORTS: ClassVar[tuple[str, ...]] = ("source", "depth", "oldest", "dead")
 
     def __init__(self) -> None:
         super().__init__("Queues", id="queues")
         self.history: dict[str, deque[float]] = {}
         self._rendered: dict[str, tuple[object, tuple]] = {}  # key -> (facts, cells)
+        self.sort = "source"
+
+    def cycle_sort(self) -> str:
+        """Sort by the next column of SORTS; returns its name."""
+        self.sort = self.SORTS[(self.SORTS.index(self.sort) + 1) % len(self.SORTS)]
+        self.border_subtitle = "" if self.sort == "source" else f"sorted by {self.sort} ↓ (>)"
+        return self.sort
+
+    def _ordered(self, queues: tuple[QueueSample, ...]) -> list[QueueSample]:
+        if self.sort == "source":
+            return list(queues)
+        figure = {"depth": lambda q: q.depth, "oldest": lambda q: q.oldest_ready_age_s, "dead": lambda q: q.dead}[self.sort]
+        # Largest first; unknown figures last, each group in the snapshot's order (a stable sort).
+        return sorted(queues, key=lambda q: (figure(q) is None, -(figure(q) or 0)))
 
     def compose(self):
         yield KeyedTable(self.COLUMNS, id="queues-table")
 
     def show(self, snapshot: Snapshot, filter_text: str = "") -> None:
         rows = {}
-        for q in snapshot.queues:
+        for q in self._ordered(snapshot.queues):
             key = f"{q.source}:{q.name}"
             history = self.history.setdefault(key, deque(maxlen=HISTORY))
             if q.depth is not None:
@@ -76,7 +94,7 @@ class QueuesPanel(Panel):
                 continue
             if q.error and q.depth is None:
                 rows[key] = (Text(q.name, style="red"), Text(fmt.one_line(q.error, 60), style="red"),
-                             "", "", "", "", "", "", "", "", "")
+                             "", "", "", "", "", "", "", "", "", "")
                 self._rendered[key] = (facts, rows[key])
                 continue
             name = Text(q.name + SOURCE_SUFFIX.get(q.source, f" ({q.source})"))
@@ -93,7 +111,7 @@ class QueuesPanel(Panel):
                 snapshot.taken_at.timestamp() - q.last_vacuum_at.timestamp()) + " ago"
             rows[key] = (
                 name, fmt.count(q.depth, q.depth_is_estimate), fmt.count(q.ready, q.depth_is_estimate),
-                fmt.count(q.in_flight), dead, age, fmt.rate(q.enqueued_per_s), fmt.rate(q.dequeued_per_s),
+                fmt.count(q.in_flight), fmt.count(q.delayed), dead, age, fmt.rate(q.enqueued_per_s), fmt.rate(q.dequeued_per_s),
                 Text(fmt.sparkline(list(history)), style="cyan"), bloat, vacuum,
             )
             self._rendered[key] = (facts, rows[key])
