@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 JOBTABLE_SQL = Queries("probes", "sources/jobtable.sql")
 COUNT_CAP = 10_000  # rows read per state and queue, at most
 MAX_QUEUES = 200  # distinct queues of one shared table
+LARGE_TABLE_ROWS = 100_000  # above this, a state no index serves is estimated, not read
 HEAD_ROWS = 20
 _TIMESTAMPS = ("timestamp", "date")
 
@@ -152,6 +153,16 @@ class JobTable:
         live = None
         if table.rls_active:
             live = one(conn.execute(JOBTABLE_SQL["live_rows"], {"relid": table.relid}))["live"]
+        if d.state_column and d.queue_column and d.queue is None:
+            try:
+                with conn.transaction():
+                    conn.execute(JOBTABLE_SQL["one_snapshot"])
+                    out = self._all_queues(conn, table, [n for n in names if n is not None])
+            except psycopg.Error as exc:
+                out = [QueueFigures(name=self._name(q), table=table.qualified, error=describe(exc)) for q in names]
+            for figures in out:
+                self._add_notes(figures, table, live)
+            return out
         out = []
         for queue in names:
             try:
@@ -160,15 +171,61 @@ class JobTable:
                     figures = self._figures(conn, table, queue)
             except psycopg.Error as exc:
                 figures = QueueFigures(name=self._name(queue), table=table.qualified, error=describe(exc))
-            if table.rls_active:
-                figures.notes.append(
-                    f"row-level security hides rows from this role: {figures.depth or 0:,} visible"
-                    f" of ~{live:,} live in {table.qualified}"
-                )
-            if not table.indexed and self.index_note:
-                figures.notes.append(f"no index leads with order_by column {d.order_by!r} of {table.qualified}: "
-                                     "its head (Enter) is sorted from the whole queue; create one")
+            self._add_notes(figures, table, live)
             out.append(figures)
+        return out
+
+    def _add_notes(self, figures: QueueFigures, table: ResolvedTable, live: int | None) -> None:
+        if table.rls_active:
+            figures.notes.append(f"row-level security hides rows from this role: {figures.depth or 0:,} visible"
+                                 f" of ~{live or 0:,} live in {table.qualified}")
+        if not table.indexed and self.index_note:
+            figures.notes.append(f"no index leads with order_by column {self.declared.order_by!r} of {table.qualified}: "
+                                 "its head (Enter) is sorted from the whole queue; create one")
+
+    def _all_queues(self, conn: ProbeConnection, table: ResolvedTable, names: list[str]) -> list[QueueFigures]:
+        """Every queue of a shared table, one state at a time across all queues (see
+        one_state_all_queues). A state with more rows than the cap is scaled to the planner's
+        estimate for it; a state no index serves, in a large table, is not read at all: the
+        planner's estimate per queue stands in for it. Both are flagged as estimates."""
+        d = self.declared
+        states = [*self._ready_states(conn, table), *d.in_flight_states, *d.delayed_states, *d.dead_states]
+        figures: dict[str, dict[str, Any]] = {q: {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0, "oldest": None}
+                                              for q in names}
+        estimate = False
+        large = one(conn.execute(JOBTABLE_SQL["live_rows"], {"relid": table.relid}))["live"] > LARGE_TABLE_ROWS
+        read = sql.SQL(JOBTABLE_SQL["one_state_all_queues"]).format(**table.parts, state_type=table.state_type)
+        plan_of = sql.SQL(JOBTABLE_SQL["state_plan"]).format(**table.parts, state_type=table.state_type)
+        per_queue_estimate = sql.SQL(JOBTABLE_SQL["estimate_state"]).format(
+            **table.parts, state_type=table.state_type, filter=self._filter(table, ""))
+        for state in states:
+            plan = one(conn.execute(plan_of, {"state": state}))
+            if large and _scans_table(plan):
+                # No index for this state: reading it would read the table. The statistics say.
+                estimate = True
+                for queue, counts in figures.items():
+                    guess = plan_rows(one(conn.execute(per_queue_estimate, {"state": state, "queue": queue})))
+                    _credit(d, state, counts, {"scanned": guess, "held": 0, "later": 0, "exhausted": 0}, None)
+                continue
+            rows = conn.execute(read, {"state": state, "cap": self.cap}).fetchall()
+            scanned = sum(int(r["scanned"]) for r in rows)
+            factor = 1.0
+            if scanned >= self.cap:
+                factor, estimate = max(plan_rows(plan), scanned) / scanned, True
+            for row in rows:
+                if row["queue"] not in figures:
+                    continue  # a queue the registry does not list
+                scaled = {k: round(int(row[k]) * factor) for k in ("scanned", "held", "later", "exhausted")}
+                _credit(d, state, figures[row["queue"]], scaled, row["oldest_due_age_s"])
+        shared_table = table.relid if table.relkind != "v" else None
+        out = []
+        for queue, c in figures.items():
+            f = QueueFigures(name=self._name(queue), table=table.qualified, relid=shared_table, rates_from=None,
+                             ready=c["ready"], in_flight=c["in_flight"], delayed=c["delayed"], dead=c["dead"],
+                             depth_is_estimate=estimate)
+            f.depth = c["ready"] + c["in_flight"] + c["delayed"]
+            f.oldest_ready_age_s = c["oldest"] if c["ready"] else None
+            out.append(f)
         return out
 
     def _distinct(self, conn: ProbeConnection, table: ResolvedTable, key: str) -> list[str]:
@@ -328,6 +385,37 @@ class JobTable:
             params = {"limit": HEAD_ROWS, "queue": queue, "dead_states": list(d.dead_states)}
             dead_rows = [dict(r["row"]) for r in conn.execute(statement, params)]
         return QueueDetails(head=[dict(r["row"]) for r in head], dead=dead_rows)
+
+
+def _credit(d: DeclaredQueue, state: str, counts: dict[str, Any], read: dict[str, int], oldest: float | None) -> None:
+    """Add what was read of one state to a queue's figures, as the state and the row say."""
+    if state in d.dead_states:
+        counts["dead"] += read["scanned"]
+    elif state in d.in_flight_states:
+        counts["in_flight"] += read["scanned"]
+    elif state in d.delayed_states:
+        counts["delayed"] += read["scanned"]
+    else:
+        counts["in_flight"] += read["held"]
+        counts["delayed"] += read["later"]
+        counts["dead"] += read["exhausted"]
+        counts["ready"] += read["scanned"] - read["held"] - read["later"] - read["exhausted"]
+        if oldest is not None:
+            counts["oldest"] = max(counts["oldest"] or 0.0, oldest)
+
+
+def _scans_table(plan: dict[str, Any]) -> bool:
+    """Whether an EXPLAIN (FORMAT JSON) plan reads a table sequentially anywhere."""
+    document = plan["QUERY PLAN"]
+    if isinstance(document, str):
+        document = json.loads(document)
+    stack = [document[0]["Plan"]]
+    while stack:
+        node = stack.pop()
+        if node.get("Node Type") == "Seq Scan":
+            return True
+        stack.extend(node.get("Plans", []))
+    return False
 
 
 def plan_rows(plan: dict[str, Any]) -> int:

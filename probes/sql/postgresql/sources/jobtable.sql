@@ -101,6 +101,43 @@ FROM (
     ) AS r
 ) AS f;
 
+-- name: one_state_all_queues
+-- One state of every queue of a shared table at once: at most `cap` rows of the state (through
+-- the state's index), grouped by queue. Read one state after the other, not queue by queue: a
+-- rare state costs the few rows it has, not a walk through each queue's many finished rows.
+WITH running AS (
+    SELECT backend_xid AS xid FROM pg_stat_activity WHERE backend_xid IS NOT NULL
+)
+SELECT q AS queue,
+       count(*) AS scanned,
+       count(*) FILTER (WHERE held) AS held,
+       count(*) FILTER (WHERE NOT held AND NOT exhausted AND later) AS later,
+       count(*) FILTER (WHERE NOT held AND exhausted) AS exhausted,
+       extract(epoch FROM now() - min(ts) FILTER (WHERE NOT held AND NOT exhausted AND NOT later))::float8
+           AS oldest_due_age_s
+FROM (
+    SELECT r.q,
+           coalesce(r.locked OR (r.vis > now() AND coalesce(r.att, 1) > 0)
+                    OR (r.x <> '0'::xid AND r.x IN (SELECT xid FROM running)), false) AS held,
+           coalesce(r.nb > now() OR r.vis > now(), false) AS later,
+           coalesce(r.att >= r.max_att, false) AS exhausted,
+           r.ts
+    FROM (
+        SELECT ({queue_column})::text AS q, ({locked}) IS NOT NULL AS locked, ({visible})::timestamptz AS vis,
+               ({not_before})::timestamptz AS nb, ({attempts})::integer AS att,
+               ({max_attempts})::integer AS max_att, ({age})::timestamptz AS ts, ({xmax})::xid AS x
+        FROM {table}
+        WHERE {state} = %(state)s::{state_type}
+        LIMIT %(cap)s::integer
+    ) AS r
+) AS f
+GROUP BY q;
+
+-- name: state_plan
+-- How the planner would find one state's rows, and how many it expects: whether an index
+-- serves the state (else reading it is a scan of the table), and its estimate.
+EXPLAIN (FORMAT JSON) SELECT 1 FROM {table} WHERE {state} = %(state)s::{state_type};
+
 -- name: stateless
 -- A table with no state column (finished jobs are deleted). Two bounded reads: the queue's rows
 -- (at most `cap`), and among them those marked otherwise than ready - claimed, locked,
