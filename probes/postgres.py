@@ -46,6 +46,9 @@ PROBE_SETTINGS = {
     "statement_timeout": str(STATEMENT_TIMEOUT_MS),
     "lock_timeout": str(LOCK_TIMEOUT_MS),
     "idle_in_transaction_session_timeout": "10000",
+    # psycopg prepares a statement run five times; a generic plan cannot use the partial indexes
+    # the queue libraries keep per state (WHERE status = 'doing'): always plan for the values.
+    "plan_cache_mode": "force_custom_plan",
 }
 PROBE_NAMES = ("queues", "rings", "leases", "locks", "connections", "compaction")
 COMPACTION_COUNT_CAP = 20_000

@@ -427,9 +427,10 @@ def test_probe_sessions_are_read_only_and_named(db):
             conn.execute("CREATE TABLE should_not_exist (id int)")
         settings = conn.execute(
             "SELECT current_setting('application_name') AS app, current_setting('statement_timeout') AS st,"
-            " current_setting('lock_timeout') AS lt"
+            " current_setting('lock_timeout') AS lt, current_setting('plan_cache_mode') AS plans"
         ).fetchone()
-        assert settings == {"app": "queuetop-probe", "st": "2s", "lt": "100ms"}
+        # Custom plans always: a generic one cannot use the libraries' per-state partial indexes.
+        assert settings == {"app": "queuetop-probe", "st": "2s", "lt": "100ms", "plans": "force_custom_plan"}
         assert conn.autocommit
 
 
