@@ -82,6 +82,7 @@ class QueueSource:
     kind: ClassVar[str] = "table"
     order: ClassVar[int] = 50  # where its rows come in the snapshot (lower first)
     options: ClassVar[tuple[str, ...]] = ()  # what `[sources.<name>]` may set (e.g. schema)
+    default_schema: ClassVar[str] = "public"  # where the library keeps its tables unless told otherwise
 
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -94,6 +95,11 @@ class QueueSource:
 
     def details(self, conn: ProbeConnection, name: str) -> QueueDetails:
         raise NotImplementedError
+
+    @property
+    def schema(self) -> str:
+        """The library's schema: `[sources.<name>] schema = ...`, else its default."""
+        return str(self.option("schema", self.default_schema))
 
     def option(self, key: str, default: Any = None) -> Any:
         """This source's own option from the config (`[sources.<name>]`)."""

@@ -34,14 +34,12 @@ class GraphileWorker(QueueSource):
     name = "graphile-worker"
     order = 63
     options = ("schema",)
+    default_schema = "graphile_worker"
 
     def __init__(self, config: Config, *, cap: int = COUNT_CAP) -> None:
         super().__init__(config)
         self.cap = cap
 
-    @property
-    def schema(self) -> str:
-        return str(self.option("schema", "graphile_worker"))
 
     def _parts(self) -> dict[str, sql.Composable]:
         return {name: sql.Identifier(self.schema, table) for name, table in (

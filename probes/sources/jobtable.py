@@ -38,6 +38,7 @@ JOBTABLE_SQL = Queries("probes", "sources/jobtable.sql")
 COUNT_CAP = 10_000  # rows read per state and queue, at most
 MAX_QUEUES = 200  # distinct queues of one shared table
 LARGE_TABLE_ROWS = 100_000  # above this, a state no index serves is estimated, not read
+_NOTHING_READ: dict[str, Any] = {"scanned": 0, "held": 0, "later": 0, "exhausted": 0, "oldest_due_age_s": None}
 HEAD_ROWS = 20
 _TIMESTAMPS = ("timestamp", "date")
 
@@ -194,7 +195,8 @@ class JobTable:
                                               for q in names}
         estimate = False
         large = one(conn.execute(JOBTABLE_SQL["live_rows"], {"relid": table.relid}))["live"] > LARGE_TABLE_ROWS
-        read = sql.SQL(JOBTABLE_SQL["one_state_all_queues"]).format(**table.parts, state_type=table.state_type)
+        read = sql.SQL(JOBTABLE_SQL["one_state"]).format(**table.parts, state_type=table.state_type,
+                                                          group=table.parts["queue_column"], filter=sql.SQL(JOBTABLE_SQL["every_row"]))
         plan_of = sql.SQL(JOBTABLE_SQL["state_plan"]).format(**table.parts, state_type=table.state_type)
         per_queue_estimate = sql.SQL(JOBTABLE_SQL["estimate_state"]).format(
             **table.parts, state_type=table.state_type, filter=self._filter(table, ""))
@@ -277,27 +279,17 @@ class JobTable:
         estimate = False
         if d.state_column:
             states = [*self._ready_states(conn, table), *d.in_flight_states, *d.delayed_states, *d.dead_states]
-            statement = sql.SQL(JOBTABLE_SQL["one_state"]).format(**table.parts, filter=where, state_type=table.state_type)
+            statement = sql.SQL(JOBTABLE_SQL["one_state"]).format(**table.parts, filter=where, state_type=table.state_type,
+                                                                   group=sql.Literal(None))
             estimate_state = sql.SQL(JOBTABLE_SQL["estimate_state"]).format(**table.parts, filter=where,
                                                                              state_type=table.state_type)
+            counts: dict[str, Any] = {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0, "oldest": None}
             for state in states:
-                row = one(conn.execute(statement, {**params, "state": state}))
-                counts, exact = self._scaled(conn, row, estimate_state, {"state": row["state"], "queue": queue})
+                row = conn.execute(statement, {**params, "state": state}).fetchone() or _NOTHING_READ
+                read, exact = self._scaled(conn, row, estimate_state, {"state": state, "queue": queue})
                 estimate = estimate or not exact
-                state = row["state"]
-                if state in d.dead_states:
-                    dead += counts["scanned"]
-                elif state in d.in_flight_states:
-                    in_flight += counts["scanned"]
-                elif state in d.delayed_states:
-                    delayed += counts["scanned"]
-                else:
-                    in_flight += counts["held"]
-                    delayed += counts["later"]
-                    dead += counts["exhausted"]
-                    ready += counts["scanned"] - counts["held"] - counts["later"] - counts["exhausted"]
-                    if row["oldest_due_age_s"] is not None:
-                        oldest = max(oldest or 0.0, row["oldest_due_age_s"])
+                _credit(d, state, counts, read, row["oldest_due_age_s"])
+            ready, in_flight, delayed, dead, oldest = (counts[k] for k in ("ready", "in_flight", "delayed", "dead", "oldest"))
         else:
             statement = sql.SQL(JOBTABLE_SQL["stateless"]).format(**table.parts, filter=where)
             row = one(conn.execute(statement, params))

@@ -33,14 +33,12 @@ class PgBoss(QueueSource):
     name = "pg-boss"
     order = 62
     options = ("schema",)
+    default_schema = "pgboss"
 
     def __init__(self, config: Config) -> None:
         super().__init__(config)
         self.tables: dict[int, JobTable] = {}
 
-    @property
-    def schema(self) -> str:
-        return str(self.option("schema", "pgboss"))
 
     def _parts(self) -> dict[str, sql.Composable]:
         return {"jobs": sql.Identifier(self.schema, "job"), "queues": sql.Identifier(self.schema, "queue"),

@@ -30,14 +30,12 @@ class Pgmq(QueueSource):
     name = "pgmq"
     order = 60
     options = ("schema",)
+    default_schema = "pgmq"
 
     def __init__(self, config: Config) -> None:
         super().__init__(config)
         self.tables: dict[str, JobTable] = {}
 
-    @property
-    def schema(self) -> str:
-        return str(self.option("schema", "pgmq"))
 
     def detect(self, conn: ProbeConnection) -> Detection | None:
         if not has_table(conn, sql.Identifier(self.schema, "meta").as_string(conn)):

@@ -42,9 +42,6 @@ class Procrastinate(QueueSource):
             done_states=("succeeded", "cancelled", "aborted"), dead_states=("failed",),
         ), index_note=False)
 
-    @property
-    def schema(self) -> str:
-        return str(self.option("schema", "public"))
 
     def _parts(self) -> dict[str, sql.Composable]:
         return {"jobs": sql.Identifier(self.schema, "procrastinate_jobs"),

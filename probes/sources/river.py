@@ -42,9 +42,6 @@ class River(QueueSource):
             dead_states=("discarded",),
         ), index_note=False)
 
-    @property
-    def schema(self) -> str:
-        return str(self.option("schema", "public"))
 
     def _parts(self) -> dict[str, sql.Composable]:
         return {"jobs": sql.Identifier(self.schema, "river_job"), "queues": sql.Identifier(self.schema, "river_queue"),

@@ -71,40 +71,12 @@ WHERE e.enumtypid = %(type)s::regtype ORDER BY e.enumsortorder;
 TRUE
 
 -- name: one_state
--- One state of one queue (the done states are never read): at most `cap` rows of the state,
--- split by what else the row says; `scanned` = cap means there are more. One statement per
--- state, so the planner sees the state as a value and can use the library's partial indexes
--- (`WHERE status = 'doing'`).
-WITH running AS (
-    SELECT backend_xid AS xid FROM pg_stat_activity WHERE backend_xid IS NOT NULL
-)
-SELECT %(state)s::text AS state,
-       count(*) AS scanned,
-       count(*) FILTER (WHERE held) AS held,
-       count(*) FILTER (WHERE NOT held AND NOT exhausted AND later) AS later,
-       count(*) FILTER (WHERE NOT held AND exhausted) AS exhausted,
-       extract(epoch FROM now() - min(ts) FILTER (WHERE NOT held AND NOT exhausted AND NOT later))::float8
-           AS oldest_due_age_s
-FROM (
-    SELECT coalesce(r.locked OR (r.vis > now() AND coalesce(r.att, 1) > 0)
-                    OR (r.x <> '0'::xid AND r.x IN (SELECT xid FROM running)), false) AS held,
-           coalesce(r.nb > now() OR r.vis > now(), false) AS later,
-           coalesce(r.att >= r.max_att, false) AS exhausted,
-           r.ts
-    FROM (
-        SELECT ({locked}) IS NOT NULL AS locked, ({visible})::timestamptz AS vis,
-               ({not_before})::timestamptz AS nb, ({attempts})::integer AS att,
-               ({max_attempts})::integer AS max_att, ({age})::timestamptz AS ts, ({xmax})::xid AS x
-        FROM {table}
-        WHERE {state} = %(state)s::{state_type} AND {filter}
-        LIMIT %(cap)s::integer
-    ) AS r
-) AS f;
-
--- name: one_state_all_queues
--- One state of every queue of a shared table at once: at most `cap` rows of the state (through
--- the state's index), grouped by queue. Read one state after the other, not queue by queue: a
--- rare state costs the few rows it has, not a walk through each queue's many finished rows.
+-- One state (the done states are never read): at most `cap` rows of it, through the state's
+-- index, split by what else the row says, grouped by {group} (the queue column of a shared table
+-- read for all its queues at once, else NULL: one group). `scanned` = cap means there are more.
+-- One statement per state, so the planner sees the state as a value and can use the library's
+-- partial indexes (`WHERE status = 'doing'`); one state after the other, not queue by queue, so
+-- a rare state costs the few rows it has, not a walk through each queue's finished rows.
 WITH running AS (
     SELECT backend_xid AS xid FROM pg_stat_activity WHERE backend_xid IS NOT NULL
 )
@@ -123,11 +95,11 @@ FROM (
            coalesce(r.att >= r.max_att, false) AS exhausted,
            r.ts
     FROM (
-        SELECT ({queue_column})::text AS q, ({locked}) IS NOT NULL AS locked, ({visible})::timestamptz AS vis,
+        SELECT ({group})::text AS q, ({locked}) IS NOT NULL AS locked, ({visible})::timestamptz AS vis,
                ({not_before})::timestamptz AS nb, ({attempts})::integer AS att,
                ({max_attempts})::integer AS max_att, ({age})::timestamptz AS ts, ({xmax})::xid AS x
         FROM {table}
-        WHERE {state} = %(state)s::{state_type}
+        WHERE {state} = %(state)s::{state_type} AND {filter}
         LIMIT %(cap)s::integer
     ) AS r
 ) AS f
