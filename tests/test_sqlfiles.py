@@ -27,7 +27,7 @@ from .conftest import REPO
 
 PACKAGES = ("dbcore", "queues", "probes", "tui")
 LOADER = "dbcore/sqlfiles.py"  # Queries itself: the one place a name is looked up by value
-SQL_PACKAGES = ("queues", "probes")
+SQL_PACKAGES = ("queues", "probes", "tui")
 # Files run whole, not looked up by name.
 SCRIPTS = {("queues", "schema.sql")}
 # A SQL statement: an upper-case keyword that opens one, then more text. Case-sensitive on

@@ -270,6 +270,14 @@ def cmd_bench_probes(ctx: Context) -> int:
     return _report(args, result)
 
 
+def cmd_bench_sources(ctx: Context) -> int:
+    from .source_bench import run_sources_bench
+
+    args = ctx.args
+    result = run_sources_bench(ctx.target, small=args.small, large=args.large, cycles=args.cycles, progress=_progress(args))
+    return _report(args, result)
+
+
 def cmd_bench_tui(ctx: Context) -> int:
     from tui.bench import run_tui_bench
 
@@ -553,6 +561,13 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--large-depth", type=int, default=1_000_000, help="messages in the large run (default 1000000)")
     p.add_argument("--idle-connections", type=int, default=50, help="idle sessions held open meanwhile (default 50)")
     p.add_argument("--cycles", type=int, default=50, help="timed cycles per depth; p50/p95 reported (default 50)")
+
+    p = _leaf(bench_sub, "sources", cmd_bench_sources,
+              "the queue libraries' probe cost at a small and a large size, against their own monitoring calls")
+    p.add_argument("--json", action="store_true", help="print one JSON line")
+    p.add_argument("--small", type=int, default=1_000, help="jobs per library in the small run (default 1000)")
+    p.add_argument("--large", type=int, default=1_000_000, help="jobs per library in the large run (default 1000000)")
+    p.add_argument("--cycles", type=int, default=20, help="timed cycles per size; p50 reported (default 20)")
 
     p = _leaf(bench_sub, "tui", cmd_bench_tui, "the dashboard's cost per snapshot and when idle (synthetic data, no database)")
     p.add_argument("--json", action="store_true", help="print one JSON line")

@@ -149,8 +149,12 @@ class JobTable:
             names = [d.queue]
         elif queues is not None:
             names = list(queues)
-        else:
+        elif table.queue_indexed or not d.state_column:
             names = list(self._distinct(conn, table, "queue_column"))
+        else:
+            # No index leads with the queue column: skipping through the values would read the
+            # table once per queue. The queues are those the state reads meet instead.
+            names = []
         live = None
         if table.rls_active:
             live = one(conn.execute(JOBTABLE_SQL["live_rows"], {"relid": table.relid}))["live"]
@@ -185,44 +189,55 @@ class JobTable:
                                  "its head (Enter) is sorted from the whole queue; create one")
 
     def _all_queues(self, conn: ProbeConnection, table: ResolvedTable, names: list[str]) -> list[QueueFigures]:
-        """Every queue of a shared table, one state at a time across all queues (see
-        one_state_all_queues). A state with more rows than the cap is scaled to the planner's
-        estimate for it; a state no index serves, in a large table, is not read at all: the
-        planner's estimate per queue stands in for it. Both are flagged as estimates."""
+        """Every queue of a shared table, one state at a time across all queues (see one_state).
+        A state with more rows than the cap, or one no index serves in a large table (reading it
+        would read the table), is not split from what was read - a capped read of a partitioned
+        or clustered table meets one queue's rows first - but taken from the planner's estimate
+        per queue (its statistics, per partition where there are partitions), flagged as an
+        estimate. With no list of queues, the queues are those the reads meet."""
         d = self.declared
         states = [*self._ready_states(conn, table), *d.in_flight_states, *d.delayed_states, *d.dead_states]
-        figures: dict[str, dict[str, Any]] = {q: {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0, "oldest": None}
-                                              for q in names}
+        discover = not names
+        figures: dict[str, dict[str, Any]] = {}
+
+        def queue(name: str) -> dict[str, Any]:
+            return figures.setdefault(name, {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0, "oldest": None})
+
+        for name in names:
+            queue(name)
         estimate = False
         large = one(conn.execute(JOBTABLE_SQL["live_rows"], {"relid": table.relid}))["live"] > LARGE_TABLE_ROWS
+        running = one(conn.execute(JOBTABLE_SQL["running_xids"]))["xids"]
         read = sql.SQL(JOBTABLE_SQL["one_state"]).format(**table.parts, state_type=table.state_type,
                                                           group=table.parts["queue_column"], filter=sql.SQL(JOBTABLE_SQL["every_row"]))
         plan_of = sql.SQL(JOBTABLE_SQL["state_plan"]).format(**table.parts, state_type=table.state_type)
         per_queue_estimate = sql.SQL(JOBTABLE_SQL["estimate_state"]).format(
             **table.parts, state_type=table.state_type, filter=self._filter(table, ""))
+        unread = []
         for state in states:
-            plan = one(conn.execute(plan_of, {"state": state}))
-            if large and _scans_table(plan):
-                # No index for this state: reading it would read the table. The statistics say.
-                estimate = True
-                for queue, counts in figures.items():
-                    guess = plan_rows(one(conn.execute(per_queue_estimate, {"state": state, "queue": queue})))
-                    _credit(d, state, counts, {"scanned": guess, "held": 0, "later": 0, "exhausted": 0}, None)
+            plan = one(conn.execute(plan_of, {"state": state})) if large else None
+            if plan is not None and _scans_table(plan):
+                unread.append(state)  # no index for it: the statistics say instead
                 continue
-            rows = conn.execute(read, {"state": state, "cap": self.cap}).fetchall()
-            scanned = sum(int(r["scanned"]) for r in rows)
-            factor = 1.0
-            if scanned >= self.cap:
-                factor, estimate = max(plan_rows(plan), scanned) / scanned, True
+            rows = conn.execute(read, {"state": state, "cap": self.cap, "running": running}).fetchall()
+            if sum(int(r["scanned"]) for r in rows) >= self.cap:
+                unread.append(state)  # more than one bounded read: the statistics say
+                if discover:
+                    for row in rows:
+                        queue(row["queue"])
+                continue
             for row in rows:
-                if row["queue"] not in figures:
-                    continue  # a queue the registry does not list
-                scaled = {k: round(int(row[k]) * factor) for k in ("scanned", "held", "later", "exhausted")}
-                _credit(d, state, figures[row["queue"]], scaled, row["oldest_due_age_s"])
+                if row["queue"] in figures or discover:
+                    _credit(d, state, queue(row["queue"]), row, row["oldest_due_age_s"])
+        for state in unread:
+            estimate = True
+            for name, counts in figures.items():
+                guess = plan_rows(one(conn.execute(per_queue_estimate, {"state": state, "queue": name})))
+                _credit(d, state, counts, {"scanned": guess, "held": 0, "later": 0, "exhausted": 0}, None)
         shared_table = table.relid if table.relkind != "v" else None
         out = []
-        for queue, c in figures.items():
-            f = QueueFigures(name=self._name(queue), table=table.qualified, relid=shared_table, rates_from=None,
+        for name, c in sorted(figures.items()):
+            f = QueueFigures(name=self._name(name), table=table.qualified, relid=shared_table, rates_from=None,
                              ready=c["ready"], in_flight=c["in_flight"], delayed=c["delayed"], dead=c["dead"],
                              depth_is_estimate=estimate)
             f.depth = c["ready"] + c["in_flight"] + c["delayed"]
@@ -273,7 +288,8 @@ class JobTable:
                                relid=table.relid if table.relkind != "v" else None,
                                rates_from=None if shared else "arrivals" if keeps_rows else "deletes")
         where = self._filter(table, queue)
-        params: dict[str, Any] = {"cap": self.cap, "queue": queue}
+        running = one(conn.execute(JOBTABLE_SQL["running_xids"]))["xids"]
+        params: dict[str, Any] = {"cap": self.cap, "queue": queue, "running": running}
         ready = in_flight = delayed = dead = 0
         oldest: float | None = None
         estimate = False

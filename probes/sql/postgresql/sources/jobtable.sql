@@ -70,6 +70,11 @@ WHERE e.enumtypid = %(type)s::regtype ORDER BY e.enumsortorder;
 -- Fragment: no filter.
 TRUE
 
+-- name: running_xids
+-- The transactions running now, read once per sample: a row whose xmax is one of them is held
+-- by an open transaction (deleted or locked, not yet committed), so in flight.
+SELECT coalesce(array_agg(backend_xid::text), '{}') AS xids FROM pg_stat_activity WHERE backend_xid IS NOT NULL;
+
 -- name: one_state
 -- One state (the done states are never read): at most `cap` rows of it, through the state's
 -- index, split by what else the row says, grouped by {group} (the queue column of a shared table
@@ -77,9 +82,6 @@ TRUE
 -- One statement per state, so the planner sees the state as a value and can use the library's
 -- partial indexes (`WHERE status = 'doing'`); one state after the other, not queue by queue, so
 -- a rare state costs the few rows it has, not a walk through each queue's finished rows.
-WITH running AS (
-    SELECT backend_xid AS xid FROM pg_stat_activity WHERE backend_xid IS NOT NULL
-)
 SELECT q AS queue,
        count(*) AS scanned,
        count(*) FILTER (WHERE held) AS held,
@@ -90,7 +92,7 @@ SELECT q AS queue,
 FROM (
     SELECT r.q,
            coalesce(r.locked OR (r.vis > now() AND coalesce(r.att, 1) > 0)
-                    OR (r.x <> '0'::xid AND r.x IN (SELECT xid FROM running)), false) AS held,
+                    OR (r.x <> '0'::xid AND r.x::text = ANY(%(running)s::text[])), false) AS held,
            coalesce(r.nb > now() OR r.vis > now(), false) AS later,
            coalesce(r.att >= r.max_att, false) AS exhausted,
            r.ts
@@ -116,11 +118,9 @@ EXPLAIN (FORMAT JSON) SELECT 1 FROM {table} WHERE {state} = %(state)s::{state_ty
 -- scheduled, backing off, out of attempts - which the table's indexes on those columns find
 -- without reading the ready ones. Rows an open transaction holds (no marker) are counted in the
 -- first read.
-WITH running AS (
-    SELECT backend_xid AS xid FROM pg_stat_activity WHERE backend_xid IS NOT NULL
-), everything AS (
+WITH everything AS (
     SELECT count(*) AS total,
-           count(*) FILTER (WHERE NOT marked AND x <> '0'::xid AND x IN (SELECT xid FROM running)) AS held_unmarked,
+           count(*) FILTER (WHERE NOT marked AND x <> '0'::xid AND x::text = ANY(%(running)s::text[])) AS held_unmarked,
            extract(epoch FROM now() - min(ts) FILTER (WHERE NOT marked))::float8 AS oldest_due_age_s
     FROM (
         SELECT coalesce(({locked}) IS NOT NULL OR ({visible})::timestamptz > now() OR ({not_before})::timestamptz > now()

@@ -1,0 +1,87 @@
+-- `queuetop bench sources`: each library's jobs, shaped as the library writes them, in bulk, and
+-- the libraries' own monitoring calls. Every table gets %(n)s jobs over four queues q0..q3: where
+-- finished jobs stay (Procrastinate, pg-boss, River) 90 %% finished, 8 %% ready, 1 %% scheduled,
+-- 0.5 %% running, 0.5 %% failed; where they are deleted (Graphile Worker, PGMQ) 98 %% ready, 1 %
+-- scheduled, 0.5 %% running, 0.5 %% failed (PGMQ: archived).
+
+-- name: create_database
+CREATE DATABASE {database};
+
+-- name: drop_database
+DROP DATABASE IF EXISTS {database} WITH (FORCE);
+
+-- name: river_index
+-- River's fetching index (its migrations create it).
+CREATE INDEX IF NOT EXISTS river_job_prioritized_fetching_index ON river_job (state, queue, priority, scheduled_at, id);
+
+-- name: fill_procrastinate
+INSERT INTO procrastinate_jobs (queue_name, task_name, status, scheduled_at)
+SELECT 'q' || (g %% 4), 'bench',
+       (CASE WHEN g %% 1000 < 900 THEN 'succeeded' WHEN g %% 1000 < 990 THEN 'todo'
+             WHEN g %% 1000 < 995 THEN 'doing' ELSE 'failed' END)::procrastinate_job_status,
+       CASE WHEN g %% 1000 >= 980 AND g %% 1000 < 990 THEN now() + interval '1 hour' END
+FROM generate_series(1, %(n)s::integer) AS g;
+
+-- name: fill_river
+INSERT INTO river_job (queue, kind, max_attempts, state, scheduled_at, attempt, finalized_at)
+SELECT 'q' || (g %% 4), 'bench', 25, s.state::river_job_state,
+       CASE WHEN s.state = 'scheduled' THEN now() + interval '1 hour' ELSE now() END,
+       CASE WHEN s.state IN ('running', 'discarded', 'completed') THEN 1 ELSE 0 END,
+       CASE WHEN s.state IN ('completed', 'discarded') THEN now() END
+FROM generate_series(1, %(n)s::integer) AS g,
+     LATERAL (SELECT CASE WHEN g %% 1000 < 900 THEN 'completed' WHEN g %% 1000 < 980 THEN 'available'
+                          WHEN g %% 1000 < 990 THEN 'scheduled' WHEN g %% 1000 < 995 THEN 'running'
+                          ELSE 'discarded' END AS state) AS s;
+
+-- name: fill_pgboss
+INSERT INTO pgboss.job (name, state, start_after, completed_on)
+SELECT 'q' || (g %% 4), s.state::pgboss.job_state,
+       CASE WHEN g %% 1000 >= 980 AND g %% 1000 < 990 THEN now() + interval '1 hour' ELSE now() END,
+       CASE WHEN s.state IN ('completed', 'failed') THEN now() END
+FROM generate_series(1, %(n)s::integer) AS g,
+     LATERAL (SELECT CASE WHEN g %% 1000 < 900 THEN 'completed' WHEN g %% 1000 < 990 THEN 'created'
+                          WHEN g %% 1000 < 995 THEN 'active' ELSE 'failed' END AS state) AS s;
+
+-- name: fill_graphile
+WITH tasks AS (
+    INSERT INTO graphile_worker._private_tasks (identifier)
+    SELECT 'q' || g FROM generate_series(0, 3) AS g
+    ON CONFLICT (identifier) DO UPDATE SET identifier = excluded.identifier
+    RETURNING id, identifier
+)
+INSERT INTO graphile_worker._private_jobs (task_id, run_at, attempts, max_attempts, locked_at, locked_by)
+SELECT t.id,
+       CASE WHEN g %% 1000 >= 980 AND g %% 1000 < 990 THEN now() + interval '1 hour' ELSE now() END,
+       CASE WHEN g %% 1000 >= 995 THEN 25 ELSE 0 END, 25,
+       CASE WHEN g %% 1000 >= 990 AND g %% 1000 < 995 THEN now() END,
+       CASE WHEN g %% 1000 >= 990 AND g %% 1000 < 995 THEN 'bench' END
+FROM generate_series(1, %(n)s::integer) AS g
+JOIN tasks t ON t.identifier = 'q' || (g %% 4);
+
+-- name: pgmq_create
+SELECT pgmq.create(%(queue)s::text);
+
+-- name: fill_pgmq
+-- One queue table: 98 %% ready, 1 %% sent with a delay, 1 %% read (in flight); its archive gets a
+-- tenth as many.
+WITH q AS (
+    INSERT INTO pgmq.q_bench (read_ct, vt, message)
+    SELECT CASE WHEN g %% 100 = 99 THEN 1 ELSE 0 END,
+           CASE WHEN g %% 100 >= 98 THEN now() + interval '1 hour' ELSE now() END,
+           jsonb_build_object('n', g)
+    FROM generate_series(1, %(n)s::integer) AS g
+    RETURNING msg_id
+)
+INSERT INTO pgmq.a_bench (msg_id, read_ct, vt, message)
+SELECT msg_id + 1000000000, 1, now(), '{}'::jsonb FROM q WHERE msg_id %% 10 = 0;
+
+-- name: analyze
+ANALYZE;
+
+-- name: pgmq_metrics_all
+-- PGMQ's own monitoring call.
+SELECT * FROM pgmq.metrics_all();
+
+-- name: pgboss_queue_size
+-- pg-boss's getQueueSize (its SQL, plans.js), for each queue.
+SELECT count(*) as count FROM pgboss.job WHERE name = %(queue)s::text AND state < 'active';
