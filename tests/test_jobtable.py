@@ -111,6 +111,31 @@ def test_counts_past_the_cap_are_the_planners_estimate_and_say_so(db):
     assert q.in_flight == 7  # below the cap: still exact
 
 
+def test_a_shared_table_past_the_cap_is_estimated_per_queue_and_keeps_its_schedule(db):
+    # A partitioned parent is read state by state across its queues: a capped read meets the
+    # first partition's rows first, so the split comes from the statistics per queue, and what the
+    # read saw of each queue says how much of it is scheduled.
+    with db.connect() as conn:
+        conn.execute("""CREATE TABLE public.pj (id bigserial, name text NOT NULL, state text NOT NULL, start_after timestamptz)
+                        PARTITION BY LIST (name);
+                        CREATE TABLE public.pj_a PARTITION OF public.pj FOR VALUES IN ('a');
+                        CREATE TABLE public.pj_b PARTITION OF public.pj FOR VALUES IN ('b');
+                        CREATE INDEX ON public.pj (state); CREATE INDEX ON public.pj (name)""")
+        conn.execute("""INSERT INTO pj (name, state, start_after)
+                        SELECT n, 'created', CASE WHEN g % 10 = 0 THEN now() + interval '1 hour' END
+                        FROM (VALUES ('a'), ('b')) AS q(n), generate_series(1, 3000) AS g""")
+        conn.execute("ANALYZE pj")
+    declared = DeclaredQueue(name="p", table="public.pj", order_by="id", queue_column="name", state_column="state",
+                             not_before_column="start_after", ready_states=("created",))
+    with open_probe_connection(db.target) as conn:
+        rows = {q.name: q for q in JobTable(declared, cap=500).sample(conn)}
+    for name in ("p:a", "p:b"):  # 3,000 each, a tenth scheduled
+        q = rows[name]
+        assert q.depth_is_estimate is True
+        assert 2500 <= q.depth <= 3500, q.depth
+        assert q.delayed > 0 and 0.05 <= q.delayed / q.depth <= 0.15, (q.delayed, q.depth)
+
+
 def test_a_stateless_table_past_the_cap_keeps_its_few_marked_rows_exact(db):
     with db.connect() as conn:
         conn.execute("""CREATE TABLE public.big (id bigserial PRIMARY KEY, run_at timestamptz NOT NULL DEFAULT now(),

@@ -213,15 +213,17 @@ class JobTable:
         plan_of = sql.SQL(JOBTABLE_SQL["state_plan"]).format(**table.parts, state_type=table.state_type)
         per_queue_estimate = sql.SQL(JOBTABLE_SQL["estimate_state"]).format(
             **table.parts, state_type=table.state_type, filter=self._filter(table, ""))
-        unread = []
+        unread: list[tuple[str, dict[str, dict[str, Any]]]] = []  # state, and what a capped read saw per queue
         for state in states:
             plan = one(conn.execute(plan_of, {"state": state})) if large else None
             if plan is not None and _scans_table(plan):
-                unread.append(state)  # no index for it: the statistics say instead
+                unread.append((state, {}))  # no index for it: the statistics say instead
                 continue
             rows = conn.execute(read, {"state": state, "cap": self.cap, "running": running}).fetchall()
             if sum(int(r["scanned"]) for r in rows) >= self.cap:
-                unread.append(state)  # more than one bounded read: the statistics say
+                # More than one bounded read: the statistics say how many; what the read saw
+                # of each queue says how they split (held, scheduled, out of attempts).
+                unread.append((state, {r["queue"]: r for r in rows}))
                 if discover:
                     for row in rows:
                         queue(row["queue"])
@@ -229,11 +231,18 @@ class JobTable:
             for row in rows:
                 if row["queue"] in figures or discover:
                     _credit(d, state, queue(row["queue"]), row, row["oldest_due_age_s"])
-        for state in unread:
+        for state, seen in unread:
             estimate = True
             for name, counts in figures.items():
                 guess = plan_rows(one(conn.execute(per_queue_estimate, {"state": state, "queue": name})))
-                _credit(d, state, counts, {"scanned": guess, "held": 0, "later": 0, "exhausted": 0}, None)
+                # What the read saw of this queue, else of all the queues it met together.
+                sample = seen.get(name) or _pooled(seen.values())
+                if sample is not None and int(sample["scanned"]):
+                    share = guess / int(sample["scanned"])
+                    split = {k: round(int(sample[k]) * share) for k in ("held", "later", "exhausted")}
+                    _credit(d, state, counts, {"scanned": guess, **split}, sample["oldest_due_age_s"])
+                else:
+                    _credit(d, state, counts, {"scanned": guess, "held": 0, "later": 0, "exhausted": 0}, None)
         shared_table = table.relid if table.relkind != "v" else None
         out = []
         for name, c in sorted(figures.items()):
@@ -410,6 +419,16 @@ def _credit(d: DeclaredQueue, state: str, counts: dict[str, Any], read: dict[str
         counts["ready"] += read["scanned"] - read["held"] - read["later"] - read["exhausted"]
         if oldest is not None:
             counts["oldest"] = max(counts["oldest"] or 0.0, oldest)
+
+
+def _pooled(rows: Any) -> dict[str, Any] | None:
+    """The counts of several queues' reads added up (None when there were none)."""
+    rows = list(rows)
+    if not rows:
+        return None
+    pooled: dict[str, Any] = {k: sum(int(r[k]) for r in rows) for k in ("scanned", "held", "later", "exhausted")}
+    pooled["oldest_due_age_s"] = None
+    return pooled
 
 
 def _scans_table(plan: dict[str, Any]) -> bool:
