@@ -84,3 +84,14 @@ def test_bench_sources_tiny_run_reads_every_library_right(db, cli, node_peers):
     # It leaves nothing behind: its database is gone.
     with db.connect() as conn:
         assert conn.execute("SELECT count(*) FROM pg_database WHERE datname = 'queuetop_bench_sources'").fetchone()[0] == 0
+
+
+def test_bench_peers_tiny_run_drains_every_peer(db, cli):
+    result = cli("bench", "peers", "--dsn", db.dsn, "--json", "--messages", "400", "--rounds", "1", "--batch", "20")
+    assert result.returncode == 0, result.stderr
+    (report,) = result.json_lines()
+    assert set(report["msgs_per_s_p50"]) == {
+        "queuetop claim+ack, single", "queuetop claim+ack, batch", "pgmq read+delete, single", "pgmq read+delete, batch",
+        "pgmq pop, batch", "procrastinate fetch+finish, single"}
+    assert all(rate > 0 for rate in report["msgs_per_s_p50"].values())  # each drained all 400 (else it fails)
+    assert all(ratio > 0 for ratio in report["ratios"].values())

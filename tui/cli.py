@@ -278,6 +278,15 @@ def cmd_bench_sources(ctx: Context) -> int:
     return _report(args, result)
 
 
+def cmd_bench_peers(ctx: Context) -> int:
+    from .peer_bench import run_peers_bench
+
+    args = ctx.args
+    result = run_peers_bench(ctx.target, messages=args.messages, concurrency=args.concurrency, batch=args.batch,
+                             rounds=args.rounds, progress=_progress(args))
+    return _report(args, result)
+
+
 def cmd_bench_tui(ctx: Context) -> int:
     from tui.bench import run_tui_bench
 
@@ -568,6 +577,14 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--small", type=int, default=1_000, help="jobs per library in the small run (default 1000)")
     p.add_argument("--large", type=int, default=1_000_000, help="jobs per library in the large run (default 1000000)")
     p.add_argument("--cycles", type=int, default=20, help="timed cycles per size; p50 reported (default 20)")
+
+    p = _leaf(bench_sub, "peers", cmd_bench_peers,
+              "the engine's dequeue throughput beside PGMQ's and Procrastinate's own, same server and concurrency")
+    p.add_argument("--json", action="store_true", help="print one JSON line")
+    p.add_argument("--messages", type=int, default=20_000, help="messages per run (default 20000)")
+    p.add_argument("--concurrency", type=int, default=2, help="consuming sessions (default 2)")
+    p.add_argument("--batch", type=int, default=100, help="messages per claim in the batch runs (default 100)")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds; medians reported (default 3)")
 
     p = _leaf(bench_sub, "tui", cmd_bench_tui, "the dashboard's cost per snapshot and when idle (synthetic data, no database)")
     p.add_argument("--json", action="store_true", help="print one JSON line")

@@ -52,7 +52,7 @@ def run_sources_bench(target: Target, *, small: int = 1_000, large: int = 1_000_
     say = progress or (lambda _line: None)
     results: dict[str, Any] = {"benchmark": "sources", "cycles": cycles, "sizes": {}}
     for label, n in (("small", small), ("large", large)):
-        with _database(target) as bench:
+        with bench_database(target) as bench:
             installed, skipped = _install(bench, say)
             results["skipped"] = skipped
             with connect(bench, application_name="queuetop-bench") as conn:
@@ -70,7 +70,7 @@ def run_sources_bench(target: Target, *, small: int = 1_000, large: int = 1_000_
     return results
 
 
-class _database:
+class bench_database:
     """A fresh database for the run, dropped afterwards."""
 
     def __init__(self, target: Target) -> None:
