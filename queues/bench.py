@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import psycopg
 
@@ -34,6 +35,7 @@ from .worker import WorkerPool, WorkOptions
 
 BENCH_QUEUE = "bench.engine"
 VISIBILITY_S = 30.0
+T = TypeVar("T")
 BENCH_SQL = Queries("queues", "bench.sql")
 
 
@@ -155,31 +157,15 @@ class EngineBench:
         self.reset(0)
         per_client = self._count(batch) // (self.concurrency * batch)
         bodies = [json.dumps({"n": n}) for n in range(batch)]
-        ready = threading.Barrier(self.concurrency + 1)
-        errors: list[BaseException] = []
 
-        def client() -> None:
-            try:
-                with connect(self.target, application_name="queuetop-bench-enqueue") as conn:
-                    ready.wait()
-                    for _ in range(per_client):
-                        if batch == 1:
-                            self.queue.enqueue(conn, bodies[0])
-                        else:
-                            self.queue.enqueue_batch(conn, bodies)
-            except BaseException as exc:  # reported below
-                errors.append(exc)
+        def client(conn: psycopg.Connection) -> None:
+            for _ in range(per_client):
+                if batch == 1:
+                    self.queue.enqueue(conn, bodies[0])
+                else:
+                    self.queue.enqueue_batch(conn, bodies)
 
-        threads = [threading.Thread(target=client) for _ in range(self.concurrency)]
-        for thread in threads:
-            thread.start()
-        ready.wait()
-        started = time.perf_counter()
-        for thread in threads:
-            thread.join()
-        elapsed = time.perf_counter() - started
-        if errors:
-            raise errors[0]
+        _, elapsed = run_clients(self.target, self.concurrency, "queuetop-bench-enqueue", client)
         return per_client * self.concurrency * batch / elapsed
 
     def pgbench_enqueue(self, batch: int) -> float:
@@ -226,6 +212,36 @@ class EngineBench:
 def queue_scans(conn: psycopg.Connection, queue: TableQueue) -> int:
     row = conn.execute(BENCH_SQL["table_scans"], {"table": queue.qualified_name}).fetchone()
     return int(row[0]) if row else 0
+
+
+def run_clients(target: Target, concurrency: int, application_name: str,
+                work: Callable[[psycopg.Connection], T]) -> tuple[list[T], float]:
+    """`concurrency` threads, each with its own session, run `work(conn)` at once (released
+    together by a barrier); returns their results and the seconds until the last one ended.
+    The first client's error is raised."""
+    results: list[T] = []
+    errors: list[BaseException] = []
+    ready = threading.Barrier(concurrency + 1)
+
+    def client() -> None:
+        try:
+            with connect(target, application_name=application_name) as conn:
+                ready.wait()
+                results.append(work(conn))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=client) for _ in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    ready.wait()
+    started = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    if errors:
+        raise errors[0]
+    return results, elapsed
 
 
 def _summary(ours: list[float], theirs: list[float]) -> dict[str, object]:

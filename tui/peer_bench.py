@@ -15,8 +15,6 @@ statements, as the engine's do; each thread has its own session. Works in the da
 from __future__ import annotations
 
 import statistics
-import threading
-import time
 from collections.abc import Callable
 from importlib import resources
 from typing import Any
@@ -24,7 +22,7 @@ from typing import Any
 from dbcore.database import Target, connect, one
 from dbcore.errors import UsageError
 from dbcore.sqlfiles import Queries
-from queues.bench import EngineBench
+from queues.bench import EngineBench, run_clients
 
 from .source_bench import bench_database
 
@@ -84,28 +82,7 @@ def _ratio(medians: dict[str, float], ours: str, theirs: str) -> float | None:
 
 def _threads(bench: Target, concurrency: int, work: Callable[[Any], int], expected: int) -> float:
     """`concurrency` sessions each running `work(conn)` until it returns; messages/s overall."""
-    done: list[int] = []
-    errors: list[BaseException] = []
-    ready = threading.Barrier(concurrency + 1)
-
-    def client() -> None:
-        try:
-            with connect(bench, application_name="queuetop-bench-peer") as conn:
-                ready.wait()
-                done.append(work(conn))
-        except BaseException as exc:  # reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=client) for _ in range(concurrency)]
-    for thread in threads:
-        thread.start()
-    ready.wait()
-    started = time.perf_counter()
-    for thread in threads:
-        thread.join()
-    elapsed = time.perf_counter() - started
-    if errors:
-        raise errors[0]
+    done, elapsed = run_clients(bench, concurrency, "queuetop-bench-peer", work)
     if sum(done) != expected:
         raise RuntimeError(f"the peer processed {sum(done)} of {expected} messages")
     return expected / elapsed
