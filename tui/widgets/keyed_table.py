@@ -24,6 +24,7 @@ class KeyedTable(DataTable):
         super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
         self._column_spec = list(columns)
         self._cells: dict[str, tuple] = {}
+        self._shown: list[str] = []  # row keys in display order (kept here: the hot path compares it)
         # DataTable's own cell cache is keyed by a table-wide update counter, so one changed cell
         # re-renders every visible cell. This cache is keyed per cell by a version bumped only
         # when that cell's value changes. It falls back to DataTable's path if its internals change.
@@ -40,14 +41,14 @@ class KeyedTable(DataTable):
         for gone in [k for k in self._cells if k not in rows]:
             self.remove_row(gone)
             del self._cells[gone]
-        order_changed = False
+            self._shown.remove(gone)
         changes: list[tuple[str, str, object, bool]] = []
         for key, cells in rows.items():
             cells = tuple(cells)
             old = self._cells.get(key)
             if old is None:
                 self.add_row(*cells, key=key)
-                order_changed = True
+                self._shown.append(key)
             elif old != cells:
                 for column, before, after in zip(column_keys, old, cells, strict=True):
                     if before != after:
@@ -57,13 +58,13 @@ class KeyedTable(DataTable):
                         changes.append((key, column, after, wider))
             self._cells[key] = cells
         self._apply_changes(changes)
-        if list(self._cells) != list(rows):
-            self._cells = {k: self._cells[k] for k in rows}
-        if not order_changed and [k.value for k in self.ordered_keys()] != list(rows):
-            self._reorder(list(rows))
+        keys = list(rows)
+        if self._shown != keys:
+            self._reorder(keys)
+            self._shown = keys
 
     def ordered_keys(self) -> list[RowKey]:
-        """The row keys in display order."""
+        """The row keys in display order, as DataTable has them."""
         return [self.coordinate_to_cell_key(Coordinate(index, 0)).row_key for index in range(self.row_count)] if self.columns else []
 
     def _reorder(self, keys: list[str]) -> None:
