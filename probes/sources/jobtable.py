@@ -155,14 +155,15 @@ class JobTable:
             # No index leads with the queue column: skipping through the values would read the
             # table once per queue. The queues are those the state reads meet instead.
             names = []
+        all_queues = bool(d.state_column and d.queue_column and d.queue is None)
         live = None
-        if table.rls_active:
+        if table.rls_active or all_queues:  # for the RLS note, and whether the table is large
             live = one(conn.execute(JOBTABLE_SQL["live_rows"], {"relid": table.relid}))["live"]
-        if d.state_column and d.queue_column and d.queue is None:
+        if all_queues:
             try:
                 with conn.transaction():
                     conn.execute(JOBTABLE_SQL["one_snapshot"])
-                    out = self._all_queues(conn, table, [n for n in names if n is not None])
+                    out = self._all_queues(conn, table, [n for n in names if n is not None], large=(live or 0) > LARGE_TABLE_ROWS)
             except psycopg.Error as exc:
                 out = [QueueFigures(name=self._name(q), table=table.qualified, error=describe(exc)) for q in names]
             for figures in out:
@@ -188,7 +189,7 @@ class JobTable:
             figures.notes.append(f"no index leads with order_by column {self.declared.order_by!r} of {table.qualified}: "
                                  "its head (Enter) is sorted from the whole queue; create one")
 
-    def _all_queues(self, conn: ProbeConnection, table: ResolvedTable, names: list[str]) -> list[QueueFigures]:
+    def _all_queues(self, conn: ProbeConnection, table: ResolvedTable, names: list[str], *, large: bool) -> list[QueueFigures]:
         """Every queue of a shared table, one state at a time across all queues (see one_state).
         A state with more rows than the cap, or one no index serves in a large table (reading it
         would read the table), is not split from what was read - a capped read of a partitioned
@@ -206,7 +207,6 @@ class JobTable:
         for name in names:
             queue(name)
         estimate = False
-        large = one(conn.execute(JOBTABLE_SQL["live_rows"], {"relid": table.relid}))["live"] > LARGE_TABLE_ROWS
         running = one(conn.execute(JOBTABLE_SQL["running_xids"]))["xids"]
         read = sql.SQL(JOBTABLE_SQL["one_state"]).format(**table.parts, state_type=table.state_type,
                                                           group=table.parts["queue_column"], filter=sql.SQL(JOBTABLE_SQL["every_row"]))
