@@ -49,6 +49,15 @@ PROBE_SETTINGS = {
     # psycopg prepares a statement run five times; a generic plan cannot use the partial indexes
     # the queue libraries keep per state (WHERE status = 'doing'): always plan for the values.
     "plan_cache_mode": "force_custom_plan",
+    # A probe reads a bounded handful of rows: it never takes parallel workers from the server,
+    # and it reads a job table through an index scan that stops at its LIMIT, or not at all. A
+    # sequential scan finds a frequent state's rows fast but a rare state's only after reading
+    # the table; a bitmap scan collects every matching index entry before its LIMIT applies.
+    # The queue sources check each read's plan and estimate a state no index leads to
+    # (probes/sources/jobtable.py).
+    "max_parallel_workers_per_gather": "0",
+    "enable_seqscan": "off",
+    "enable_bitmapscan": "off",
 }
 PROBE_NAMES = ("queues", "rings", "leases", "locks", "connections", "compaction")
 COMPACTION_COUNT_CAP = 20_000

@@ -111,6 +111,73 @@ def test_counts_past_the_cap_are_the_planners_estimate_and_say_so(db):
     assert q.in_flight == 7  # below the cap: still exact
 
 
+def rows_fetched(conn, table: str) -> int:
+    """Heap and index rows this session has read from `table` so far (its own counters, flushed)."""
+    conn.execute("SELECT pg_stat_force_next_flush()")
+    conn.execute("SELECT pg_stat_clear_snapshot()")
+    row = conn.execute("SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) AS n FROM pg_stat_user_tables"
+                       " WHERE relid = %s::regclass", (table,)).fetchone()
+    return int(row["n"])
+
+
+def test_a_large_table_is_read_only_through_indexes_that_lead_to_the_state(db):
+    # 150,000 rows: a state no index serves ('doing'), and one whose only index also holds the
+    # 120,000 'todo' rows ('failed': reading it would filter them out one by one). Neither is
+    # read: the planner's estimate stands for them. 'todo' itself is sampled (its count is an
+    # estimate anyway). What the sample fetches does not grow with the table.
+    with db.connect() as conn:
+        conn.execute("""CREATE TABLE public.big (id bigserial PRIMARY KEY, queue_name text NOT NULL, status text NOT NULL,
+                                                 created_at timestamptz NOT NULL DEFAULT now());
+                        CREATE INDEX big_waiting ON public.big (queue_name, id) WHERE status IN ('todo', 'failed')""")
+        conn.execute("""INSERT INTO big (queue_name, status)
+                        SELECT 'q', CASE WHEN g <= 120000 THEN 'todo' WHEN g <= 120300 THEN 'doing'
+                                         WHEN g <= 120400 THEN 'failed' ELSE 'succeeded' END
+                        FROM generate_series(1, 150000) AS g""")
+        conn.execute("ANALYZE big")
+    declared = DeclaredQueue(name="big", table="public.big", order_by="id", queue_column="queue_name", queue="q",
+                             state_column="status", ready_states=("todo",), in_flight_states=("doing",),
+                             done_states=("succeeded",), dead_states=("failed",))
+    table = JobTable(declared)
+    with open_probe_connection(db.target) as conn:
+        before = rows_fetched(conn, "public.big")
+        [q] = table.sample(conn)
+        fetched = rows_fetched(conn, "public.big") - before
+        [again] = table.sample(conn)  # the plans are kept: the same figures from the same reads
+    assert fetched <= 1_000, fetched
+    assert q.depth_is_estimate is True and q.error is None
+    assert 108_000 <= q.ready <= 132_000, q.ready
+    assert 150 <= q.in_flight <= 600, q.in_flight  # the statistics' 300, give or take the sampling
+    assert 50 <= q.dead <= 200, q.dead
+    assert (again.ready, again.in_flight, again.dead) == (q.ready, q.in_flight, q.dead)
+
+
+def test_an_estimated_state_is_split_from_random_pages_not_from_the_index_order(db):
+    # pg-boss's shape: the waiting jobs' index is in due order (name, start_after), so a bounded
+    # read through it meets every due job before the first scheduled one. A tenth of each queue
+    # is scheduled for later; the split must say so (the index-order read alone said none).
+    with db.connect() as conn:
+        conn.execute("""CREATE TABLE public.due (id bigserial PRIMARY KEY, name text NOT NULL, state text NOT NULL,
+                                                 start_after timestamptz NOT NULL DEFAULT now());
+                        CREATE INDEX due_fetch ON public.due (name, start_after) WHERE state = 'created'""")
+        conn.execute("""INSERT INTO due (name, state, start_after)
+                        SELECT CASE WHEN g % 2 = 0 THEN 'a' ELSE 'b' END,
+                               CASE WHEN g % 5 = 0 THEN 'completed' ELSE 'created' END,
+                               CASE WHEN g % 10 IN (1, 2) THEN now() + interval '1 hour' ELSE now() - interval '1 minute' END
+                        FROM generate_series(1, 150000) AS g""")
+        conn.execute("ANALYZE due")
+        truth_rows = conn.execute("""SELECT name, count(*) FILTER (WHERE start_after > now()) AS later, count(*) AS waiting
+                                     FROM due WHERE state = 'created' GROUP BY name""").fetchall()
+    declared = DeclaredQueue(name="due", table="public.due", order_by="id", queue_column="name", state_column="state",
+                             not_before_column="start_after", ready_states=("created",), done_states=("completed",))
+    with open_probe_connection(db.target) as conn:
+        rows = {q.name: q for q in JobTable(declared).sample(conn)}
+    for name, later, waiting in truth_rows:  # 60,000 waiting, 15,000 of them later (a quarter)
+        q = rows[f"due:{name}"]
+        assert q.depth_is_estimate is True
+        assert 0.85 * waiting <= q.depth <= 1.15 * waiting, (q.depth, waiting)
+        assert 0.6 * later <= q.delayed <= 1.4 * later, (q.delayed, later)
+
+
 def test_a_shared_table_past_the_cap_is_estimated_per_queue_and_keeps_its_schedule(db):
     # A partitioned parent is read state by state across its queues: a capped read meets the
     # first partition's rows first, so the split comes from the statistics per queue, and what the

@@ -21,7 +21,7 @@ from dbcore.sqlfiles import Queries
 
 from ..config import DeclaredQueue
 from .base import Detection, QueueDetails, QueueFigures, QueueSource, has_table
-from .jobtable import COUNT_CAP, HEAD_ROWS, JOBTABLE_SQL, plan_rows, resolve
+from .jobtable import COUNT_CAP, HEAD_ROWS, LARGE_TABLE_ROWS, JobTable, plan_rows
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -39,6 +39,9 @@ class GraphileWorker(QueueSource):
     def __init__(self, config: Config, *, cap: int = COUNT_CAP) -> None:
         super().__init__(config)
         self.cap = cap
+        # The catalog lookups and the planner's count, kept between samples.
+        jobs = sql.Identifier(self.schema, "_private_jobs").as_string(None)
+        self.jobs = JobTable(DeclaredQueue(name=self.name, table=jobs, order_by="id"), cap=cap)
 
 
     def _parts(self) -> dict[str, sql.Composable]:
@@ -55,18 +58,19 @@ class GraphileWorker(QueueSource):
     def sample(self, conn: ProbeConnection, detection: Detection) -> list[QueueFigures]:
         parts = self._parts()
         jobs = parts["jobs"].as_string(conn)
-        table = resolve(conn, DeclaredQueue(name=self.name, table=jobs, order_by="id"))
+        table = self.jobs.resolved(conn)
         if not table.can_select:
             return [QueueFigures(name="jobs", table=jobs, error=f"no SELECT privilege on {jobs}")]
         names = conn.execute(sql.SQL(GRAPHILE_SQL["names"]).format(**parts)).fetchall()
+        live = self.jobs.fingerprint(conn)["live"]
+        cap = self.jobs.limit(live > LARGE_TABLE_ROWS)
         rows = {(r["kind"], r["name"]): r for r in conn.execute(sql.SQL(GRAPHILE_SQL["classified"]).format(**parts),
-                                                               {"cap": self.cap})}
+                                                               {"cap": cap})}
         scanned = max((r["scanned"] for r in rows.values()), default=0)
         factor, estimate = 1.0, False
-        if scanned >= self.cap:  # more jobs than one bounded read: scale to the planner's count
-            total = plan_rows(one(conn.execute(sql.SQL(GRAPHILE_SQL["estimate"]).format(**parts))))
+        if scanned >= cap:  # more jobs than one bounded read: scale to the planner's count
+            total = plan_rows(self.jobs.estimates.explain(conn, sql.SQL(GRAPHILE_SQL["estimate"]).format(**parts), {}))
             factor, estimate = max(total, scanned) / scanned, True
-        live = one(conn.execute(JOBTABLE_SQL["live_rows"], {"relid": table.relid}))["live"] if table.rls_active else None
         if table.rls_active and not names:
             # Its tasks and queues are behind row-level security too: say it on the one row left.
             figures = QueueFigures(name="jobs", table=jobs, ready=0, in_flight=0, delayed=0, dead=0, depth=0)

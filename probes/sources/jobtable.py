@@ -19,6 +19,8 @@ for that state, split in the proportions of the rows read, and flagged as an est
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +37,13 @@ if TYPE_CHECKING:
     from ..postgres import ProbeConnection
 
 JOBTABLE_SQL = Queries("probes", "sources/jobtable.sql")
-COUNT_CAP = 10_000  # rows read per state and queue, at most
+COUNT_CAP = 10_000  # rows read per state (all queues of a shared table together) in a table that is not large
+LARGE_TABLE_CAP = 1_000  # the same in a large table (past LARGE_TABLE_ROWS), where more is estimated
+ESTIMATES_MAX_AGE_S = 60.0
+SPLIT_SAMPLE_PAGES = 64  # random pages read to split an estimated state (held, later, exhausted)
+MIN_SPLIT_ROWS = 30  # rows of a state (of a queue) the page sample must meet to split it
+SAMPLE_ROWS = 200  # read of a state the planner expects to exceed the cap: enough to split it
+READ_COST_PER_ROW = 5.0  # a large table's state is read when the planner expects it to cost at most this a row
 MAX_QUEUES = 200  # distinct queues of one shared table
 LARGE_TABLE_ROWS = 100_000  # above this, a state no index serves is estimated, not read
 _NOTHING_READ: dict[str, Any] = {"scanned": 0, "held": 0, "later": 0, "exhausted": 0, "oldest_due_age_s": None}
@@ -115,6 +123,35 @@ def resolve(conn: ProbeConnection, declared: DeclaredQueue) -> ResolvedTable:
     )
 
 
+class Estimates:
+    """The planner's answers (EXPLAIN) about one relation, kept while what they depend on - its
+    statistics, its size in pages, its indexes (the `fingerprint`) - stays as it was, and for at
+    most ESTIMATES_MAX_AGE_S (a view's statistics are its tables', which it cannot fingerprint).
+    Planning against a partitioned table is the dearest thing a sample would do otherwise."""
+
+    def __init__(self) -> None:
+        self.key: str | None = None
+        self.at = 0.0
+        self.plans: dict[tuple[str, str], Any] = {}
+
+    def refresh(self, key: str | None) -> None:
+        now = time.monotonic()
+        if key != self.key or now - self.at > ESTIMATES_MAX_AGE_S:
+            self.key, self.at = key, now
+            self.plans.clear()
+
+    def explain(self, conn: ProbeConnection, statement: sql.Composed, params: dict[str, Any]) -> dict[str, Any]:
+        return self.remember((statement.as_string(conn), repr(sorted(params.items()))),
+                             lambda: one(conn.execute(statement, params)))
+
+    def remember(self, key: tuple[str, str], compute: Callable[[], Any]) -> Any:
+        """What `compute` returned for `key` under the current fingerprint, computed once."""
+        self.refresh(self.key)  # expired by age
+        if key not in self.plans:
+            self.plans[key] = compute()
+        return self.plans[key]
+
+
 class JobTable:
     """Samples the queue(s) of one declared table; keeps the catalog lookups between samples."""
 
@@ -125,6 +162,9 @@ class JobTable:
         self._resolved: ResolvedTable | None = None
         self._dead_letters: ResolvedTable | None = None
         self._other_states: list[str] | None = None
+        self.estimates = Estimates()
+        self._fingerprint: dict[str, Any] = {}
+        self.dead_letter_estimates = Estimates()  # kept by age only: the dead-letter table is not fingerprinted
 
     def resolved(self, conn: ProbeConnection) -> ResolvedTable:
         if self._resolved is None:
@@ -156,14 +196,14 @@ class JobTable:
             # table once per queue. The queues are those the state reads meet instead.
             names = []
         all_queues = bool(d.state_column and d.queue_column and d.queue is None)
-        live = None
-        if table.rls_active or all_queues:  # for the RLS note, and whether the table is large
-            live = one(conn.execute(JOBTABLE_SQL["live_rows"], {"relid": table.relid}))["live"]
+        try:
+            live = self.fingerprint(conn)["live"]
+        except psycopg.Error as exc:
+            return [QueueFigures(name=self._name(q) or table.qualified, table=table.qualified, error=describe(exc))
+                    for q in names or [None]]
         if all_queues:
             try:
-                with conn.transaction():
-                    conn.execute(JOBTABLE_SQL["one_snapshot"])
-                    out = self._all_queues(conn, table, [n for n in names if n is not None], large=(live or 0) > LARGE_TABLE_ROWS)
+                out = self._all_queues(conn, table, [n for n in names if n is not None], large=live > LARGE_TABLE_ROWS)
             except psycopg.Error as exc:
                 out = [QueueFigures(name=self._name(q), table=table.qualified, error=describe(exc)) for q in names]
             for figures in out:
@@ -172,13 +212,73 @@ class JobTable:
         out = []
         for queue in names:
             try:
-                with conn.transaction():
-                    conn.execute(JOBTABLE_SQL["one_snapshot"])
-                    figures = self._figures(conn, table, queue)
+                figures = self._figures(conn, table, queue, large=live > LARGE_TABLE_ROWS)
             except psycopg.Error as exc:
                 figures = QueueFigures(name=self._name(queue), table=table.qualified, error=describe(exc))
             self._add_notes(figures, table, live)
             out.append(figures)
+        return out
+
+    def fingerprint(self, conn: ProbeConnection) -> dict[str, Any]:
+        """The table's live rows as its statistics count them; the planner's estimates kept from
+        earlier samples are dropped when its statistics, size or indexes have changed."""
+        row = one(conn.execute(JOBTABLE_SQL["fingerprint"], {"relid": self.resolved(conn).relid}))
+        self.estimates.refresh(row["stats_key"])
+        self._fingerprint = row
+        return row
+
+    def _state_plan(self, table: ResolvedTable, group: sql.Composable, where: sql.Composable) -> sql.Composed:
+        """EXPLAIN of one state's bounded read, as states_read makes it (%(state)s, %(limit)s)."""
+        read = sql.SQL(JOBTABLE_SQL["state_branch"]).format(**table.parts, index=sql.Literal(0), group=group, filter=where,
+                                                            state_type=table.state_type, state_value=sql.Placeholder("state"),
+                                                            limit=sql.Placeholder("limit"))
+        return sql.SQL(JOBTABLE_SQL["state_plan"]).format(read=read)
+
+    def _plan_reads(self, conn: ProbeConnection, table: ResolvedTable, states: list[str], group: sql.Composable,
+                    where: sql.Composable, params: dict[str, Any], *, large: bool) -> tuple[dict[str, int], list[str]]:
+        """How many rows to read of each state, and which states not to read at all. In a small
+        table, `cap` of each. In a large one (LARGE_TABLE_CAP at most), by the plan of each state's read (cached while the
+        table's statistics stay as they were): none when no index leads to the state alone (its
+        figure is then the planner's estimate); SAMPLE_ROWS when the planner expects more rows
+        than `cap` (the count will be an estimate anyway: the read only says how it splits, and
+        a read that ends short of its limit is still exact, stale statistics or not)."""
+        cap = self.limit(large)
+        if not large:
+            return dict.fromkeys(states, cap), []
+        plan_of = self._state_plan(table, group, where)
+        limits: dict[str, int] = {}
+        unread: list[str] = []
+        for state in states:
+            plan = self.estimates.explain(conn, plan_of, {**params, "state": state, "limit": cap})
+            if _too_dear(plan, cap):
+                unread.append(state)
+            else:
+                limits[state] = cap if _expected_rows(plan) <= cap else min(cap, SAMPLE_ROWS)
+        return limits, unread
+
+    def limit(self, large: bool) -> int:
+        """Rows read at most per state (or per queue, without states): `cap`, or in a large
+        table LARGE_TABLE_CAP (if lower)."""
+        return min(self.cap, LARGE_TABLE_CAP) if large else self.cap
+
+    def _read_states(self, conn: ProbeConnection, table: ResolvedTable, limits: dict[str, int], group: sql.Composable,
+                     where: sql.Composable, params: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+        """At most `limits[state]` rows of each state, in one statement (states_read): per
+        state, the counts of each group (queue) met."""
+        if not limits:
+            return {}
+        states = list(limits)
+        branch = sql.SQL(JOBTABLE_SQL["state_branch"])
+        branches = sql.SQL(JOBTABLE_SQL["union_all"]).join(
+            branch.format(**table.parts, index=sql.Literal(i), group=group, filter=where, state_type=table.state_type,
+                          state_value=sql.Placeholder(f"state_{i}"), limit=sql.Placeholder(f"limit_{i}"))
+            for i in range(len(states)))
+        statement = sql.SQL(JOBTABLE_SQL["states_read"]).format(branches=branches)
+        values: dict[str, Any] = {f"state_{i}": state for i, state in enumerate(states)}
+        values.update({f"limit_{i}": limits[state] for i, state in enumerate(states)})
+        out: dict[str, list[dict[str, Any]]] = {state: [] for state in states}
+        for row in conn.execute(statement, {**params, **values}):
+            out[states[row["state_index"]]].append(row)
         return out
 
     def _add_notes(self, figures: QueueFigures, table: ResolvedTable, live: int | None) -> None:
@@ -190,9 +290,9 @@ class JobTable:
                                  "its head (Enter) is sorted from the whole queue; create one")
 
     def _all_queues(self, conn: ProbeConnection, table: ResolvedTable, names: list[str], *, large: bool) -> list[QueueFigures]:
-        """Every queue of a shared table, one state at a time across all queues (see one_state).
-        A state with more rows than the cap, or one no index serves in a large table (reading it
-        would read the table), is not split from what was read - a capped read of a partitioned
+        """Every queue of a shared table, every state across all queues in one read (states_read).
+        A state with more rows than the cap, or one no index leads to in a large table (reading it
+        would read other states' rows, or the table), is not split from what was read - a capped read of a partitioned
         or clustered table meets one queue's rows first - but taken from the planner's estimate
         per queue (its statistics, per partition where there are partitions), flagged as an
         estimate. With no list of queues, the queues are those the reads meet."""
@@ -207,20 +307,15 @@ class JobTable:
         for name in names:
             queue(name)
         estimate = False
-        running = one(conn.execute(JOBTABLE_SQL["running_xids"]))["xids"]
-        read = sql.SQL(JOBTABLE_SQL["one_state"]).format(**table.parts, state_type=table.state_type,
-                                                          group=table.parts["queue_column"], filter=sql.SQL(JOBTABLE_SQL["every_row"]))
-        plan_of = sql.SQL(JOBTABLE_SQL["state_plan"]).format(**table.parts, state_type=table.state_type)
         per_queue_estimate = sql.SQL(JOBTABLE_SQL["estimate_state"]).format(
             **table.parts, state_type=table.state_type, filter=self._filter(table, ""))
-        unread: list[tuple[str, dict[str, dict[str, Any]]]] = []  # state, and what a capped read saw per queue
-        for state in states:
-            plan = one(conn.execute(plan_of, {"state": state})) if large else None
-            if plan is not None and _scans_table(plan):
-                unread.append((state, {}))  # no index for it: the statistics say instead
-                continue
-            rows = conn.execute(read, {"state": state, "cap": self.cap, "running": running}).fetchall()
-            if sum(int(r["scanned"]) for r in rows) >= self.cap:
+        group, every_row = table.parts["queue_column"], sql.SQL(JOBTABLE_SQL["every_row"])
+        limits, not_read = self._plan_reads(conn, table, states, group, every_row, {}, large=large)
+        # A state no index leads to (the statistics say instead), or one with more rows than its
+        # read, and what that read saw per queue.
+        unread: list[tuple[str, dict[str, dict[str, Any]]]] = [(state, {}) for state in not_read]
+        for state, rows in self._read_states(conn, table, limits, group, every_row, {}).items():
+            if sum(int(r["scanned"]) for r in rows) >= limits[state]:
                 # More than one bounded read: the statistics say how many; what the read saw
                 # of each queue says how they split (held, scheduled, out of attempts).
                 unread.append((state, {r["queue"]: r for r in rows}))
@@ -231,18 +326,18 @@ class JobTable:
             for row in rows:
                 if row["queue"] in figures or discover:
                     _credit(d, state, queue(row["queue"]), row, row["oldest_due_age_s"])
+        sampled = self._split_sample(conn, table, [state for state, _ in unread], group, every_row, {})
         for state, seen in unread:
             estimate = True
             for name, counts in figures.items():
-                guess = plan_rows(one(conn.execute(per_queue_estimate, {"state": state, "queue": name})))
-                # What the read saw of this queue, else of all the queues it met together.
-                sample = seen.get(name) or _pooled(seen.values())
-                if sample is not None and int(sample["scanned"]):
-                    share = guess / int(sample["scanned"])
-                    split = {k: round(int(sample[k]) * share) for k in ("held", "later", "exhausted")}
-                    _credit(d, state, counts, {"scanned": guess, **split}, sample["oldest_due_age_s"])
-                else:
-                    _credit(d, state, counts, {"scanned": guess, "held": 0, "later": 0, "exhausted": 0}, None)
+                guess = plan_rows(self.estimates.explain(conn, per_queue_estimate, {"state": state, "queue": name}))
+                # The random sample's split of this queue, else of all its queues; else what the
+                # bounded read saw of this queue, else of all the queues it met together.
+                by_queue = sampled.get(state, {})
+                split = (_enough(by_queue.get(name)) or _enough(_pooled(by_queue.values()))
+                         or seen.get(name) or _pooled(seen.values()))
+                oldest = seen[name]["oldest_due_age_s"] if name in seen else None
+                _credit(d, state, counts, _split(guess, split), oldest)
         shared_table = table.relid if table.relkind != "v" else None
         out = []
         for name, c in sorted(figures.items()):
@@ -287,7 +382,7 @@ class JobTable:
             return d.name
         return f"{d.name}:{queue}" if d.name else queue
 
-    def _figures(self, conn: ProbeConnection, table: ResolvedTable, queue: str | None) -> QueueFigures:
+    def _figures(self, conn: ProbeConnection, table: ResolvedTable, queue: str | None, *, large: bool) -> QueueFigures:
         d = self.declared
         name = self._name(queue)
         # The table's counters are this queue's only when the queue has the table to itself.
@@ -297,41 +392,52 @@ class JobTable:
                                relid=table.relid if table.relkind != "v" else None,
                                rates_from=None if shared else "arrivals" if keeps_rows else "deletes")
         where = self._filter(table, queue)
-        running = one(conn.execute(JOBTABLE_SQL["running_xids"]))["xids"]
-        params: dict[str, Any] = {"cap": self.cap, "queue": queue, "running": running}
+        cap = self.limit(large)
+        params: dict[str, Any] = {"cap": cap, "queue": queue}
         ready = in_flight = delayed = dead = 0
         oldest: float | None = None
         estimate = False
         if d.state_column:
             states = [*self._ready_states(conn, table), *d.in_flight_states, *d.delayed_states, *d.dead_states]
-            statement = sql.SQL(JOBTABLE_SQL["one_state"]).format(**table.parts, filter=where, state_type=table.state_type,
-                                                                   group=sql.Literal(None))
             estimate_state = sql.SQL(JOBTABLE_SQL["estimate_state"]).format(**table.parts, filter=where,
                                                                              state_type=table.state_type)
             counts: dict[str, Any] = {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0, "oldest": None}
-            for state in states:
-                row = conn.execute(statement, {**params, "state": state}).fetchone() or _NOTHING_READ
-                read, exact = self._scaled(conn, row, estimate_state, {"state": state, "queue": queue})
-                estimate = estimate or not exact
-                _credit(d, state, counts, read, row["oldest_due_age_s"])
+            limits, not_read = self._plan_reads(conn, table, states, sql.Literal(None), where, params, large=large)
+            # No index leads to these alone: the statistics say how many.
+            guesses = {state: plan_rows(self.estimates.explain(conn, estimate_state, {"state": state, "queue": queue}))
+                       for state in not_read}
+            seen: dict[str, dict[str, Any]] = {}
+            for state, rows in self._read_states(conn, table, limits, sql.Literal(None), where, params).items():
+                row = rows[0] if rows else _NOTHING_READ
+                if int(row["scanned"]) < limits[state]:  # all of them: exact
+                    _credit(d, state, counts, row, row["oldest_due_age_s"])
+                    continue
+                guesses[state] = max(limits[state], plan_rows(self.estimates.explain(
+                    conn, estimate_state, {"state": state, "queue": queue})))
+                seen[state] = row
+            sampled = self._split_sample(conn, table, list(guesses), sql.Literal(None), where, params)
+            for state, guess in guesses.items():
+                estimate = True
+                split = _enough(sampled.get(state, {}).get(None)) or seen.get(state)
+                _credit(d, state, counts, _split(guess, split), seen[state]["oldest_due_age_s"] if state in seen else None)
             ready, in_flight, delayed, dead, oldest = (counts[k] for k in ("ready", "in_flight", "delayed", "dead", "oldest"))
         else:
             statement = sql.SQL(JOBTABLE_SQL["stateless"]).format(**table.parts, filter=where)
             row = one(conn.execute(statement, params))
             estimate_marked = sql.SQL(JOBTABLE_SQL["estimate_marked"]).format(**table.parts, filter=where)
-            marked, marked_exact = self._scaled(conn, row, estimate_marked, {"queue": queue})
-            total, total_exact = int(row["total"]), int(row["total"]) < self.cap
+            marked, marked_exact = self._scaled(conn, row, estimate_marked, {"queue": queue}, limit=cap)
+            total, total_exact = int(row["total"]), int(row["total"]) < cap
             if not total_exact:
-                plan = one(conn.execute(sql.SQL(JOBTABLE_SQL["estimate_rows"]).format(**table.parts, filter=where),
-                                        {"queue": queue}))
-                total = max(self.cap, plan_rows(plan), marked["scanned"])
+                plan = self.estimates.explain(conn, sql.SQL(JOBTABLE_SQL["estimate_rows"]).format(**table.parts, filter=where),
+                                              {"queue": queue})
+                total = max(cap, plan_rows(plan), marked["scanned"])
             estimate = not (marked_exact and total_exact)
             in_flight = marked["held"] + int(row["held_unmarked"])
             delayed, dead = marked["later"], marked["exhausted"]
             ready = max(0, total - marked["scanned"] - int(row["held_unmarked"]))
             oldest = row["oldest_due_age_s"]
         if d.dead_letter_table:
-            extra, extra_exact = self._dead_letter_count(conn, queue)
+            extra, extra_exact = self._dead_letter_count(conn, queue, cap)
             dead += extra
             estimate = estimate or not extra_exact
         figures.ready, figures.in_flight, figures.delayed, figures.dead = ready, in_flight, delayed, dead
@@ -340,18 +446,47 @@ class JobTable:
         figures.depth_is_estimate = estimate
         return figures
 
+    def _split_sample(self, conn: ProbeConnection, table: ResolvedTable, states: list[str], group: sql.Composable,
+                      where: sql.Composable, params: dict[str, Any]) -> dict[str, dict[str | None, dict[str, Any]]]:
+        """How the estimated waiting states split (held, due later, out of attempts), per state
+        and group, from SPLIT_SAMPLE_PAGES random pages of the table (split_sample): unlike the
+        bounded reads, which follow an index's order, a page sample is not ordered by when the
+        jobs are due. Kept as long as the planner's estimates are. Nothing to split without the
+        columns that say so."""
+        d = self.declared
+        waiting = [s for s in states if s not in (*d.in_flight_states, *d.delayed_states, *d.dead_states)]
+        marked = (d.not_before_column, d.visible_at_column, d.in_flight_when_not_null, d.attempts_column)
+        if not waiting or not any(marked) or table.relkind == "v":  # a view cannot be sampled by pages
+            return {}
+        pages = max(int(self._fingerprint.get("pages") or 0), int(self._fingerprint.get("live") or 0) // 50, 1)
+        percent = min(100.0, 100.0 * SPLIT_SAMPLE_PAGES / pages)
+        statement = sql.SQL(JOBTABLE_SQL["split_sample"]).format(**table.parts, state_type=table.state_type,
+                                                                  group=group, filter=where)
+        def sample() -> dict[str, dict[str | None, dict[str, Any]]]:
+            out: dict[str, dict[str | None, dict[str, Any]]] = {}
+            for row in conn.execute(statement, {**params, "states": waiting, "percent": percent}):
+                out.setdefault(row["state"], {})[row["queue"]] = row
+            return out
+
+        # Random pages are likely not in the server's cache: taken again only when the estimates
+        # are (the table's statistics changed, or a minute passed), not on every sample.
+        return self.estimates.remember((statement.as_string(conn), repr(sorted({**params, "states": waiting}.items()))),
+                                       sample)
+
     def _scaled(self, conn: ProbeConnection, row: dict[str, Any], estimate: sql.Composed,
-                params: dict[str, Any]) -> tuple[dict[str, int], bool]:
-        """The row's counts, exact when fewer than `cap` rows were read; else `estimate`'s (an
-        EXPLAIN of the same rows) figure, split in the proportions of the rows read."""
+                params: dict[str, Any], *, limit: int | None = None) -> tuple[dict[str, int], bool]:
+        """The row's counts, exact when fewer rows were read than the read's limit (`cap`);
+        else `estimate`'s (an EXPLAIN of the same rows) figure, split in the proportions of the
+        rows read."""
+        limit = self.cap if limit is None else limit
         counts = {key: int(row[key]) for key in ("scanned", "held", "later", "exhausted")}
-        if counts["scanned"] < self.cap:
+        if counts["scanned"] < limit:
             return counts, True
-        estimated = max(self.cap, plan_rows(one(conn.execute(estimate, params))))
+        estimated = max(limit, plan_rows(self.estimates.explain(conn, estimate, params)))
         factor = estimated / counts["scanned"]
         return {key: round(value * factor) for key, value in counts.items()}, False
 
-    def _dead_letter_count(self, conn: ProbeConnection, queue: str | None) -> tuple[int, bool]:
+    def _dead_letter_table(self, conn: ProbeConnection) -> ResolvedTable:
         d = self.declared
         assert d.dead_letter_table is not None
         if self._dead_letters is None:
@@ -360,14 +495,18 @@ class JobTable:
                 self._dead_letters = resolve(conn, dlq)
             except LookupError:  # no queue column there: the whole table is this queue's
                 self._dead_letters = resolve(conn, DeclaredQueue(name=d.name, table=d.dead_letter_table, order_by=d.order_by))
-        table = self._dead_letters
+        return self._dead_letters
+
+    def _dead_letter_count(self, conn: ProbeConnection, queue: str | None, cap: int) -> tuple[int, bool]:
+        table = self._dead_letter_table(conn)
         where = self._filter(table, queue if table.queue_type is not None else None)
         statement = sql.SQL(JOBTABLE_SQL["dead_letters"]).format(**table.parts, filter=where)
-        scanned = int(one(conn.execute(statement, {"cap": self.cap, "queue": queue}))["scanned"])
-        if scanned < self.cap:
+        scanned = int(one(conn.execute(statement, {"cap": cap, "queue": queue}))["scanned"])
+        if scanned < cap:
             return scanned, True
-        plan = one(conn.execute(sql.SQL(JOBTABLE_SQL["estimate_rows"]).format(**table.parts, filter=where), {"queue": queue}))
-        return max(self.cap, plan_rows(plan)), False
+        plan = self.dead_letter_estimates.explain(conn, sql.SQL(JOBTABLE_SQL["estimate_rows"]).format(**table.parts, filter=where),
+                                                  {"queue": queue})
+        return max(cap, plan_rows(plan)), False
 
     # -- details -------------------------------------------------------------------------
 
@@ -387,10 +526,7 @@ class JobTable:
                             {"limit": HEAD_ROWS, "queue": queue, "waiting_states": waiting})
         dead_rows: list[dict[str, Any]] = []
         if d.dead_letter_table:
-            if self._dead_letters is None:
-                self._dead_letter_count(conn, queue)
-            assert self._dead_letters is not None
-            dlq = self._dead_letters
+            dlq = self._dead_letter_table(conn)
             dead_where = self._filter(dlq, queue if dlq.queue_type is not None else None)
             statement = sql.SQL(JOBTABLE_SQL["dead_head"]).format(**dlq.parts, filter=dead_where)
             dead_rows = [dict(r["row"]) for r in conn.execute(statement, {"limit": HEAD_ROWS, "queue": queue})]
@@ -421,6 +557,19 @@ def _credit(d: DeclaredQueue, state: str, counts: dict[str, Any], read: dict[str
             counts["oldest"] = max(counts["oldest"] or 0.0, oldest)
 
 
+def _split(guess: int, sample: dict[str, Any] | None) -> dict[str, int]:
+    """An estimated count, split in the proportions of a sample of its rows (none: all ready)."""
+    if sample is None or not int(sample["scanned"]):
+        return {"scanned": guess, "held": 0, "later": 0, "exhausted": 0}
+    share = guess / int(sample["scanned"])
+    return {"scanned": guess, **{k: round(int(sample[k]) * share) for k in ("held", "later", "exhausted")}}
+
+
+def _enough(sample: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A sample large enough to split by (MIN_SPLIT_ROWS rows), else None."""
+    return sample if sample is not None and int(sample["scanned"]) >= MIN_SPLIT_ROWS else None
+
+
 def _pooled(rows: Any) -> dict[str, Any] | None:
     """The counts of several queues' reads added up (None when there were none)."""
     rows = list(rows)
@@ -431,12 +580,34 @@ def _pooled(rows: Any) -> dict[str, Any] | None:
     return pooled
 
 
-def _scans_table(plan: dict[str, Any]) -> bool:
-    """Whether an EXPLAIN (FORMAT JSON) plan reads a table sequentially anywhere."""
+def _too_dear(plan: dict[str, Any], cap: int) -> bool:
+    """Whether a bounded read (state_plan) of a large table would cost more than reading `cap`
+    rows through an index should: it scans the table, or the planner expects more than
+    READ_COST_PER_ROW cost units a row (a row fetched through an index costs about one; finding a
+    rare state's rows among another state's, through an index that holds both, costs one per row
+    of the other state, so many times more)."""
     document = plan["QUERY PLAN"]
     if isinstance(document, str):
         document = json.loads(document)
-    stack = [document[0]["Plan"]]
+    return _scans_table(document[0]["Plan"]) or float(document[0]["Plan"]["Total Cost"]) > READ_COST_PER_ROW * cap
+
+
+def _expected_rows(plan: dict[str, Any]) -> int:
+    """The rows the planner expects a state to have: the Plan Rows under a state_plan's LIMIT."""
+    document = plan["QUERY PLAN"]
+    if isinstance(document, str):
+        document = json.loads(document)
+    top = document[0]["Plan"]
+    while top.get("Node Type") != "Limit" and top.get("Plans"):
+        top = top["Plans"][0]
+    children = top.get("Plans") or [top]
+    return int(children[0]["Plan Rows"])
+
+
+def _scans_table(node: dict[str, Any]) -> bool:
+    """Whether a plan reads a table sequentially anywhere (its cost then grows with the table,
+    whatever the LIMIT: the planner prorates it as if the state's rows were spread evenly)."""
+    stack = [node]
     while stack:
         node = stack.pop()
         if node.get("Node Type") == "Seq Scan":

@@ -56,11 +56,13 @@ class Procrastinate(QueueSource):
 
     def sample(self, conn: ProbeConnection, detection: Detection) -> list[QueueFigures]:
         out = self.table.sample(conn)
-        oldest = sql.SQL(PROCRASTINATE_SQL["oldest_ready"]).format(**self._parts())
-        for figures in out:
-            if figures.error is None and figures.ready:
-                row = conn.execute(oldest, {"queue": figures.name}).fetchone()
-                figures.oldest_ready_age_s = row["age_s"] if row else None
+        waiting = [f.name for f in out if f.error is None and f.ready]
+        if waiting:
+            oldest = sql.SQL(PROCRASTINATE_SQL["oldest_ready"]).format(**self._parts())
+            ages = {r["queue"]: r["age_s"] for r in conn.execute(oldest, {"queues": waiting})}
+            for figures in out:
+                if figures.name in waiting:
+                    figures.oldest_ready_age_s = ages.get(figures.name)
         return out
 
     def details(self, conn: ProbeConnection, name: str) -> QueueDetails:

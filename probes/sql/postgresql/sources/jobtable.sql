@@ -6,11 +6,6 @@
 -- column); past the cap the figure is the planner's estimate, flagged as such. Never a scan of
 -- the whole table for a figure, whatever the depth.
 
--- name: one_snapshot
--- A queue's per-state reads see one snapshot: a job moving from one state to the next while
--- they run is counted once, not in both.
-SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY;
-
 -- name: resolve
 -- The relation behind a configured name: a table, a partitioned parent or a view. Who may read
 -- it, and whether row-level security filters what this role sees.
@@ -36,14 +31,26 @@ FROM pg_index i
 JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
 WHERE i.indrelid = %(relid)s::oid AND i.indisvalid;
 
--- name: live_rows
--- The statistics' idea of how many rows a relation (or all partitions of a parent) holds: the
--- row count of the last ANALYZE or VACUUM, else the live-row counter.
-SELECT coalesce(sum(CASE WHEN c.reltuples >= 0 THEN c.reltuples ELSE coalesce(s.n_live_tup, 0) END), 0)::bigint AS live
-FROM pg_class c
-LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
-WHERE c.relkind IN ('r', 'm')
-  AND (c.oid = %(relid)s::oid OR c.oid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = %(relid)s::oid));
+-- name: fingerprint
+-- The statistics' idea of how many rows a relation (or all partitions of a parent) holds (the
+-- row count of the last ANALYZE or VACUUM, else the live-row counter), and what the planner's
+-- estimates depend on: each relation's statistics (reltuples and relpages change with every
+-- VACUUM and ANALYZE) and its indexes. The estimates read under one fingerprint are reused until
+-- it changes (or for a minute at most: between two ANALYZEs the planner also scales by the
+-- table's current size, which only opening the table - a lock - would tell). Catalog reads only.
+WITH rels AS (
+    SELECT c.oid, c.reltuples, c.relpages, pg_stat_get_live_tuples(c.oid) AS n_live_tup
+    FROM pg_class c
+    WHERE c.relkind IN ('r', 'm')
+      AND (c.oid = %(relid)s::oid OR c.oid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = %(relid)s::oid))
+)
+SELECT coalesce(sum(CASE WHEN reltuples >= 0 THEN reltuples ELSE n_live_tup END), 0)::bigint AS live,
+       coalesce(sum(relpages), 0)::bigint AS pages,
+       coalesce(string_agg(format('%%s:%%s:%%s', oid, reltuples, relpages), ',' ORDER BY oid), '')
+           || '/' || (SELECT count(*) FROM pg_index i
+                      WHERE i.indisvalid AND (i.indrelid = %(relid)s::oid OR i.indrelid IN (SELECT oid FROM rels)))::text
+           AS stats_key
+FROM rels;
 
 -- name: distinct_values
 -- The distinct values of a column (the queues of a shared table, the states of a text state
@@ -70,19 +77,18 @@ WHERE e.enumtypid = %(type)s::regtype ORDER BY e.enumsortorder;
 -- Fragment: no filter.
 TRUE
 
--- name: running_xids
--- The transactions running now, read once per sample: a row whose xmax is one of them is held
--- by an open transaction (deleted or locked, not yet committed), so in flight.
-SELECT coalesce(array_agg(backend_xid::text), '{}') AS xids FROM pg_stat_activity WHERE backend_xid IS NOT NULL;
-
--- name: one_state
--- One state (the done states are never read): at most `cap` rows of it, through the state's
--- index, split by what else the row says, grouped by {group} (the queue column of a shared table
--- read for all its queues at once, else NULL: one group). `scanned` = cap means there are more.
--- One statement per state, so the planner sees the state as a value and can use the library's
--- partial indexes (`WHERE status = 'doing'`); one state after the other, not queue by queue, so
--- a rare state costs the few rows it has, not a walk through each queue's finished rows.
-SELECT q AS queue,
+-- name: states_read
+-- Every state that is read (the done states never are), in one statement, so in one snapshot (a
+-- job moving from one state to the next meanwhile is counted once, not in both): of each state
+-- at most its limit of rows ({branches}: one state_branch per state, through its own index),
+-- split by what else the row says, grouped by state and by {group} (the queue column of a
+-- shared table read for all its queues at once, else NULL: one group). `scanned` = limit means
+-- there are more. A row whose xmax is a running transaction is held by it (deleted or locked,
+-- not yet committed): in flight.
+WITH running AS (
+    SELECT backend_xid::text AS xid FROM pg_stat_activity WHERE backend_xid IS NOT NULL
+)
+SELECT f.s AS state_index, f.q AS queue,
        count(*) AS scanned,
        count(*) FILTER (WHERE held) AS held,
        count(*) FILTER (WHERE NOT held AND NOT exhausted AND later) AS later,
@@ -90,27 +96,37 @@ SELECT q AS queue,
        extract(epoch FROM now() - min(ts) FILTER (WHERE NOT held AND NOT exhausted AND NOT later))::float8
            AS oldest_due_age_s
 FROM (
-    SELECT r.q,
+    SELECT r.s, r.q,
            coalesce(r.locked OR (r.vis > now() AND coalesce(r.att, 1) > 0)
-                    OR (r.x <> '0'::xid AND r.x::text = ANY(%(running)s::text[])), false) AS held,
+                    OR (r.x <> '0'::xid AND r.x::text IN (SELECT xid FROM running)), false) AS held,
            coalesce(r.nb > now() OR r.vis > now(), false) AS later,
            coalesce(r.att >= r.max_att, false) AS exhausted,
            r.ts
-    FROM (
-        SELECT ({group})::text AS q, ({locked}) IS NOT NULL AS locked, ({visible})::timestamptz AS vis,
-               ({not_before})::timestamptz AS nb, ({attempts})::integer AS att,
-               ({max_attempts})::integer AS max_att, ({age})::timestamptz AS ts, ({xmax})::xid AS x
-        FROM {table}
-        WHERE {state} = %(state)s::{state_type} AND {filter}
-        LIMIT %(cap)s::integer
-    ) AS r
+    FROM ({branches}) AS r
 ) AS f
-GROUP BY q;
+GROUP BY f.s, f.q;
+
+-- name: state_branch
+-- Part of states_read: at most {limit} rows of one state ({index}: its place in the list), the
+-- state a bound value, so the planner can pick the library's partial index for it
+-- (`WHERE status = 'doing'`).
+(SELECT {index} AS s, ({group})::text AS q, ({locked}) IS NOT NULL AS locked, ({visible})::timestamptz AS vis,
+        ({not_before})::timestamptz AS nb, ({attempts})::integer AS att,
+        ({max_attempts})::integer AS max_att, ({age})::timestamptz AS ts, ({xmax})::xid AS x
+ FROM {table}
+ WHERE {state} = {state_value}::{state_type} AND {filter}
+ LIMIT {limit}::integer)
+
+-- name: union_all
+-- Fragment: between two branches of states_read.
+UNION ALL
 
 -- name: state_plan
--- How the planner would find one state's rows, and how many it expects: whether an index
--- serves the state (else reading it is a scan of the table), and its estimate.
-EXPLAIN (FORMAT JSON) SELECT 1 FROM {table} WHERE {state} = %(state)s::{state_type};
+-- What the planner expects a state's bounded read ({read}: its state_branch) to cost: little
+-- when an index leads to the state's rows, much when they must be found among others' (a scan
+-- of the table, or an index whose condition takes in another state too and filters it out row
+-- by row).
+EXPLAIN (FORMAT JSON) {read};
 
 -- name: stateless
 -- A table with no state column (finished jobs are deleted). Two bounded reads: the queue's rows
@@ -118,9 +134,11 @@ EXPLAIN (FORMAT JSON) SELECT 1 FROM {table} WHERE {state} = %(state)s::{state_ty
 -- scheduled, backing off, out of attempts - which the table's indexes on those columns find
 -- without reading the ready ones. Rows an open transaction holds (no marker) are counted in the
 -- first read.
-WITH everything AS (
+WITH running AS (
+    SELECT backend_xid::text AS xid FROM pg_stat_activity WHERE backend_xid IS NOT NULL
+), everything AS (
     SELECT count(*) AS total,
-           count(*) FILTER (WHERE NOT marked AND x <> '0'::xid AND x::text = ANY(%(running)s::text[])) AS held_unmarked,
+           count(*) FILTER (WHERE NOT marked AND x <> '0'::xid AND x::text IN (SELECT xid FROM running)) AS held_unmarked,
            extract(epoch FROM now() - min(ts) FILTER (WHERE NOT marked))::float8 AS oldest_due_age_s
     FROM (
         SELECT coalesce(({locked}) IS NOT NULL OR ({visible})::timestamptz > now() OR ({not_before})::timestamptz > now()
@@ -158,6 +176,32 @@ FROM everything e, marked m;
 -- The planner's row estimate for one state of one queue (from the column statistics), for a
 -- state with more rows than the cap.
 EXPLAIN (FORMAT JSON) SELECT 1 FROM {table} WHERE {state} = %(state)s::{state_type} AND {filter};
+
+-- name: split_sample
+-- How the rows of the states whose count is an estimate split - held, due later, out of
+-- attempts - by queue, from a random sample of the table's pages (%(percent)s of them: a fixed
+-- number of pages, whatever the table's size). A bounded read through an index would follow
+-- the index's order, and an index in due order (pg-boss's (name, start_after)) meets every due
+-- job before the first scheduled one.
+SELECT f.st AS state, f.q AS queue,
+       count(*) AS scanned,
+       count(*) FILTER (WHERE held) AS held,
+       count(*) FILTER (WHERE NOT held AND NOT exhausted AND later) AS later,
+       count(*) FILTER (WHERE NOT held AND exhausted) AS exhausted
+FROM (
+    SELECT r.st, r.q,
+           coalesce(r.locked OR (r.vis > now() AND coalesce(r.att, 1) > 0), false) AS held,
+           coalesce(r.nb > now() OR r.vis > now(), false) AS later,
+           coalesce(r.att >= r.max_att, false) AS exhausted
+    FROM (
+        SELECT ({state})::text AS st, ({group})::text AS q, ({locked}) IS NOT NULL AS locked,
+               ({visible})::timestamptz AS vis, ({not_before})::timestamptz AS nb, ({attempts})::integer AS att,
+               ({max_attempts})::integer AS max_att
+        FROM {table} TABLESAMPLE SYSTEM (%(percent)s::float8)
+        WHERE {state} = ANY(%(states)s::{state_type}[]) AND {filter}
+    ) AS r
+) AS f
+GROUP BY f.st, f.q;
 
 -- name: estimate_rows
 -- The planner's row estimate for a queue of a table with no state column.

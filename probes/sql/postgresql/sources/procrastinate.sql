@@ -10,17 +10,21 @@
 SELECT CASE WHEN to_regproc(%(fetch_v2)s::text) IS NOT NULL THEN '3.x' ELSE '2.x or older' END AS version;
 
 -- name: oldest_ready
--- The job of a queue that has been ready longest (the lowest id among the ready ones, found
--- through procrastinate's own (id, lock) index of todo/doing jobs), and since when: the later of
--- its last "became todo" event and its schedule. The job row has no enqueue time of its own.
-SELECT extract(epoch FROM now() - greatest(
+-- For each queue with ready jobs, the job that has been ready longest (the lowest id among the
+-- ready ones, found through procrastinate's own (id, lock) index of todo/doing jobs), and since
+-- when: the later of its last "became todo" event and its schedule. The job row has no enqueue
+-- time of its own.
+SELECT q.queue,
+       extract(epoch FROM now() - greatest(
            (SELECT max(e.at) FROM {events} e
             WHERE e.job_id = j.id AND e.type IN ('deferred', 'deferred_for_retry', 'retried')),
            j.scheduled_at))::float8 AS age_s
-FROM (SELECT id, scheduled_at FROM {jobs}
-      WHERE status = 'todo' AND queue_name = %(queue)s::text
-        AND (scheduled_at IS NULL OR scheduled_at <= now())
-      ORDER BY id LIMIT 1) AS j;
+FROM unnest(%(queues)s::text[]) AS q(queue)
+CROSS JOIN LATERAL (
+    SELECT id, scheduled_at FROM {jobs}
+    WHERE status = 'todo' AND queue_name = q.queue AND (scheduled_at IS NULL OR scheduled_at <= now())
+    ORDER BY id LIMIT 1
+) AS j;
 
 -- name: failures
 -- Enter: failed jobs, newest first, with when and how often they were tried.
