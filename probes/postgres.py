@@ -35,7 +35,7 @@ from .model import (
     ServerInfo,
 )
 from .sources import QueueFigures, QueueSource, sources_for
-from .sources.base import has_table
+from .sources.base import has_table, tables_checked_together
 
 APPLICATION_NAME = "queuetop-probe"
 STATEMENT_TIMEOUT_MS = 2000
@@ -102,6 +102,7 @@ class PostgresProbes:
         self.config = config or Config()
         self._previous: dict[str, _Counters] = {}
         self.sources = sources_for(self.config)
+        self._tables_asked: set[str] = set()  # what the sources' detect() asked the last time
         self._server: ServerInfo | None = None
         self._version_num = 0
         # What a probe that succeeded could not see (privileges), by probe name.
@@ -122,14 +123,17 @@ class PostgresProbes:
         the declared tables, and the libraries detected with no config."""
         figures: list[tuple[QueueSource, QueueFigures]] = []
         problems = []
-        for source in self.sources:
-            try:
-                detection = source.detect(conn)
-                if detection is None:
-                    continue
-                figures.extend((source, f) for f in source.sample(conn, detection))
-            except psycopg.Error as exc:
-                problems.append(f"{source.name}: {describe_error(exc)}")
+        # Whether each source is installed: its tables checked in one statement, not one each.
+        with tables_checked_together(conn, self._tables_asked) as known:
+            for source in self.sources:
+                try:
+                    detection = source.detect(conn)
+                    if detection is None:
+                        continue
+                    figures.extend((source, f) for f in source.sample(conn, detection))
+                except psycopg.Error as exc:
+                    problems.append(f"{source.name}: {describe_error(exc)}")
+        self._tables_asked = set(known)
         for _source, f in figures:
             problems.extend(f"{f.name}: {note}" for note in f.notes)
             if f.error:

@@ -15,6 +15,9 @@ statement and lock timeouts).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -29,9 +32,34 @@ if TYPE_CHECKING:
 SERVER_SQL = Queries("probes", "server.sql")
 
 
+_KNOWN_TABLES: ContextVar[dict[str, bool] | None] = ContextVar("known_tables", default=None)
+
+
 def has_table(conn: ProbeConnection, name: str) -> bool:
-    """Whether a relation of that (schema-qualified) name exists: the usual detect()."""
-    return bool(one(conn.execute(SERVER_SQL["table_present"], {"table": name}))["present"])
+    """Whether a relation of that (schema-qualified) name exists: the usual detect(). Within
+    `tables_checked_together`, answered from its one statement where it can be."""
+    known = _KNOWN_TABLES.get()
+    if known is not None and name in known:
+        return known[name]
+    present = bool(one(conn.execute(SERVER_SQL["table_present"], {"table": name}))["present"])
+    if known is not None:
+        known[name] = present
+    return present
+
+
+@contextmanager
+def tables_checked_together(conn: ProbeConnection, names: Iterable[str]) -> Iterator[dict[str, bool]]:
+    """Check `names` (what the sources asked the last time) in one statement, and answer
+    has_table from it meanwhile; what is asked besides is checked on its own and added to the
+    dict yielded (the names to check next time)."""
+    names = sorted(names)
+    known = ({r["name"]: bool(r["present"]) for r in conn.execute(SERVER_SQL["tables_present"], {"tables": names})}
+             if names else {})
+    token = _KNOWN_TABLES.set(known)
+    try:
+        yield known
+    finally:
+        _KNOWN_TABLES.reset(token)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,5 +7,9 @@ SELECT current_setting('server_version') AS version,
        pg_backend_pid() AS own_pid;
 
 -- name: table_present
--- Whether a table of queuetop's own schema is there (the probes skip what is not installed).
+-- Whether a table is there (the probes skip what is not installed).
 SELECT to_regclass(%(table)s::text) IS NOT NULL AS present;
+
+-- name: tables_present
+-- The same for every table the sources asked about in the previous cycle, in one statement.
+SELECT t.name, to_regclass(t.name) IS NOT NULL AS present FROM unnest(%(tables)s::text[]) AS t(name);
