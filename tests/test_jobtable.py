@@ -178,6 +178,27 @@ def test_an_estimated_state_is_split_from_random_pages_not_from_the_index_order(
         assert 0.6 * later <= q.delayed <= 1.4 * later, (q.delayed, later)
 
 
+def test_a_large_shared_table_led_by_state_then_queue_lists_every_queue(db):
+    # River's shape without its river_queue registry: the only index is (state, queue, ...), so
+    # the queues are found by skipping through each state's, not from what a 200-row sample of
+    # the big 'available' state meets (its first queue only).
+    with db.connect() as conn:
+        conn.execute("""CREATE TABLE public.rj (id bigserial PRIMARY KEY, queue text NOT NULL, state text NOT NULL);
+                        CREATE INDEX rj_fetch ON public.rj (state, queue, id)""")
+        conn.execute("""INSERT INTO rj (queue, state)
+                        SELECT 'q' || (g % 3), CASE WHEN g % 100 = 0 THEN 'running' ELSE 'available' END
+                        FROM generate_series(1, 120000) AS g""")
+        conn.execute("INSERT INTO rj (queue, state) VALUES ('rare', 'running')")
+        conn.execute("ANALYZE rj")
+    declared = DeclaredQueue(name="rj", table="public.rj", order_by="id", queue_column="queue", state_column="state",
+                             ready_states=("available",), in_flight_states=("running",))
+    with open_probe_connection(db.target) as conn:
+        rows = {q.name: q for q in JobTable(declared).sample(conn)}
+    assert sorted(rows) == ["rj:q0", "rj:q1", "rj:q2", "rj:rare"]
+    for name in ("rj:q0", "rj:q1", "rj:q2"):  # 39,600 available each
+        assert 0.85 * 39_600 <= rows[name].ready <= 1.15 * 39_600, (name, rows[name].ready)
+
+
 def test_a_shared_table_past_the_cap_is_estimated_per_queue_and_keeps_its_schedule(db):
     # A partitioned parent is read state by state across its queues: a capped read meets the
     # first partition's rows first, so the split comes from the statistics per queue, and what the

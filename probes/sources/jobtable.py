@@ -66,6 +66,7 @@ class ResolvedTable:
     queue_type: sql.Composable | None
     indexed: bool  # order_by leads an index
     queue_indexed: bool  # queue_column leads an index (the distinct-queue skip scan needs it)
+    state_queue_indexed: bool  # an index leads with (state_column, queue_column): a skip scan per state
 
 
 def resolve(conn: ProbeConnection, declared: DeclaredQueue) -> ResolvedTable:
@@ -106,7 +107,8 @@ def resolve(conn: ProbeConnection, declared: DeclaredQueue) -> ResolvedTable:
         # A view has no xmax: rows held by an open transaction cannot be seen through it.
         "xmax": sql.Identifier("xmax") if row["relkind"] in ("r", "p", "m") else sql.Literal(None),
     }
-    leading = {r["name"] for r in conn.execute(JOBTABLE_SQL["leading_index_columns"], {"relid": row["relid"]})}
+    pairs = [(r["name"], r["second"]) for r in conn.execute(JOBTABLE_SQL["leading_index_columns"], {"relid": row["relid"]})]
+    leading = {first for first, _ in pairs}
     return ResolvedTable(
         relid=row["relid"],
         qualified=table.as_string(conn),
@@ -120,6 +122,8 @@ def resolve(conn: ProbeConnection, declared: DeclaredQueue) -> ResolvedTable:
         queue_type=type_of(declared.queue_column),
         indexed=declared.order_by in leading or row["relkind"] == "v",
         queue_indexed=declared.queue_column in leading if declared.queue_column else False,
+        state_queue_indexed=bool(declared.state_column and declared.queue_column
+                                 and (declared.state_column, declared.queue_column) in pairs),
     )
 
 
@@ -191,9 +195,15 @@ class JobTable:
             names = list(queues)
         elif table.queue_indexed or not d.state_column:
             names = list(self._distinct(conn, table, "queue_column"))
+        elif table.state_queue_indexed:
+            # An index leads with (state, queue): skip through each state's queues.
+            states = [*self._ready_states(conn, table), *d.in_flight_states, *d.delayed_states, *d.dead_states]
+            statement = sql.SQL(JOBTABLE_SQL["distinct_in_states"]).format(**table.parts, state_type=table.state_type)
+            names = sorted(r["value"] for r in conn.execute(statement, {"states": states, "max_values": MAX_QUEUES}))
         else:
             # No index leads with the queue column: skipping through the values would read the
-            # table once per queue. The queues are those the state reads meet instead.
+            # table once per queue. The queues are those the state reads meet instead (a
+            # sampled state's, only those its sample meets).
             names = []
         all_queues = bool(d.state_column and d.queue_column and d.queue is None)
         try:

@@ -25,10 +25,12 @@ JOIN pg_namespace tn ON tn.oid = t.typnamespace
 WHERE a.attrelid = %(relid)s::oid AND a.attnum > 0 AND NOT a.attisdropped;
 
 -- name: leading_index_columns
--- Columns that lead a valid index (of the table, or of a partitioned parent).
-SELECT a.attname AS name
+-- Columns that lead a valid index (of the table, or of a partitioned parent), and the column
+-- that follows each (NULL for a one-column index).
+SELECT a.attname AS name, b.attname AS second
 FROM pg_index i
 JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+LEFT JOIN pg_attribute b ON b.attrelid = i.indrelid AND b.attnum = i.indkey[1] AND i.indnkeyatts > 1
 WHERE i.indrelid = %(relid)s::oid AND i.indisvalid;
 
 -- name: fingerprint
@@ -63,6 +65,25 @@ WITH RECURSIVE q AS (
     FROM q WHERE q.v IS NOT NULL
 )
 SELECT v::text AS value FROM q WHERE v IS NOT NULL LIMIT %(max_values)s::integer;
+
+-- name: distinct_in_states
+-- The distinct queues of a shared table whose index leads with (state, queue) and none with the
+-- queue alone (River's fetching index): skipping through the queues of each waiting, running or
+-- dead state, one index probe per queue, not a read of the rows.
+SELECT DISTINCT d.v::text AS value
+FROM unnest(%(states)s::{state_type}[]) AS s(state)
+CROSS JOIN LATERAL (
+    WITH RECURSIVE q AS (
+        (SELECT {queue_column} AS v FROM {table}
+         WHERE {state} = s.state AND {queue_column} IS NOT NULL ORDER BY {queue_column} LIMIT 1)
+        UNION ALL
+        SELECT (SELECT {queue_column} FROM {table}
+                WHERE {state} = s.state AND {queue_column} > q.v ORDER BY {queue_column} LIMIT 1)
+        FROM q WHERE q.v IS NOT NULL
+    )
+    SELECT v FROM q WHERE v IS NOT NULL LIMIT %(max_values)s::integer
+) AS d
+LIMIT %(max_values)s::integer;
 
 -- name: enum_labels
 -- The values an enum state column can take.
