@@ -168,7 +168,7 @@ def test_an_estimated_state_is_split_from_random_pages_not_from_the_index_order(
         truth_rows = conn.execute("""SELECT name, count(*) FILTER (WHERE start_after > now()) AS later, count(*) AS waiting
                                      FROM due WHERE state = 'created' GROUP BY name""").fetchall()
     declared = DeclaredQueue(name="due", table="public.due", order_by="id", queue_column="name", state_column="state",
-                             not_before_column="start_after", ready_states=("created",), done_states=("completed",))
+                             not_before_column="start_after", age_column="start_after", ready_states=("created",), done_states=("completed",))
     with open_probe_connection(db.target) as conn:
         rows = {q.name: q for q in JobTable(declared).sample(conn)}
     for name, later, waiting in truth_rows:  # 60,000 waiting, 15,000 of them later (a quarter)
@@ -176,6 +176,8 @@ def test_an_estimated_state_is_split_from_random_pages_not_from_the_index_order(
         assert q.depth_is_estimate is True
         assert 0.85 * waiting <= q.depth <= 1.15 * waiting, (q.depth, waiting)
         assert 0.6 * later <= q.delayed <= 1.4 * later, (q.delayed, later)
+        # Each queue's oldest due job, by one probe of the index (the sample met queue a only).
+        assert q.oldest_ready_age_s is not None and 55 <= q.oldest_ready_age_s <= 300, q.oldest_ready_age_s
 
 
 def test_a_large_shared_table_led_by_state_then_queue_lists_every_queue(db):

@@ -129,3 +129,22 @@ def test_river_details_show_waiting_jobs_and_the_last_error(db, river):
     assert {row["state"] for row in details.head} == {"available", "running", "retryable", "scheduled"}
     [discarded] = details.dead
     assert discarded["last_error"] == "mailbox full"
+
+
+def test_a_large_river_table_keeps_every_queues_oldest_ready_job(db, river):
+    # 120,000 more available jobs (as River's client inserts them, in bulk here): the counts are
+    # estimates and the rows read are a sample in the fetching index's order, which meets one
+    # queue's jobs only; each queue's oldest ready job is still found, in River's order.
+    with db.connect() as conn:
+        conn.execute("""INSERT INTO river_job (queue, kind, args, max_attempts, priority, state, scheduled_at)
+                        SELECT CASE WHEN g % 2 = 0 THEN 'bulk_a' ELSE 'bulk_b' END, 'send_email', '{}', 25,
+                               1 + g % 4, 'available', now() - make_interval(secs => 120 + g % 600)
+                        FROM generate_series(1, 120000) AS g""")
+        conn.execute("ANALYZE river_job")
+        truth = dict(conn.execute("""SELECT queue, extract(epoch FROM now() - min(scheduled_at))::float8 FROM river_job
+                                     WHERE state = 'available' AND scheduled_at <= now() GROUP BY queue""").fetchall())
+    rows = {q.name: q for q in run_cycle(db.target).queues if q.source == "river"}
+    for queue in ("bulk_a", "bulk_b"):
+        q = rows[queue]
+        assert q.depth_is_estimate is True and 48_000 <= q.ready <= 72_000, (queue, q.ready)
+        assert abs(q.oldest_ready_age_s - truth[queue]) <= 30, (queue, q.oldest_ready_age_s, truth[queue])

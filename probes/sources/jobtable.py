@@ -42,6 +42,7 @@ LARGE_TABLE_CAP = 1_000  # the same in a large table (past LARGE_TABLE_ROWS), wh
 ESTIMATES_MAX_AGE_S = 60.0
 SPLIT_SAMPLE_PAGES = 64  # random pages read to split an estimated state (held, later, exhausted)
 MIN_SPLIT_ROWS = 30  # rows of a state (of a queue) the page sample must meet to split it
+OLDEST_COST_PER_QUEUE = 50.0  # an oldest-due lookup is made when it is an index probe per queue
 SAMPLE_ROWS = 200  # read of a state the planner expects to exceed the cap: enough to split it
 READ_COST_PER_ROW = 5.0  # a large table's state is read when the planner expects it to cost at most this a row
 MAX_QUEUES = 200  # distinct queues of one shared table
@@ -337,6 +338,7 @@ class JobTable:
                 if row["queue"] in figures or discover:
                     _credit(d, state, queue(row["queue"]), row, row["oldest_due_age_s"])
         sampled = self._split_sample(conn, table, [state for state, _ in unread], group, every_row, {})
+        oldest_due = self._oldest_due(conn, table, [state for state, _ in unread], list(figures))
         for state, seen in unread:
             estimate = True
             for name, counts in figures.items():
@@ -346,7 +348,7 @@ class JobTable:
                 by_queue = sampled.get(state, {})
                 split = (_enough(by_queue.get(name)) or _enough(_pooled(by_queue.values()))
                          or seen.get(name) or _pooled(seen.values()))
-                oldest = seen[name]["oldest_due_age_s"] if name in seen else None
+                oldest = oldest_due.get(state, {}).get(name, seen[name]["oldest_due_age_s"] if name in seen else None)
                 _credit(d, state, counts, _split(guess, split), oldest)
         shared_table = table.relid if table.relkind != "v" else None
         out = []
@@ -455,6 +457,25 @@ class JobTable:
         figures.oldest_ready_age_s = oldest if ready else None
         figures.depth_is_estimate = estimate
         return figures
+
+    def _oldest_due(self, conn: ProbeConnection, table: ResolvedTable, states: list[str],
+                    queues: list[str]) -> dict[str, dict[str, float | None]]:
+        """Each queue's oldest due job in each estimated waiting state (oldest_due), where an
+        index makes it one probe per queue (OLDEST_COST_PER_QUEUE cost units at most)."""
+        d = self.declared
+        waiting = [s for s in states if s not in (*d.in_flight_states, *d.delayed_states, *d.dead_states)]
+        if not waiting or not queues or d.age_column is None or d.queue_column is None:
+            return {}
+        statement = sql.SQL(JOBTABLE_SQL["oldest_due"]).format(**table.parts, state_type=table.state_type,
+                                                                queue_type=table.queue_type)
+        plan_of = sql.SQL(JOBTABLE_SQL["oldest_due_plan"]).format(read=statement)
+        out: dict[str, dict[str, float | None]] = {}
+        for state in waiting:
+            params = {"state": state, "queues": queues}
+            plan = self.estimates.explain(conn, plan_of, params)
+            if _plan_cost(plan) <= OLDEST_COST_PER_QUEUE * len(queues) and not _scans_table(_plan_root(plan)):
+                out[state] = {r["queue"]: r["oldest_due_age_s"] for r in conn.execute(statement, params)}
+        return out
 
     def _split_sample(self, conn: ProbeConnection, table: ResolvedTable, states: list[str], group: sql.Composable,
                       where: sql.Composable, params: dict[str, Any]) -> dict[str, dict[str | None, dict[str, Any]]]:
@@ -600,6 +621,17 @@ def _too_dear(plan: dict[str, Any], cap: int) -> bool:
     if isinstance(document, str):
         document = json.loads(document)
     return _scans_table(document[0]["Plan"]) or float(document[0]["Plan"]["Total Cost"]) > READ_COST_PER_ROW * cap
+
+
+def _plan_root(plan: dict[str, Any]) -> dict[str, Any]:
+    document = plan["QUERY PLAN"]
+    if isinstance(document, str):
+        document = json.loads(document)
+    return dict(document[0]["Plan"])
+
+
+def _plan_cost(plan: dict[str, Any]) -> float:
+    return float(_plan_root(plan)["Total Cost"])
 
 
 def _expected_rows(plan: dict[str, Any]) -> int:

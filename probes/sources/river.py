@@ -56,11 +56,22 @@ class River(QueueSource):
         return Detection(version=version, schema=self.schema)
 
     def sample(self, conn: ProbeConnection, detection: Detection) -> list[QueueFigures]:
+        out = None
         if has_table(conn, sql.Identifier(self.schema, "river_queue").as_string(conn)):
             names = [r["name"] for r in conn.execute(sql.SQL(RIVER_SQL["queues"]).format(**self._parts()))]
             if names:
-                return self.table.sample(conn, queues=names)
-        return self.table.sample(conn)  # no registry: the distinct queue names
+                out = self.table.sample(conn, queues=names)
+        if out is None:
+            out = self.table.sample(conn)  # no registry: the distinct queue names
+        # An estimated count's rows were a sample: the oldest ready job is looked up in River's order.
+        estimated = [f.name for f in out if f.error is None and f.ready and f.depth_is_estimate]
+        if estimated:
+            oldest = sql.SQL(RIVER_SQL["oldest_ready"]).format(**self._parts())
+            ages = {r["queue"]: r["age_s"] for r in conn.execute(oldest, {"queues": estimated})}
+            for figures in out:
+                if figures.name in estimated:
+                    figures.oldest_ready_age_s = ages.get(figures.name, figures.oldest_ready_age_s)
+        return out
 
     def details(self, conn: ProbeConnection, name: str) -> QueueDetails:
         generic = self.table.details(conn, name)

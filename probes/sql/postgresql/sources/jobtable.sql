@@ -224,6 +224,25 @@ FROM (
 ) AS f
 GROUP BY f.st, f.q;
 
+-- name: oldest_due
+-- The oldest due job of each queue in one waiting state (by the age column), one index probe per
+-- queue where an index is in (queue, age) order (pg-boss's (name, start_after)): for a state
+-- whose count is an estimate, the rows read are a sample in some index's order and need not
+-- hold any queue's oldest. Used only when the plan says it is such a probe.
+SELECT q.queue, extract(epoch FROM now() - o.ts)::float8 AS oldest_due_age_s
+FROM unnest(%(queues)s::text[]) AS q(queue)
+CROSS JOIN LATERAL (
+    SELECT ({age})::timestamptz AS ts FROM {table}
+    WHERE {state} = %(state)s::{state_type} AND {queue_column} = q.queue::{queue_type}
+      AND coalesce(({not_before})::timestamptz <= now(), true) AND coalesce(({visible})::timestamptz <= now(), true)
+      AND ({locked}) IS NULL AND ({age}) IS NOT NULL
+    ORDER BY {age} LIMIT 1
+) AS o;
+
+-- name: oldest_due_plan
+-- What oldest_due would cost ({read}).
+EXPLAIN (FORMAT JSON) {read};
+
 -- name: estimate_rows
 -- The planner's row estimate for a queue of a table with no state column.
 EXPLAIN (FORMAT JSON) SELECT 1 FROM {table} WHERE {filter};

@@ -19,3 +19,17 @@ SELECT id, kind, attempt, max_attempts, finalized_at,
 FROM {jobs}
 WHERE queue = %(queue)s::text AND state = 'discarded'
 ORDER BY finalized_at DESC NULLS LAST, id DESC LIMIT %(limit)s::integer;
+
+-- name: oldest_ready
+-- For each queue, the oldest due available job: River fetches in (priority, scheduled_at, id)
+-- order through its (state, queue, priority, scheduled_at, id) index, so the oldest is the
+-- earliest of one index probe per priority (River's priorities are 1 to 4).
+SELECT q.queue, extract(epoch FROM now() - min(o.scheduled_at))::float8 AS age_s
+FROM unnest(%(queues)s::text[]) AS q(queue)
+CROSS JOIN generate_series(1, 4) AS p(priority)
+CROSS JOIN LATERAL (
+    SELECT j.scheduled_at FROM {jobs} j
+    WHERE j.state = 'available' AND j.queue = q.queue AND j.priority = p.priority AND j.scheduled_at <= now()
+    ORDER BY j.scheduled_at LIMIT 1
+) AS o
+GROUP BY q.queue;
