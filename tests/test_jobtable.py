@@ -168,7 +168,8 @@ def test_an_estimated_state_is_split_from_random_pages_not_from_the_index_order(
         truth_rows = conn.execute("""SELECT name, count(*) FILTER (WHERE start_after > now()) AS later, count(*) AS waiting
                                      FROM due WHERE state = 'created' GROUP BY name""").fetchall()
     declared = DeclaredQueue(name="due", table="public.due", order_by="id", queue_column="name", state_column="state",
-                             not_before_column="start_after", age_column="start_after", ready_states=("created",), done_states=("completed",))
+                             not_before_column="start_after", age_column="start_after", ready_states=("created",),
+                             done_states=("completed",))
     with open_probe_connection(db.target) as conn:
         rows = {q.name: q for q in JobTable(declared).sample(conn)}
     for name, later, waiting in truth_rows:  # 60,000 waiting, 15,000 of them later (a quarter)
