@@ -617,13 +617,11 @@ def _too_dear(plan: dict[str, Any], cap: int) -> bool:
     READ_COST_PER_ROW cost units a row (a row fetched through an index costs about one; finding a
     rare state's rows among another state's, through an index that holds both, costs one per row
     of the other state, so many times more)."""
-    document = plan["QUERY PLAN"]
-    if isinstance(document, str):
-        document = json.loads(document)
-    return _scans_table(document[0]["Plan"]) or float(document[0]["Plan"]["Total Cost"]) > READ_COST_PER_ROW * cap
+    return _scans_table(_plan_root(plan)) or _plan_cost(plan) > READ_COST_PER_ROW * cap
 
 
 def _plan_root(plan: dict[str, Any]) -> dict[str, Any]:
+    """The top node of an EXPLAIN (FORMAT JSON) result row."""
     document = plan["QUERY PLAN"]
     if isinstance(document, str):
         document = json.loads(document)
@@ -636,10 +634,7 @@ def _plan_cost(plan: dict[str, Any]) -> float:
 
 def _expected_rows(plan: dict[str, Any]) -> int:
     """The rows the planner expects a state to have: the Plan Rows under a state_plan's LIMIT."""
-    document = plan["QUERY PLAN"]
-    if isinstance(document, str):
-        document = json.loads(document)
-    top = document[0]["Plan"]
+    top = _plan_root(plan)
     while top.get("Node Type") != "Limit" and top.get("Plans"):
         top = top["Plans"][0]
     children = top.get("Plans") or [top]
@@ -660,10 +655,7 @@ def _scans_table(node: dict[str, Any]) -> bool:
 
 def plan_rows(plan: dict[str, Any]) -> int:
     """`Plan Rows` of an EXPLAIN (FORMAT JSON) result row."""
-    document = plan["QUERY PLAN"]
-    if isinstance(document, str):
-        document = json.loads(document)
-    return int(document[0]["Plan"]["Plan Rows"])
+    return int(_plan_root(plan)["Plan Rows"])
 
 
 def describe(exc: psycopg.Error | LookupError) -> str:
