@@ -7,6 +7,7 @@ import io
 import json
 
 import psycopg
+import pytest
 from rich.console import Console
 from textual.widgets import DataTable, Input, Tree
 
@@ -20,6 +21,7 @@ from tui.dashboard import QueuetopApp
 from tui.sample import SampleSource, sample_snapshot
 from tui.screens.details import DetailsScreen
 from tui.screens.dialogs import ConfirmScreen, HelpScreen, PromptScreen
+from tui.widgets.keyed_table import KeyedTable
 from tui.widgets.panels import CompactionPanel, LocksPanel, QueuesPanel
 
 
@@ -69,8 +71,9 @@ def compaction_rows(app) -> dict[str, tuple]:
 
 
 def panel_rows(app, panel) -> dict[str, tuple]:
-    table = app.query_one(panel).query_one(DataTable)
-    return {key.value: tuple(str(c) for c in table.get_row(key)) for key in table.rows}
+    """Every cell of every row, as the panel gave them (columns the width leaves out too)."""
+    table = app.query_one(panel).query_one(KeyedTable)
+    return {key: tuple(str(c) for c in cells) for key, cells in table.full_rows().items()}
 
 
 # -- bindings and dialogs (deterministic source) -------------------------------------------
@@ -91,11 +94,18 @@ async def test_panels_show_the_snapshot_exactly():
             "group:task_status:7": ("200", "#7 onboarding"),
             "group:task_status:3": ("34", "#3 nps"),
         }
-        assert app.query_one(CompactionPanel).border_subtitle == "4.0s ago: 980 folded"
+        # The border says what fits of the last run, whole: here its short form; zoomed, all of it.
+        compaction = app.query_one(CompactionPanel)
+        assert compaction.border_subtitle.endswith("ran 4.0s ago")
+        compaction.query_one(KeyedTable).focus()
+        await pilot.press("z")
+        await settle(pilot, app, lambda: compaction.border_subtitle == "4.0s ago: 980 folded", "zoomed subtitle")
+        await pilot.press("escape")
+        await settle(pilot, app, lambda: app.screen.maximized is None, "back from zoom")
         tree = app.query_one(LocksPanel).query_one(Tree)
         assert "blocked session" in str(tree.root.label)
         [root] = tree.root.children
-        assert "idle in transaction" in str(root.label)
+        assert "idle in xact" in str(root.label)
 
 
 async def test_rows_update_in_place():
@@ -121,12 +131,12 @@ async def test_greater_than_cycles_the_queue_order_by_depth_oldest_dead():
             await pilot.press("greater_than_sign")
             expected = [f"{q.source}:{q.name}" for q in sorted(queues, key=lambda q: -(getattr(q, figure) or 0))]
             await settle(pilot, app, lambda expected=expected: shown() == expected, f"sorted by {order}")
-            assert app.query_one(QueuesPanel).border_subtitle == f"sorted by {order} ↓ (>)"
+            assert f"sorted by {order} ↓ (>)" in app.query_one(QueuesPanel).border_subtitle
         await pilot.press("greater_than_sign")  # and back to the snapshot's order
         await settle(pilot, app, lambda: shown() == [f"{q.source}:{q.name}" for q in queues], "unsorted")
         # The Delayed column makes depth add up: ready + in flight + delayed.
         orders = queue_rows(app)["table:orders"]
-        assert [c for _, c in QueuesPanel.COLUMNS][:6] == ["Queue", "Depth", "Ready", "In flight", "Delayed", "Dead"]
+        assert [c.label for c in QueuesPanel.COLUMNS][:6] == ["Queue", "Depth", "Ready", "In flight", "Delayed", "Dead"]
         assert orders[4] == "0"
 
 
@@ -200,16 +210,69 @@ async def test_disconnected_state_is_shown_and_figures_kept():
 # -- snapshot tests ------------------------------------------------------------------------
 
 
-def test_main_screen_100x30(snap_compare):
-    assert snap_compare(sample_app(snapshots=[sample_snapshot()]), terminal_size=(100, 30))
+SIZES = [(80, 24), (100, 30), (160, 45)]
 
 
-def test_main_screen_80x24(snap_compare):
-    assert snap_compare(sample_app(snapshots=[sample_snapshot()]), terminal_size=(80, 24))
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_main_screen(snap_compare, size):
+    assert snap_compare(sample_app(snapshots=[sample_snapshot()]), terminal_size=size)
 
 
-def test_help_screen_80x24(snap_compare):
-    assert snap_compare(sample_app(snapshots=[sample_snapshot()]), terminal_size=(80, 24), press=["question_mark"])
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_main_screen_with_long_names(snap_compare, size):
+    assert snap_compare(sample_app(snapshots=[sample_snapshot(long_names=True)]), terminal_size=size)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_help_screen(snap_compare, size):
+    assert snap_compare(sample_app(snapshots=[sample_snapshot()]), terminal_size=size, press=["question_mark"])
+
+
+@pytest.mark.parametrize("size", [(80, 24), (100, 30)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_zoomed_leases(snap_compare, size):
+    async def zoom(pilot):
+        pilot.app.query_one("#leases-table").focus()
+        await pilot.press("z")
+
+    assert snap_compare(sample_app(snapshots=[sample_snapshot(long_names=True)]), terminal_size=size, run_before=zoom)
+
+
+def rendered_cells(table: KeyedTable) -> list[tuple[str, str, object, object]]:
+    """(row, column, what the table shows, what the panel gave) for every shown cell."""
+    full = table.full_rows()
+    index = {c.key: i for i, c in enumerate(table._spec)}
+    out = []
+    for row_key in full:
+        for column in table.shown_columns():
+            shown = table.get_cell(row_key, column)
+            out.append((row_key, column, shown, full[row_key][index[column]]))
+    return out
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_no_cell_is_ever_cut_and_every_table_fits_its_panel(size):
+    # A figure is whole or absent: every cell shown is the panel's own value, or a name cut with
+    # an ellipsis; every table's columns fit inside its panel (nothing scrolls off the edge).
+    app = sample_app(snapshots=[sample_snapshot(long_names=True)])
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot, app, lambda: app.snapshot is not None, "first snapshot")
+        await pilot.pause()
+        for table in app.query(KeyedTable):
+            for row, column, shown, given in rendered_cells(table):
+                if str(shown) != str(given):
+                    assert str(shown).endswith("…"), (table.id, row, column, str(shown), str(given))
+                    assert str(given).startswith(str(shown)[:-1]), (table.id, row, column, str(shown))
+                    spec = next(c for c in table._spec if c.key == column)
+                    assert spec.text, f"{table.id}: figure column {column} was cut: {shown!r}"
+            widths = sum(col.get_render_width(table) for col in table.ordered_columns)
+            assert widths <= table.size.width, (table.id, widths, table.size.width)
+        # Names, holders and seven-digit tokens everywhere: the Leases token is shown whole, or
+        # its column is hidden and the border says so.
+        leases = app.query_one("#leases-table", KeyedTable)
+        if "token" in leases.shown_columns():
+            assert any("2,718,288" in str(cell) for _r, c, cell, _g in rendered_cells(leases) if c == "token")
+        else:
+            assert "hidden" in str(leases.parent.border_subtitle) or "(z)" in str(leases.parent.border_subtitle)
 
 
 # -- against a real PostgreSQL -------------------------------------------------------------

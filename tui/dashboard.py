@@ -32,7 +32,7 @@ from . import format as fmt
 from .messages import ActivityEnded, SnapshotArrived
 from .screens.details import DetailsScreen, queue_renderables, session_renderables
 from .screens.dialogs import ConfirmScreen, HelpScreen, PromptScreen
-from .widgets.panels import CompactionPanel, ConnectionsPanel, LeasesPanel, LocksPanel, QueuesPanel, RingsPanel
+from .widgets.panels import CompactionPanel, ConnectionsPanel, LeasesPanel, LocksPanel, Panel, QueuesPanel, RingsPanel
 
 PANELS = (QueuesPanel, RingsPanel, LeasesPanel, CompactionPanel, LocksPanel, ConnectionsPanel)
 
@@ -112,13 +112,17 @@ class QueuetopApp(App[None]):
     AUTO_FOCUS = "#queues-table"
     CSS = """
     Screen { layout: vertical; }
-    #row-queues { height: 2fr; }
-    #row-locks { height: 2fr; }
-    #row-small { height: 1fr; }
+    #row-queues { height: 3fr; min-height: 6; }
+    #row-locks { height: 2fr; min-height: 6; }
+    /* As tall as the longest of Rings, Leases and Compaction needs (every lease in sight when
+       relays take over), up to 40 % of the screen; z zooms a panel to full screen. */
+    #row-small { height: auto; max-height: 40%; }
+    #row-small Panel { height: auto; min-height: 5; }
+    #row-small KeyedTable { height: auto; }
     #locks { width: 3fr; }
     #connections { width: 2fr; }
     #rings, #compaction { width: 2fr; }
-    #leases { width: 3fr; }
+    #leases { width: 4fr; }
     #connections-spark { height: 1; margin: 0 1; }
     #connections-gauge { height: 2; padding: 0 1; }
     #filter { dock: bottom; display: none; }
@@ -132,6 +136,7 @@ class QueuetopApp(App[None]):
         Binding("minus", "interval(-1)", "Faster", id="interval.faster", key_display="-"),
         Binding("slash", "filter", "Filter", id="filter", key_display="/"),
         Binding("greater_than_sign", "sort_queues", "Sort queues", id="queues.sort", key_display=">", show=False),
+        Binding("z", "zoom", "Zoom panel", id="zoom"),
         Binding("c", "signal(False)", "Cancel backend", id="backend.cancel"),
         Binding("k", "signal(True)", "Terminate backend", id="backend.terminate"),
         Binding("q", "quit", "Quit", id="quit"),
@@ -266,6 +271,18 @@ class QueuetopApp(App[None]):
         keys.append(("Ctrl-P", "command palette", ""))
         self.push_screen(HelpScreen(keys))
 
+    def action_zoom(self) -> None:
+        """The focused panel full screen, or back."""
+        screen = self.screen
+        if screen.maximized is not None:
+            screen.minimize()
+            return
+        focused = self.focused
+        panel = next((w for w in (focused.ancestors_with_self if focused else []) if isinstance(w, Panel)), None)
+        if panel is None:
+            panel = self.query_one(QueuesPanel)
+        screen.maximize(panel, container=False)
+
     def action_toggle_pause(self) -> None:
         self.paused = not self.paused
         if self.paused:
@@ -310,7 +327,11 @@ class QueuetopApp(App[None]):
 
     def on_key(self, event) -> None:
         box = self.query_one("#filter", Input)
-        if event.key == "escape" and box.has_focus:
+        if event.key == "escape" and self.screen.maximized is not None and self.screen is self.screen_stack[0]:
+            self.screen.minimize()
+            event.stop()
+            return
+        if event.key == "escape" and (box.has_focus or self.filter_text):
             box.value = ""
             box.remove_class("visible")
             self.filter_text = ""

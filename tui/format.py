@@ -8,9 +8,27 @@ BLOCKS = "▁▂▃▄▅▆▇█"
 
 
 def count(value: int | None, estimate: bool = False) -> str:
+    """An exact count in full (1,234,567); an estimate marked `~`, and past 10,000 in three
+    significant figures (~23.3k, ~1.00M): its last digits mean nothing, and the column stays
+    narrow enough to keep its neighbours on screen."""
     if value is None:
         return "-"
-    return f"~{value:,}" if estimate else f"{value:,}"
+    if not estimate:
+        return f"{value:,}"
+    return f"~{compact(value)}" if abs(value) >= 10_000 else f"~{value:,}"
+
+
+def compact(value: int) -> str:
+    """Three significant figures with a unit: 23.3k, 981k, 1.00M, 12.4G."""
+    sign, v = ("-" if value < 0 else ""), abs(value)
+    if v < 1_000:
+        return f"{value:,}"
+    for unit, size in (("k", 1e3), ("M", 1e6), ("G", 1e9), ("T", 1e12)):
+        scaled = v / size
+        if scaled < 999.5:
+            digits = 0 if scaled >= 99.95 else 1 if scaled >= 9.995 else 2
+            return f"{sign}{scaled:.{digits}f}{unit}"
+    return f"{sign}{v / 1e12:,.0f}T"
 
 
 def seconds(value: float | None) -> str:
@@ -52,6 +70,14 @@ def gauge(used: int, capacity: int, width: int = 12) -> Text:
     filled = round(share * width)
     style = "bold red" if share >= 1.0 else "yellow" if share >= 0.8 else "green"
     return Text.assemble(("█" * filled, style), ("░" * (width - filled), "dim"), f" {used:,}/{capacity:,}")
+
+
+def bar(used: int, capacity: int, width: int = 8) -> Text:
+    """A filling bar alone (the figures are a column of their own)."""
+    share = 0.0 if capacity <= 0 else min(1.0, used / capacity)
+    filled = round(share * width)
+    style = "bold red" if share >= 1.0 else "yellow" if share >= 0.8 else "green"
+    return Text.assemble(("█" * filled, style), ("░" * (width - filled), "dim"))
 
 
 def one_line(text: str | None, width: int = 80) -> str:

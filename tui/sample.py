@@ -24,10 +24,28 @@ from probes.model import (
 TAKEN_AT = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
 
 
-def sample_snapshot(*, queues: int = 4, sessions: int = 12, tree_depth: int = 3, step: int = 0) -> Snapshot:
+def sample_snapshot(*, queues: int = 4, sessions: int = 12, tree_depth: int = 3, step: int = 0,
+                    long_names: bool = False) -> Snapshot:
     """A snapshot with `queues` queues, `sessions` client sessions of which most are blocked
     in chains `tree_depth` deep under a few idle-in-transaction roots; `step` moves the figures
-    as successive samples would."""
+    as successive samples would. `long_names`: 48-character queue names, long holders and
+    seven-digit fencing tokens (what must not push a figure off screen)."""
+    snapshot = _sample_snapshot(queues=queues, sessions=sessions, tree_depth=tree_depth, step=step)
+    if not long_names:
+        return snapshot
+    from dataclasses import replace
+
+    return replace(
+        snapshot,
+        queues=tuple(replace(q, name=f"{q.name}.{'billing-reconciliation-export-'}{i:02d}".ljust(48, "x")[:48])
+                     for i, q in enumerate(snapshot.queues)),
+        leases=tuple(replace(lease, name=f"{lease.name}-leader-election-for-region-eu-west",
+                             holder=None if lease.holder is None else f"{lease.holder}.pod-7f9c4d8b6-x2kqp.eu-west-1",
+                             token=lease.token + 2_718_281) for lease in snapshot.leases),
+    )
+
+
+def _sample_snapshot(*, queues: int, sessions: int, tree_depth: int, step: int) -> Snapshot:
     queue_samples = tuple(
         QueueSample(
             name=f"queue-{i:02d}" if i else "orders",

@@ -1,28 +1,59 @@
 """A DataTable that is updated in place from keyed rows: new keys added, gone keys removed,
-changed cells updated; nothing rebuilt per tick (the way Dolphie does it)."""
+changed cells updated; nothing rebuilt per tick (the way Dolphie does it).
+
+It never shows a figure cut: it shows the columns that fit its width whole, in the order of
+their priority, and says which it left out (`Fitted`). Only a text column (a name) may be
+shortened, and then with an ellipsis."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import cast
 
 from rich.cells import cell_len
 from rich.text import Text
+from textual import events
 from textual._two_way_dict import TwoWayDict
 from textual.cache import LRUCache
 from textual.coordinate import Coordinate
+from textual.message import Message
 from textual.widgets import DataTable
 from textual.widgets.data_table import CellKey, ColumnKey, RowKey
 
 
+@dataclass(frozen=True, slots=True)
+class Column:
+    key: str
+    label: str
+    priority: int = 0  # which go first when the width runs out: the highest; 0 never
+    text: bool = False  # a name: may be shortened (with an ellipsis), down to min_width
+    min_width: int = 10
+
+
 class KeyedTable(DataTable):
     DEFAULT_CSS = """
-    KeyedTable { height: 1fr; }
+    KeyedTable { height: 1fr; scrollbar-size-vertical: 1; overflow-x: hidden; }
     """
 
-    def __init__(self, columns: Sequence[tuple[str, str]], **kwargs) -> None:
+    class Fitted(Message):
+        """The columns left out changed (labels, in their order)."""
+
+        def __init__(self, table: KeyedTable, hidden: tuple[str, ...]) -> None:
+            super().__init__()
+            self.table = table
+            self.hidden = hidden
+
+    def __init__(self, columns: Sequence[Column | tuple[str, str]], **kwargs) -> None:
         super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
-        self._column_spec = list(columns)
+        # A bare (key, label) list: the first column is the name, the others go last first.
+        self._spec = [c if isinstance(c, Column) else Column(c[0], c[1], priority=i, text=i == 0)
+                      for i, c in enumerate(columns)]
+        self._full: dict[str, tuple] = {}  # every column's cell, by row key
+        self._widths = [cell_len(c.label) for c in self._spec]  # widest cell (or label) per column
+        self._visible: list[int] = list(range(len(self._spec)))
+        self._text_widths: dict[int, int] = {}  # a shortened text column's width
+        self.hidden: tuple[str, ...] = ()
         self._cells: dict[str, tuple] = {}
         self._shown: list[str] = []  # row keys in display order (kept here: the hot path compares it)
         # DataTable's own cell cache is keyed by a table-wide update counter, so one changed cell
@@ -32,12 +63,114 @@ class KeyedTable(DataTable):
         self._own_cache: LRUCache[tuple, object] = LRUCache(4096)
 
     def on_mount(self) -> None:
-        for key, label in self._column_spec:
-            self.add_column(label, key=key)
+        self._add_columns()
+
+    def _add_columns(self) -> None:
+        for index in self._visible:
+            column = self._spec[index]
+            self.add_column(column.label, key=column.key, width=self._text_widths.get(index))
+
+    # -- fitting the width ---------------------------------------------------------------
+
+    def _fit(self) -> tuple[list[int], dict[int, int]]:
+        """The columns to show, by priority, each whole, within the width; a text column at
+        least its min_width, then widened with what is left, up to its widest cell."""
+        available = self.size.width - 1  # the vertical scrollbar's column, kept free
+        if available <= 0:
+            return self._visible, self._text_widths
+        pad = 2 * self.cell_padding
+        chosen: list[int] = []
+        used = 0
+        for index in sorted(range(len(self._spec)), key=lambda i: (self._spec[i].priority, i)):
+            column = self._spec[index]
+            need = (min(column.min_width, self._widths[index]) if column.text else self._widths[index]) + pad
+            if chosen and used + need > available:
+                break  # this one and every less important one stay out
+            chosen.append(index)
+            used += need
+        text_widths: dict[int, int] = {}
+        left = available - used
+        for index in chosen:
+            column = self._spec[index]
+            if column.text:
+                base = min(column.min_width, self._widths[index])
+                width = min(self._widths[index], base + max(0, left))
+                left -= width - base
+                if width < self._widths[index]:
+                    text_widths[index] = width
+        return sorted(chosen), text_widths
+
+    def _refit(self) -> bool:
+        """Re-layout if what fits changed: rebuild the columns and rows. True if it did."""
+        visible, text_widths = self._fit()
+        if visible == self._visible and text_widths == self._text_widths:
+            return False
+        hidden = tuple(self._spec[i].label for i in range(len(self._spec)) if i not in visible)
+        self._visible, self._text_widths = visible, text_widths
+        keys = list(self._full)
+        self.clear(columns=True)
+        self._cells, self._shown, self._cell_versions = {}, [], {}
+        self._own_cache.clear()
+        self._add_columns()
+        for key in keys:
+            cells = self._project(self._full[key])
+            self.add_row(*cells, key=key)
+            self._cells[key] = cells
+            self._shown.append(key)
+        if hidden != self.hidden:
+            self.hidden = hidden
+            self.post_message(self.Fitted(self, hidden))
+        return True
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._refit()
+
+    def _project(self, cells: tuple) -> tuple:
+        out = []
+        for index in self._visible:
+            cell = cells[index]
+            width = self._text_widths.get(index)
+            if width is not None and _cell_width(cell) > width:
+                cell = _shorten(cell, width)
+            out.append(cell)
+        return tuple(out)
+
+    def _measure(self, rows: Mapping[str, tuple], *, everything: bool) -> bool:
+        """Update the widest cell of each column from the rows that changed (all of them when
+        `everything`); True if a column's widest cell is now wider than the layout assumed."""
+        widths = [cell_len(c.label) for c in self._spec] if everything else self._widths
+        grew = False
+        for key, cells in rows.items():
+            if not everything and self._full.get(key) == cells:
+                continue
+            for index, cell in enumerate(cells):
+                width = _cell_width(cell)
+                if width > widths[index]:
+                    widths[index] = width
+                    grew = True
+        self._widths = widths
+        return grew
+
+    def full_rows(self) -> dict[str, tuple]:
+        """Every row's cells in every column (shown or left out), in display order."""
+        return dict(self._full)
+
+    def shown_columns(self) -> list[str]:
+        """The keys of the columns on screen, in order."""
+        return [self._spec[i].key for i in self._visible]
+
+    # -- rows --------------------------------------------------------------------------------
 
     def sync(self, rows: Mapping[str, Sequence[object]]) -> None:
         """Make the table show exactly `rows` (key → cells, in column order), in that order."""
-        column_keys = [key for key, _ in self._column_spec]
+        full = {key: tuple(cells) for key, cells in rows.items()}
+        removed = any(k not in full for k in self._full)
+        grew = self._measure(full, everything=removed)
+        self._full = full
+        if (grew or removed) and self._refit():
+            return  # rebuilt from these rows
+        rows = {key: self._project(cells) for key, cells in full.items()}
+        column_keys = [self._spec[i].key for i in self._visible]
         for gone in [k for k in self._cells if k not in rows]:
             self.remove_row(gone)
             del self._cells[gone]
@@ -120,3 +253,11 @@ class KeyedTable(DataTable):
 
 def _cell_width(value: object) -> int:
     return value.cell_len if isinstance(value, Text) else cell_len(str(value))
+
+
+def _shorten(value: object, width: int) -> Text:
+    """A text cell cut to `width` cells, its last one an ellipsis (never a number: only text
+    columns are shortened)."""
+    text = value.copy() if isinstance(value, Text) else Text(str(value))
+    text.truncate(width, overflow="ellipsis")
+    return text

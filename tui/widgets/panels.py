@@ -7,6 +7,7 @@ import time
 from collections import deque
 from typing import ClassVar
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual.containers import Vertical
 from textual.widgets import Sparkline, Static, Tree
@@ -15,11 +16,33 @@ from textual.widgets.tree import TreeNode
 from probes.model import QueueSample, Snapshot
 
 from .. import format as fmt
-from .keyed_table import KeyedTable
+from .keyed_table import Column, KeyedTable
 
 HISTORY = 30
 # What a queue's name is followed by, by source: the engine's own queues need no suffix.
 SOURCE_SUFFIX = {"reference": "", "outbox": ""}
+
+
+# The tree's labels are one line each: the long session states said short.
+SHORT_STATES = {"idle in transaction": "idle in xact", "idle in transaction (aborted)": "idle in xact (aborted)"}
+
+
+def fit_segments(segments: list[tuple[str, str, bool]], width: int) -> Text:
+    """(text, style, may be shortened) parts, in order, as many as fit `width` whole; a part that
+    may be shortened (a name, a query) is cut with an ellipsis when at least 4 cells are left
+    for it. A figure is whole or absent."""
+    out = Text()
+    for text, style, shrinkable in segments:
+        room = width - out.cell_len
+        if cell_len(text) <= room:
+            out.append(text, style=style)
+            continue
+        if shrinkable and room >= 4:
+            part = Text(text, style=style)
+            part.truncate(room, overflow="ellipsis")
+            out.append_text(part)
+        break
+    return out
 
 
 def _matches(filter_text: str, *fields: object) -> bool:
@@ -30,6 +53,7 @@ def _matches(filter_text: str, *fields: object) -> bool:
 
 
 class Panel(Vertical):
+    ALLOW_MAXIMIZE = True
     DEFAULT_CSS = """
     Panel { border: round $primary-darken-2; height: 1fr; }
     Panel:focus-within { border: round $accent; }
@@ -38,6 +62,39 @@ class Panel(Vertical):
     def __init__(self, title: str, **kwargs) -> None:
         super().__init__(**kwargs)
         self.border_title = title
+        self._subtitles: dict[str, tuple[str, ...]] = {}
+
+    def set_subtitle(self, part: str, *texts: str) -> None:
+        """One part of the border's subtitle (the sort, the hidden columns, a last run...), as
+        one or more texts, longest first: the border shows each part whole, in the longest form
+        that fits, or not at all (the border would cut it, figures and all)."""
+        if self._subtitles.get(part, ()) == texts:
+            return
+        self._subtitles[part] = texts
+        self._render_subtitle()
+
+    def _render_subtitle(self) -> None:
+        room = self.size.width - 6 if self.size.width else 1_000
+        shown: list[str] = []
+        for part in ("hidden", "sort", "last run"):  # the first says the panel is incomplete
+            for text in self._subtitles.get(part, ()):
+                if text and cell_len(" · ".join([*shown, text])) <= room:
+                    shown.append(text)
+                    break
+        subtitle = " · ".join(shown)
+        if subtitle != self.border_subtitle:
+            self.border_subtitle = subtitle
+
+    def on_resize(self) -> None:
+        self._render_subtitle()
+
+    def on_keyed_table_fitted(self, message: KeyedTable.Fitted) -> None:
+        hidden = message.hidden
+        if hidden:
+            self.set_subtitle("hidden", f"+{len(hidden)} hidden: {', '.join(hidden)} (z zoom)", f"+{len(hidden)} hidden (z)",
+                              f"+{len(hidden)} (z)")
+        else:
+            self.set_subtitle("hidden")
 
     def show(self, snapshot: Snapshot, filter_text: str = "") -> None:
         """Show what `snapshot` says (rows matching `filter_text`), changing only what changed."""
@@ -45,10 +102,12 @@ class Panel(Vertical):
 
 
 class QueuesPanel(Panel):
-    COLUMNS: ClassVar[list[tuple[str, str]]] = [
-        ("name", "Queue"), ("depth", "Depth"), ("ready", "Ready"), ("in_flight", "In flight"), ("delayed", "Delayed"),
-        ("dead", "Dead"), ("age", "Oldest"), ("in", "In/s"), ("out", "Out/s"), ("trend", "Depth trend"),
-        ("bloat", "Dead tup"), ("vacuum", "Vacuumed"),
+    # Priority: what goes last when the width runs out (0 never goes).
+    COLUMNS: ClassVar[list[Column]] = [
+        Column("name", "Queue", 0, text=True, min_width=12), Column("depth", "Depth", 1), Column("ready", "Ready", 3),
+        Column("in_flight", "In flight", 5), Column("delayed", "Delayed", 6), Column("dead", "Dead", 4),
+        Column("age", "Oldest", 2), Column("in", "In/s", 7), Column("out", "Out/s", 8), Column("trend", "Depth trend", 11),
+        Column("bloat", "Dead tup", 9), Column("vacuum", "Vacuumed", 10),
     ]
 
     # What `>` cycles through: the snapshot's own order (by source), then the figures an operator
@@ -64,7 +123,7 @@ class QueuesPanel(Panel):
     def cycle_sort(self) -> str:
         """Sort by the next column of SORTS; returns its name."""
         self.sort = self.SORTS[(self.SORTS.index(self.sort) + 1) % len(self.SORTS)]
-        self.border_subtitle = "" if self.sort == "source" else f"sorted by {self.sort} ↓ (>)"
+        self.set_subtitle("sort", *(() if self.sort == "source" else (f"sorted by {self.sort} ↓ (>)", f"by {self.sort} ↓")))
         return self.sort
 
     def _ordered(self, queues: tuple[QueueSample, ...]) -> list[QueueSample]:
@@ -93,8 +152,10 @@ class QueuesPanel(Panel):
                 rows[key] = cached[1]
                 continue
             if q.error and q.depth is None:
-                rows[key] = (Text(q.name, style="red"), Text(fmt.one_line(q.error, 60), style="red"),
-                             "", "", "", "", "", "", "", "", "", "")
+                # The reason is in the status notes (and `queuetop snapshot`): a long text here
+                # would widen the Depth column for good.
+                rows[key] = (Text(q.name + SOURCE_SUFFIX.get(q.source, f" ({q.source})"), style="red"),
+                             Text("error", style="red"), "", "", "", "", "", "", "", "", "", "")
                 self._rendered[key] = (facts, rows[key])
                 continue
             name = Text(q.name + SOURCE_SUFFIX.get(q.source, f" ({q.source})"))
@@ -119,7 +180,10 @@ class QueuesPanel(Panel):
 
 
 class RingsPanel(Panel):
-    COLUMNS: ClassVar[list[tuple[str, str]]] = [("name", "Ring"), ("occupancy", "Occupancy"), ("refused", "Refused")]
+    COLUMNS: ClassVar[list[Column]] = [
+        Column("name", "Ring", 0, text=True, min_width=8), Column("used", "Used", 1), Column("occupancy", "Occupancy", 3),
+        Column("refused", "Refused", 2),
+    ]
 
     def __init__(self) -> None:
         super().__init__("Rings", id="rings")
@@ -133,13 +197,15 @@ class RingsPanel(Panel):
             if not _matches(filter_text, r.name):
                 continue
             name = Text(r.name, style="bold red" if r.used >= r.capacity else "")
-            rows[r.name] = (name, fmt.gauge(r.used, r.capacity), fmt.count(r.refused_total))
+            rows[r.name] = (name, f"{fmt.count(r.used)}/{fmt.count(r.capacity)}", fmt.bar(r.used, r.capacity),
+                            fmt.count(r.refused_total))
         self.query_one(KeyedTable).sync(rows)
 
 
 class LeasesPanel(Panel):
-    COLUMNS: ClassVar[list[tuple[str, str]]] = [
-        ("name", "Lease"), ("state", "State"), ("holder", "Holder"), ("token", "Token"), ("expires", "Expires in"),
+    COLUMNS: ClassVar[list[Column]] = [
+        Column("name", "Lease", 0, text=True, min_width=8), Column("state", "State", 3), Column("holder", "Holder", 4, text=True),
+        Column("token", "Token", 2), Column("expires", "TTL", 1),
     ]
 
     def __init__(self) -> None:
@@ -187,6 +253,8 @@ class LocksPanel(Panel):
         self._tree_nodes: dict[tuple[int, ...], TreeNode[int]] = {}
         self._labels: dict[tuple[int, ...], object] = {}  # the frozen sample each label shows
         self._last_facts: tuple | None = None
+        self._snapshot: Snapshot | None = None
+        self._filter_text = ""
 
     def compose(self):
         tree: Tree[int] = Tree("no blocked sessions", id="locks-tree")
@@ -195,6 +263,7 @@ class LocksPanel(Panel):
         yield tree
 
     def show(self, snapshot: Snapshot, filter_text: str = "") -> None:
+        self._snapshot, self._filter_text = snapshot, filter_text
         facts = (snapshot.blocked, snapshot.blockers, filter_text)
         if facts == self._last_facts:
             return  # the same tree: nothing to rebuild or relabel
@@ -213,19 +282,30 @@ class LocksPanel(Panel):
         ]
         cycle = [b.pid for b in blocked.values() if b.in_cycle]
 
-        def label_root(pid: int) -> Text:
-            r = roots[pid]
-            text = Text.assemble((f"{pid} ", "bold"), (r.state or "?", "bold red" if r.state == "idle in transaction" else "yellow"),
-                                 f"  blocks {r.blocked_count}  xact {fmt.seconds(r.xact_age_s)}  ",
-                                 (r.application or "-", "cyan"), f"  {fmt.one_line(r.query, 60)}")
-            return text
+        width = max(20, tree.size.width - 1)
 
-        def label_blocked(pid: int) -> Text:
+        def fit(depth: int, segments: list[tuple[str, str, bool]]) -> Text:
+            # The tree's guides take 2 cells a level and 2 for the arrow; then each part whole,
+            # in order (the figures first), a text part shortened with an ellipsis, never a figure.
+            return fit_segments(segments, width - 2 * depth - 2)
+
+        def label_root(pid: int, depth: int = 1) -> Text:
+            r = roots[pid]
+            return fit(depth, [
+                (f"{pid} ", "bold", False),
+                (SHORT_STATES.get(r.state or "?", r.state or "?"), "bold red" if r.state == "idle in transaction" else "yellow", False),
+                (f"  blocks {r.blocked_count}", "", False), (f"  xact {fmt.seconds(r.xact_age_s)}", "", False),
+                (f"  {r.application or '-'}", "cyan", True), (f"  {fmt.one_line(r.query, 200)}", "", True),
+            ])
+
+        def label_blocked(pid: int, depth: int) -> Text:
             b = blocked[pid]
-            what = b.relation or b.lock_type or "?"
-            return Text.assemble((f"{pid} ", "bold"), (what, "magenta"), f" {b.mode} ",
-                                 (f"waits {fmt.seconds(b.wait_s)}", "red"), "  ",
-                                 (b.application or "-", "cyan"), f"  {fmt.one_line(b.query, 50)}")
+            return fit(depth, [
+                (f"{pid} ", "bold", False), (f"waits {fmt.seconds(b.wait_s)}", "red", False),
+                (f"  {(b.mode or '?').removesuffix('Lock')}", "", True),
+                (f" {b.relation or b.lock_type or '?'}", "magenta", True), (f"  {b.application or '-'}", "cyan", True),
+                (f"  {fmt.one_line(b.query, 200)}", "", True),
+            ])
 
         # Shape: which pid hangs under which path. Labels change every tick; the shape rarely.
         paths: list[tuple[int, ...]] = []
@@ -253,7 +333,7 @@ class LocksPanel(Panel):
             for path in paths:
                 under = tree.root if len(path) == 1 else self._tree_nodes[path[:-1]]
                 pid = path[-1]
-                label = label_root(pid) if len(path) == 1 and pid in roots else label_blocked(pid)
+                label = label_root(pid) if len(path) == 1 and pid in roots else label_blocked(pid, len(path))
                 self._tree_nodes[path] = under.add(label, data=pid, expand=True)
                 self._labels[path] = roots[pid] if len(path) == 1 and pid in roots else blocked.get(pid)
             tree.root.expand()
@@ -265,8 +345,14 @@ class LocksPanel(Panel):
                 is_root = len(path) == 1 and pid in roots
                 sample = roots[pid] if is_root else blocked.get(pid)
                 if sample != self._labels.get(path):
-                    node.set_label(label_root(pid) if is_root else label_blocked(pid))
+                    node.set_label(label_root(pid) if is_root else label_blocked(pid, len(path)))
                     self._labels[path] = sample
+
+    def on_resize(self) -> None:
+        # The labels are fitted to the width: fit them again.
+        if self._snapshot is not None:
+            self._last_facts, self._labels = None, {}
+            self.show(self._snapshot, self._filter_text)
 
     @property
     def selected_pid(self) -> int | None:
@@ -275,7 +361,7 @@ class LocksPanel(Panel):
 
 
 class ConnectionsPanel(Panel):
-    COLUMNS: ClassVar[list[tuple[str, str]]] = [("n", "#"), ("what", "By"), ("name", "Name")]
+    COLUMNS: ClassVar[list[Column]] = [Column("n", "#", 0), Column("what", "By", 1), Column("name", "Name", 0, text=True)]
 
     def __init__(self) -> None:
         super().__init__("Connections", id="connections")
@@ -318,7 +404,7 @@ class CompactionPanel(Panel):
     """Pattern 5's compactor: delta rows waiting to be folded, per group, and its last run (in the
     border's subtitle, so the table keeps every line)."""
 
-    COLUMNS: ClassVar[list[tuple[str, str]]] = [("pending", "Pending"), ("group", "Group")]  # the figure first: it must never scroll away
+    COLUMNS: ClassVar[list[Column]] = [Column("pending", "Pending", 0), Column("group", "Group", 0, text=True, min_width=5)]
 
     def __init__(self) -> None:
         super().__init__("Compaction", id="compaction")
@@ -329,7 +415,7 @@ class CompactionPanel(Panel):
 
     def show(self, snapshot: Snapshot, filter_text: str = "") -> None:
         rows: dict[str, tuple[object, ...]] = {}
-        subtitle = ""
+        subtitles: tuple[str, ...] = ()
         for c in snapshot.compaction:
             total = Text(fmt.count(c.pending_deltas, c.pending_is_estimate), style="bold yellow" if c.pending_deltas else "")
             rows[f"all:{c.name}"] = (total, Text(f"all ({c.groups:,} group{'' if c.groups == 1 else 's'})", style="bold"))
@@ -339,11 +425,9 @@ class CompactionPanel(Panel):
                         fmt.count(g.pending_deltas, c.pending_is_estimate), f"#{g.group} {fmt.one_line(g.title, 40)}"
                     )
             if c.last_run_at is None:
-                subtitle = "never compacted"
+                subtitles = ("never compacted", "never run")
             else:
                 ago = fmt.seconds(max(0.0, (snapshot.taken_at - c.last_run_at).total_seconds()))
-                subtitle = f"{ago} ago: {fmt.count(c.last_rows_folded)} folded"
-        if subtitle != self._subtitle:
-            self._subtitle = subtitle
-            self.border_subtitle = subtitle
+                subtitles = (f"{ago} ago: {fmt.count(c.last_rows_folded)} folded", f"ran {ago} ago", ago)
+        self.set_subtitle("last run", *subtitles)
         self.query_one(KeyedTable).sync(rows)
