@@ -215,7 +215,9 @@ class EngineControls:
         head row (FOR UPDATE) for `seconds`, idle in transaction meanwhile: the classic culprit."""
         if not 0 < seconds <= 3600:
             raise UsageError("blocker duration must be between 0 and 3600 seconds")
-        table_queue = self.ensure_queue(queue)
+        # A blocker blocks what exists: a typo must not create an empty queue and block nothing.
+        with self._connect("control") as conn:
+            table_queue = TableQueue.open(conn, check_name("queue", queue))
         kind = "row" if row else "table"
         activity = Activity(f"blocker:{queue}", f"blocker on {queue} ({kind}) for {seconds:g}s")
         ready = threading.Event()

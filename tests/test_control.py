@@ -33,6 +33,10 @@ def test_producer_consumers_and_blocker_show_in_the_probes(db):
         controls.start_producer("ctl", 200)
         wait_until(lambda: (q := queue_of(run_cycle(db.target), "ctl")) is not None and q.depth >= 50,
                    timeout=15, what="the producer's messages")
+        with pytest.raises(UsageError, match="unknown queue"):
+            controls.inject_blocker("ctl-typo", 5)  # a typo blocks nothing and creates nothing
+        with db.connect() as conn:
+            assert conn.execute("SELECT count(*) FROM queuetop.queues WHERE name = 'ctl-typo'").fetchone()[0] == 0
         controls.inject_blocker("ctl", 30)
         # The producer's INSERT now waits behind the blocker: a tree with an idle-in-transaction root.
         def blocked():

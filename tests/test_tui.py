@@ -150,7 +150,8 @@ async def test_help_pause_interval_and_quit():
         await pilot.press("p")
         assert app.paused and app.source.paused
         assert "PAUSED" in str(app.query_one("#status").render())
-        await pilot.press("r")  # paused: nothing new is applied
+        await pilot.press("r")  # paused: nothing new is applied, and it says so
+        assert any("paused" in n.message and "p resumes" in n.message for n in app._notifications)
         await pilot.press("p")
         assert not app.paused
         before = app.source.interval_s
@@ -172,6 +173,53 @@ async def test_filter_narrows_the_rows():
         assert set(queue_rows(app)) == {"table:orders"}
         await pilot.press("slash", "escape")
         assert len(queue_rows(app)) == 4
+        # Esc also clears a filter once applied, from the table (as the README says).
+        await pilot.press("slash", *"orders", "enter")
+        assert set(queue_rows(app)) == {"table:orders"} and app.query_one("#queues-table").has_focus
+        await pilot.press("escape")
+        assert app.filter_text == "" and len(queue_rows(app)) == 4
+
+
+async def test_help_scrolls_and_says_how_to_close_it():
+    app = sample_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        box = app.screen.query_one("#help-keys")
+        assert "Esc" in str(box.border_subtitle) and box.max_scroll_y > 0  # more keys than lines
+        await pilot.press("end")
+        await settle(pilot, app, lambda: box.scroll_y == box.max_scroll_y, "scrolled to the last key")
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+
+
+async def test_z_zooms_the_focused_panel_and_back():
+    app = sample_app(snapshots=[sample_snapshot(long_names=True)])
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app, lambda: app.snapshot is not None, "first snapshot")
+        leases = app.query_one("#leases-table", KeyedTable)
+        await pilot.pause()
+        assert "token" not in leases.shown_columns() or "holder" not in leases.shown_columns()  # 80 columns
+        leases.focus()
+        await pilot.press("z")
+        await settle(pilot, app, lambda: app.screen.maximized is leases.parent, "leases zoomed")
+        await settle(pilot, app, lambda: {"token", "holder", "expires"} <= set(leases.shown_columns()), "every column")
+        await pilot.press("escape")
+        await settle(pilot, app, lambda: app.screen.maximized is None, "back")
+
+
+async def test_prompts_name_what_exists():
+    app = sample_app(controls=object())
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot, app, lambda: app.snapshot is not None, "first snapshot")
+        await pilot.press("g")  # put on a ring: the snapshot's first ring, not a made-up one
+        assert isinstance(app.screen, PromptScreen) and app.screen.query_one(Input).value.startswith("audit ")
+        await pilot.press("escape")
+        await pilot.press("i")  # a blocker: the engine's first queue (the selected row is not the engine's)
+        assert app.screen.query_one(Input).value.split()[0] == "queue-01"
+        await pilot.press("escape")
+        await pilot.press("l")
+        assert app.screen.query_one(Input).value.split()[0] == "relay"
 
 
 async def test_keys_can_be_remapped_by_binding_id():
@@ -350,6 +398,9 @@ async def test_terminate_a_blocker_after_confirmation(db):
                 return app.query_one(LocksPanel).selected_pid == blocker.info.backend_pid
 
             await settle(pilot, app, blocker_selected, "the root blocker selected", 500)
+            await pilot.press("c")  # cancel cannot end an idle transaction: it says so, and offers terminate
+            assert isinstance(app.screen, ConfirmScreen) and "cannot end it" in app.screen.question
+            await pilot.press("n")
             await pilot.press("k")
             assert isinstance(app.screen, ConfirmScreen)
             await pilot.press("y")

@@ -293,6 +293,10 @@ class QueuetopApp(App[None]):
         self._render_status()
 
     def action_refresh_now(self) -> None:
+        if self.paused:
+            taken = f" of {self.snapshot.taken_at:%H:%M:%S} UTC" if self.snapshot is not None else ""
+            self.notify(f"paused: the panels keep the sample{taken}; p resumes", severity="warning", timeout=4)
+            return
         self.source.refresh_now()
 
     def action_interval(self, step: int) -> None:
@@ -382,8 +386,15 @@ class QueuetopApp(App[None]):
         if self.backend is None:
             self.notify("no database behind this view", severity="warning")
             return
-        question = (f"Terminate backend {pid}? Its transaction is rolled back and its connection closed."
-                    if terminate else f"Cancel the running query of backend {pid}?")
+        root = next((b for b in self.snapshot.blockers if b.pid == pid), None) if self.snapshot is not None else None
+        if not terminate and root is not None and (root.state or "").startswith("idle in transaction"):
+            # Cancel stops a running query; an idle transaction runs none, and keeps its locks.
+            question = (f"Backend {pid} is idle in transaction: cancel cannot end it (it runs no query) and its "
+                        f"locks stay. Terminate it instead? Its transaction is rolled back and its connection closed.")
+            terminate = True
+        else:
+            question = (f"Terminate backend {pid}? Its transaction is rolled back and its connection closed."
+                        if terminate else f"Cancel the running query of backend {pid}?")
 
         def decided(yes: bool | None) -> None:
             if yes:
@@ -423,7 +434,30 @@ class QueuetopApp(App[None]):
             if text:
                 self._run_engine_action(binding_id, text)
 
-        self.push_screen(PromptScreen(title, placeholder, default or ""), submitted)
+        self.push_screen(PromptScreen(title, placeholder, self._prefill(binding_id, default or "")), submitted)
+
+    def _prefill(self, binding_id: str, default: str) -> str:
+        """A prompt's first word names what exists: the selected queue (or the first of the
+        engine's), the first ring, the first lease; the rest of the default stays."""
+        words = default.split()
+        if not words or self.snapshot is None:
+            return default
+        kind = binding_id.split(".")[0]
+        name = None
+        if kind in ("producer", "consumers", "burst", "blocker"):
+            engine_queues = [q.name for q in self.snapshot.queues if q.source == "reference"]
+            table = self.query_one(QueuesPanel).query_one(DataTable)
+            selected = None
+            if table.row_count and table.cursor_row is not None:
+                key = str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value or "")
+                source, _, selected = key.partition(":")
+                selected = selected if source == "reference" else None
+            name = selected or (engine_queues[0] if engine_queues else None)
+        elif kind == "ring" and self.snapshot.rings:
+            name = self.snapshot.rings[0].name
+        elif kind == "lease" and self.snapshot.leases:
+            name = next((lease.name for lease in self.snapshot.leases if lease.name != "outbox-relay"), self.snapshot.leases[0].name)
+        return " ".join([name, *words[1:]]) if name else default
 
     def action_stop_all(self) -> None:
         if self.controls is not None:

@@ -8,16 +8,21 @@ from rich.markup import escape
 from rich.table import Table
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Vertical
+from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label, Static
 
 
 class HelpScreen(ModalScreen[None]):
+    """Every key, in a box that scrolls (↑ ↓ PgUp PgDn Home End) at any terminal size; its border
+    says how to close it."""
+
+    AUTO_FOCUS = "#help-keys"
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,q,question_mark", "dismiss", "Close", id="help.close")]
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
-    HelpScreen > Vertical { width: 90%; max-width: 100; height: 90%; border: round $accent; background: $surface; padding: 0 1; }
+    HelpScreen > VerticalScroll { width: 100%; max-width: 100; height: 100%; border: round $accent; background: $surface;
+                                  padding: 0 1; }
     """
 
     def __init__(self, bindings: list[tuple[str, str, str]]) -> None:
@@ -31,8 +36,11 @@ class HelpScreen(ModalScreen[None]):
         table.add_column("Binding id", style="dim")
         for key, description, binding_id in self._keys:
             table.add_row(key, description, binding_id)
-        with Vertical():
-            yield Label("queuetop — keys (remap them by id in the config's \\[keys] table)")
+        box = VerticalScroll(id="help-keys")
+        box.border_title = "queuetop keys"
+        box.border_subtitle = "↑↓ PgUp PgDn scroll · Esc, q or ? closes"
+        with box:
+            yield Label("Remap a key by its id in the config's \\[keys] table.")
             yield Static(table)
 
 
@@ -43,7 +51,9 @@ class ConfirmScreen(ModalScreen[bool]):
     ]
     DEFAULT_CSS = """
     ConfirmScreen { align: center middle; }
-    ConfirmScreen > Vertical { width: 70; height: auto; border: thick $error; background: $surface; padding: 1 2; }
+    ConfirmScreen > Vertical { width: 70; max-width: 100%; height: auto; border: thick $error; background: $surface;
+                               padding: 1 2; }
+    ConfirmScreen Label { width: 100%; }
     """
 
     def __init__(self, question: str) -> None:
