@@ -130,8 +130,9 @@ def resolve(conn: ProbeConnection, declared: DeclaredQueue) -> ResolvedTable:
 
 class Estimates:
     """The planner's answers (EXPLAIN) about one relation, kept while what they depend on - its
-    statistics, its size in pages, its indexes (the `fingerprint`) - stays as it was, and for at
-    most ESTIMATES_MAX_AGE_S (a view's statistics are its tables', which it cannot fingerprint).
+    statistics and its indexes (the `fingerprint`) - stays as it was, and for at most
+    ESTIMATES_MAX_AGE_S (between two ANALYZEs the planner also scales by the table's current
+    size; a view's statistics are its tables', which it cannot fingerprint).
     Planning against a partitioned table is the dearest thing a sample would do otherwise."""
 
     def __init__(self) -> None:
@@ -198,7 +199,7 @@ class JobTable:
             names = list(self._distinct(conn, table, "queue_column"))
         elif table.state_queue_indexed:
             # An index leads with (state, queue): skip through each state's queues.
-            states = [*self._ready_states(conn, table), *d.in_flight_states, *d.delayed_states, *d.dead_states]
+            states = self._states(conn, table)
             statement = sql.SQL(JOBTABLE_SQL["distinct_in_states"]).format(**table.parts, state_type=table.state_type)
             names = sorted(r["value"] for r in conn.execute(statement, {"states": states, "max_values": MAX_QUEUES}))
         else:
@@ -308,7 +309,7 @@ class JobTable:
         per queue (its statistics, per partition where there are partitions), flagged as an
         estimate. With no list of queues, the queues are those the reads meet."""
         d = self.declared
-        states = [*self._ready_states(conn, table), *d.in_flight_states, *d.delayed_states, *d.dead_states]
+        states = self._states(conn, table)
         discover = not names
         figures: dict[str, dict[str, Any]] = {}
 
@@ -365,6 +366,18 @@ class JobTable:
         statement = sql.SQL(JOBTABLE_SQL["distinct_values"]).format(table=table.parts["table"], column=table.parts[key])
         return [r["value"] for r in conn.execute(statement, {"max_values": MAX_QUEUES})]
 
+    def _states(self, conn: ProbeConnection, table: ResolvedTable) -> list[str]:
+        """Every state that is read: the ready ones, in flight, delayed, dead (never the done)."""
+        d = self.declared
+        return [*self._ready_states(conn, table), *d.in_flight_states, *d.delayed_states, *d.dead_states]
+
+    def _waiting(self, states: list[str]) -> list[str]:
+        """Those of `states` whose rows the row itself classifies (the ready states): due, held,
+        later or out of attempts."""
+        d = self.declared
+        listed = {*d.in_flight_states, *d.delayed_states, *d.dead_states}
+        return [s for s in states if s not in listed]
+
     def _ready_states(self, conn: ProbeConnection, table: ResolvedTable) -> list[str]:
         """The states read as ready-unless-the-row-says-otherwise: those listed, or with none
         listed, every state the column holds that is not listed elsewhere (an enum's labels, or
@@ -410,7 +423,7 @@ class JobTable:
         oldest: float | None = None
         estimate = False
         if d.state_column:
-            states = [*self._ready_states(conn, table), *d.in_flight_states, *d.delayed_states, *d.dead_states]
+            states = self._states(conn, table)
             estimate_state = sql.SQL(JOBTABLE_SQL["estimate_state"]).format(**table.parts, filter=where,
                                                                              state_type=table.state_type)
             counts: dict[str, Any] = {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0, "oldest": None}
@@ -463,7 +476,7 @@ class JobTable:
         """Each queue's oldest due job in each estimated waiting state (oldest_due), where an
         index makes it one probe per queue (OLDEST_COST_PER_QUEUE cost units at most)."""
         d = self.declared
-        waiting = [s for s in states if s not in (*d.in_flight_states, *d.delayed_states, *d.dead_states)]
+        waiting = self._waiting(states)
         if not waiting or not queues or d.age_column is None or d.queue_column is None:
             return {}
         statement = sql.SQL(JOBTABLE_SQL["oldest_due"]).format(**table.parts, state_type=table.state_type,
@@ -485,7 +498,7 @@ class JobTable:
         jobs are due. Kept as long as the planner's estimates are. Nothing to split without the
         columns that say so."""
         d = self.declared
-        waiting = [s for s in states if s not in (*d.in_flight_states, *d.delayed_states, *d.dead_states)]
+        waiting = self._waiting(states)
         marked = (d.not_before_column, d.visible_at_column, d.in_flight_when_not_null, d.attempts_column)
         if not waiting or not any(marked) or table.relkind == "v":  # a view cannot be sampled by pages
             return {}
