@@ -66,10 +66,8 @@ def sparkline(values: list[float], width: int = 12) -> str:
 
 
 def gauge(used: int, capacity: int, width: int = 12) -> Text:
-    share = 0.0 if capacity <= 0 else min(1.0, used / capacity)
-    filled = round(share * width)
-    style = "bold red" if share >= 1.0 else "yellow" if share >= 0.8 else "green"
-    return Text.assemble(("█" * filled, style), ("░" * (width - filled), "dim"), f" {used:,}/{capacity:,}")
+    """The filling bar and the figures after it."""
+    return Text.assemble(bar(used, capacity, width), f" {used:,}/{capacity:,}")
 
 
 def bar(used: int, capacity: int, width: int = 8) -> Text:

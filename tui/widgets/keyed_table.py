@@ -131,19 +131,17 @@ class KeyedTable(DataTable):
             cell = cells[index]
             width = self._text_widths.get(index)
             if width is not None and _cell_width(cell) > width:
-                cell = _shorten(cell, width)
+                cell = shorten(cell, width)
             out.append(cell)
         return tuple(out)
 
-    def _measure(self, rows: Mapping[str, tuple], *, everything: bool) -> bool:
-        """Update the widest cell of each column from the rows that changed (all of them when
+    def _measure(self, rows: Mapping[str, tuple], changed: list[str], *, everything: bool) -> bool:
+        """Update the widest cell of each column from the `changed` rows (all of them when
         `everything`); True if a column's widest cell is now wider than the layout assumed."""
         widths = [cell_len(c.label) for c in self._spec] if everything else self._widths
         grew = False
-        for key, cells in rows.items():
-            if not everything and self._full.get(key) == cells:
-                continue
-            for index, cell in enumerate(cells):
+        for key in rows if everything else changed:
+            for index, cell in enumerate(rows[key]):
                 width = _cell_width(cell)
                 if width > widths[index]:
                     widths[index] = width
@@ -164,20 +162,20 @@ class KeyedTable(DataTable):
     def sync(self, rows: Mapping[str, Sequence[object]]) -> None:
         """Make the table show exactly `rows` (key → cells, in column order), in that order."""
         full = {key: tuple(cells) for key, cells in rows.items()}
+        changed = [key for key, cells in full.items() if self._full.get(key) != cells]  # the one comparison
         removed = any(k not in full for k in self._full)
-        grew = self._measure(full, everything=removed)
+        grew = self._measure(full, changed, everything=removed)
         self._full = full
         if (grew or removed) and self._refit():
             return  # rebuilt from these rows
-        rows = {key: self._project(cells) for key, cells in full.items()}
         column_keys = [self._spec[i].key for i in self._visible]
-        for gone in [k for k in self._cells if k not in rows]:
+        for gone in [k for k in self._cells if k not in full]:
             self.remove_row(gone)
             del self._cells[gone]
             self._shown.remove(gone)
         changes: list[tuple[str, str, object, bool]] = []
-        for key, cells in rows.items():
-            cells = tuple(cells)
+        for key in changed:
+            cells = self._project(full[key])
             old = self._cells.get(key)
             if old is None:
                 self.add_row(*cells, key=key)
@@ -191,7 +189,7 @@ class KeyedTable(DataTable):
                         changes.append((key, column, after, wider))
             self._cells[key] = cells
         self._apply_changes(changes)
-        keys = list(rows)
+        keys = list(full)
         if self._shown != keys:
             self._reorder(keys)
             self._shown = keys
@@ -255,7 +253,7 @@ def _cell_width(value: object) -> int:
     return value.cell_len if isinstance(value, Text) else cell_len(str(value))
 
 
-def _shorten(value: object, width: int) -> Text:
+def shorten(value: object, width: int) -> Text:
     """A text cell cut to `width` cells, its last one an ellipsis (never a number: only text
     columns are shortened)."""
     text = value.copy() if isinstance(value, Text) else Text(str(value))

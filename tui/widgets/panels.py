@@ -16,7 +16,7 @@ from textual.widgets.tree import TreeNode
 from probes.model import QueueSample, Snapshot
 
 from .. import format as fmt
-from .keyed_table import Column, KeyedTable
+from .keyed_table import Column, KeyedTable, shorten
 
 HISTORY = 30
 # What a queue's name is followed by, by source: the engine's own queues need no suffix.
@@ -30,8 +30,7 @@ SHORT_STATES = {"idle in transaction": "idle in xact", "idle in transaction (abo
 def fit_segments(segments: list[tuple[str, str, bool]], width: int) -> Text:
     """(text, style, may be shortened) parts, in order, as many as fit `width` whole; a part that
     may be shortened (a name, a query) is cut with an ellipsis when at least 4 cells are left
-    for it. A figure is whole or absent. (One Text built, from plain lengths: a busy tree
-    relabels hundreds of lines a second.)"""
+    for it. A figure is whole or absent."""
     kept: list[tuple[str, str]] = []
     used = 0
     for text, style, shrinkable in segments:
@@ -42,15 +41,14 @@ def fit_segments(segments: list[tuple[str, str, bool]], width: int) -> Text:
             continue
         room = width - used
         if shrinkable and room >= 4:
-            kept.append((text[: room - 1] + "…" if size == len(text) else _cut(text, room), style))
+            kept.append((shorten(text, room).plain, style))
         break
     return Text.assemble(*kept)
 
 
-def _cut(text: str, room: int) -> str:
-    part = Text(text)
-    part.truncate(room, overflow="ellipsis")
-    return part.plain
+def _display_name(q: QueueSample) -> str:
+    """A queue's name as the Queues panel shows it: with its source, but for the engine's own."""
+    return q.name + SOURCE_SUFFIX.get(q.source, f" ({q.source})")
 
 
 def _matches(filter_text: str, *fields: object) -> bool:
@@ -162,11 +160,11 @@ class QueuesPanel(Panel):
             if q.error and q.depth is None:
                 # The reason is in the status notes (and `queuetop snapshot`): a long text here
                 # would widen the Depth column for good.
-                rows[key] = (Text(q.name + SOURCE_SUFFIX.get(q.source, f" ({q.source})"), style="red"),
+                rows[key] = (Text(_display_name(q), style="red"),
                              Text("error", style="red"), "", "", "", "", "", "", "", "", "", "")
                 self._rendered[key] = (facts, rows[key])
                 continue
-            name = Text(q.name + SOURCE_SUFFIX.get(q.source, f" ({q.source})"))
+            name = Text(_display_name(q))
             bloat = Text(fmt.count(q.dead_tuples))
             if q.dead_tuples and q.live_tuples is not None and q.dead_tuples > max(1000, 2 * (q.live_tuples or 0)):
                 bloat.stylize("bold yellow")  # more dead than live: vacuum is not keeping up
@@ -297,9 +295,9 @@ class LocksPanel(Panel):
             # in order (the figures first), a text part shortened with an ellipsis, never a figure.
             return fit_segments(segments, width - 2 * depth - 2)
 
-        def label_root(pid: int, depth: int = 1) -> Text:
+        def label_root(pid: int) -> Text:
             r = roots[pid]
-            return fit(depth, [
+            return fit(1, [
                 (f"{pid} ", "bold", False),
                 (SHORT_STATES.get(r.state or "?", r.state or "?"), "bold red" if r.state == "idle in transaction" else "yellow", False),
                 (f"  blocks {r.blocked_count}", "", False), (f"  xact {fmt.seconds(r.xact_age_s)}", "", False),
@@ -416,7 +414,6 @@ class CompactionPanel(Panel):
 
     def __init__(self) -> None:
         super().__init__("Compaction", id="compaction")
-        self._subtitle = ""
 
     def compose(self):
         yield KeyedTable(self.COLUMNS, id="compaction-table")
