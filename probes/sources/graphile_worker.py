@@ -43,7 +43,6 @@ class GraphileWorker(QueueSource):
         jobs = sql.Identifier(self.schema, "_private_jobs").as_string(None)
         self.jobs = JobTable(DeclaredQueue(name=self.name, table=jobs, order_by="id"), cap=cap)
 
-
     def _parts(self) -> dict[str, sql.Composable]:
         return {name: sql.Identifier(self.schema, table) for name, table in (
             ("jobs", "_private_jobs"), ("tasks", "_private_tasks"), ("job_queues", "_private_job_queues"),

@@ -39,7 +39,6 @@ class PgBoss(QueueSource):
         super().__init__(config)
         self.tables: dict[int, JobTable] = {}
 
-
     def _parts(self) -> dict[str, sql.Composable]:
         return {"jobs": sql.Identifier(self.schema, "job"), "queues": sql.Identifier(self.schema, "queue"),
                 "versions": sql.Identifier(self.schema, "version")}

@@ -36,7 +36,6 @@ class Pgmq(QueueSource):
         super().__init__(config)
         self.tables: dict[str, JobTable] = {}
 
-
     def detect(self, conn: ProbeConnection) -> Detection | None:
         if not has_table(conn, sql.Identifier(self.schema, "meta").as_string(conn)):
             return None

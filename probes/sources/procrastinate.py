@@ -42,7 +42,6 @@ class Procrastinate(QueueSource):
             done_states=("succeeded", "cancelled", "aborted"), dead_states=("failed",),
         ), index_note=False)
 
-
     def _parts(self) -> dict[str, sql.Composable]:
         return {"jobs": sql.Identifier(self.schema, "procrastinate_jobs"),
                 "events": sql.Identifier(self.schema, "procrastinate_events")}

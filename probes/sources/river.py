@@ -42,7 +42,6 @@ class River(QueueSource):
             dead_states=("discarded",),
         ), index_note=False)
 
-
     def _parts(self) -> dict[str, sql.Composable]:
         return {"jobs": sql.Identifier(self.schema, "river_job"), "queues": sql.Identifier(self.schema, "river_queue"),
                 "migrations": sql.Identifier(self.schema, "river_migration")}
