@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 
 class QueuetopError(Exception):
     """An expected failure: reported as one line on stderr, never as a traceback."""
@@ -43,3 +45,20 @@ def first_line(exc: BaseException) -> str:
     """An exception as one line: its message's first line, or its type when it has none."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def connection_cause(exc: BaseException) -> str:
+    """Why a connection attempt failed, in the words an operator acts on: libpq's
+    'connection failed: connection to server at "h", port p failed: FATAL:  password
+    authentication failed for user "u"' becomes 'password authentication failed for user "u"';
+    a refused or timed-out TCP connection says where ('Connection refused at h:p')."""
+    line = first_line(exc)
+    if "failed: " not in line:
+        return line
+    head, _, cause = line.rpartition("failed: ")
+    cause = cause.strip()
+    for prefix in ("FATAL:", "ERROR:"):
+        if cause.startswith(prefix):
+            return cause[len(prefix):].strip()
+    where = re.search(r'server at "([^"]+)"(?: \([^)]*\))?, port (\d+)', head)
+    return f"{cause} at {where[1]}:{where[2]}" if where else cause

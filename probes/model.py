@@ -16,6 +16,9 @@ SNAPSHOT_VERSION = 1
 class ProbeStatus:
     elapsed_ms: float
     error: str | None = None
+    # What the probe could not read this cycle, so a view can keep the last figures of it, marked
+    # stale: the queue sources that failed (by source name), or ("all",) when the probe failed.
+    unread: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

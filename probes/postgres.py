@@ -107,6 +107,8 @@ class PostgresProbes:
         self._version_num = 0
         # What a probe that succeeded could not see (privileges), by probe name.
         self.notes: dict[str, str] = {}
+        # What a probe that succeeded could not read (the queue sources that failed), by probe name.
+        self.unread: dict[str, tuple[str, ...]] = {}
 
     # -- server --------------------------------------------------------------------------
 
@@ -123,6 +125,7 @@ class PostgresProbes:
         the declared tables, and the libraries detected with no config."""
         figures: list[tuple[QueueSource, QueueFigures]] = []
         problems = []
+        unread = []
         # Whether each source is installed: its tables checked in one statement, not one each.
         with tables_checked_together(conn, self._tables_asked) as known:
             for source in self.sources:
@@ -133,7 +136,10 @@ class PostgresProbes:
                     figures.extend((source, f) for f in source.sample(conn, detection))
                 except psycopg.Error as exc:
                     problems.append(f"{source.name}: {describe_error(exc)}")
+                    unread.append(source.name)
         self._tables_asked = set(known)
+        if unread:
+            self.unread["queues"] = tuple(unread)
         for _source, f in figures:
             problems.extend(f"{f.name}: {note}" for note in f.notes)
             if f.error:

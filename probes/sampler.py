@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import psycopg
 from apscheduler.executors.pool import ThreadPoolExecutor
@@ -24,7 +24,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from dbcore.database import Target, connection_kwargs
-from dbcore.errors import first_line
+from dbcore.errors import connection_cause
 
 from .config import Config
 from .model import BlockedSession, Blocker, ProbeStatus, ServerInfo, Snapshot
@@ -51,12 +51,15 @@ def run_probe(probes: PostgresProbes, name: str, conn: ProbeConnection) -> tuple
     """One probe, timed; its failure is its status, not an exception."""
     started = time.perf_counter()
     probes.notes.pop(name, None)
+    probes.unread.pop(name, None)
+    unread: tuple[str, ...] = ()
     try:
         result = getattr(probes, name)(conn)
         error = probes.notes.pop(name, None)  # what it could not see, when it saw the rest
+        unread = probes.unread.pop(name, ())
     except psycopg.Error as exc:
-        result, error = None, describe_error(exc)
-    return ProbeStatus(elapsed_ms=(time.perf_counter() - started) * 1000, error=error), result
+        result, error, unread = None, describe_error(exc), ("all",)
+    return ProbeStatus(elapsed_ms=(time.perf_counter() - started) * 1000, error=error, unread=unread), result
 
 
 def compose(server: ServerInfo, results: dict[str, tuple[ProbeStatus, object]], extra: dict | None = None) -> Snapshot:
@@ -94,6 +97,25 @@ def run_cycle(target: Target, config: Config | None = None, *, probes: PostgresP
     return compose(server, results, {"connected": True})
 
 
+
+PooledConnection = TypeVar("PooledConnection", bound="psycopg.Connection[Any]")
+
+
+class ExplainingPool(ConnectionPool[PooledConnection]):
+    """A pool that remembers why its last attempt to connect failed (password refused, too many
+    clients, connection refused), so a disconnect can say so instead of the pool's timeout."""
+
+    last_connect_error: str | None = None
+
+    def _connect(self, timeout: float | None = None) -> PooledConnection:  # psycopg_pool's one place that opens a connection
+        try:
+            conn = super()._connect(timeout)
+        except Exception as exc:
+            self.last_connect_error = connection_cause(exc)
+            raise
+        self.last_connect_error = None
+        return conn
+
 class Sampler:
     """The probes on a schedule, feeding complete snapshots to `sink`."""
 
@@ -110,7 +132,7 @@ class Sampler:
         self._lock = threading.Lock()
         self._connected = False
         self._last_error: str | None = None
-        self._pool = ConnectionPool(
+        self._pool = ExplainingPool(
             target.conninfo,
             min_size=1,
             max_size=MAX_PROBE_SESSIONS,
@@ -182,8 +204,11 @@ class Sampler:
                 self._connected, self._last_error = True, None
             except (PoolTimeout, psycopg.OperationalError) as exc:
                 self._connected = False
-                self._last_error = f"cannot reach the database: {first_line(exc)}"
-                result = (ProbeStatus(elapsed_ms=0.0, error=self._last_error), None)
+                # The pool's own timeout says only "couldn't get a connection after 0.50 sec";
+                # the reason is what its last attempt to connect was told.
+                cause = self._pool.last_connect_error if isinstance(exc, PoolTimeout) else None
+                self._last_error = cause or connection_cause(exc)
+                result = (ProbeStatus(elapsed_ms=0.0, error=f"cannot reach the database: {self._last_error}"), None)
             with self._lock:
                 self._results[name] = result
         finally:

@@ -13,7 +13,7 @@ from probes.postgres import PostgresProbes
 from probes.sampler import Sampler
 from queues.table_queue import TableQueue
 
-from .conftest import wait_until
+from .conftest import PASSWORD, PASSWORD_ROLE, wait_until
 
 V1_KEYS = {"version", "taken_at", "server", "probes", "queues", "rings", "leases", "blocked", "blockers", "connections", "compaction"}
 
@@ -108,6 +108,42 @@ def test_sampler_reports_an_unreachable_database_and_keeps_going(db, pg_server):
     assert snap.extra["connected"] is False
     assert "cannot reach the database" in snap.probes["queues"].error
     assert snap.queues == ()
+
+
+@pytest.mark.parametrize("case", ["wrong password", "no such role", "connection limit", "refused"])
+def test_a_disconnect_says_why_not_only_that_the_pool_timed_out(db, pg_server, case):
+    """The pool's own error is 'couldn't get a connection after 0.50 sec'; the operator needs
+    what the server (or the network) said to the last attempt."""
+    from psycopg import sql
+
+    from dbcore.database import resolve_target
+
+    role = f"qt_limited_{db.name}"[:60]
+    if case == "wrong password":
+        dsn = f"postgresql://{PASSWORD_ROLE}:not-{PASSWORD}@/{db.name}?host={pg_server.socket_dir}"
+        expected = f'password authentication failed for user "{PASSWORD_ROLE}"'
+    elif case == "no such role":
+        dsn, expected = f"postgresql://qt_nobody@/{db.name}?host={pg_server.socket_dir}", 'role "qt_nobody" does not exist'
+    elif case == "connection limit":
+        with db.connect() as conn:
+            conn.execute(sql.SQL("CREATE ROLE {} LOGIN CONNECTION LIMIT 0").format(sql.Identifier(role)))
+        dsn, expected = f"postgresql://{role}@/{db.name}?host={pg_server.socket_dir}", f'too many connections for role "{role}"'
+    else:
+        dsn, expected = f"postgresql://postgres@127.0.0.1:1/{db.name}", "Connection refused at 127.0.0.1:1"
+    sink = Collect()
+    sampler = Sampler(resolve_target(dsn), sink, interval_s=0.2)
+    sampler.start()
+    try:
+        snap = wait_until(lambda: (s := sink.latest()) and expected in str(s.extra["connection_error"]) and s,
+                          timeout=20, what=f"the disconnect reason {expected!r}")
+    finally:
+        sampler.stop()
+        if case == "connection limit":
+            with db.connect() as conn:
+                conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+    assert snap.extra["connected"] is False
+    assert "couldn't get a connection" not in snap.extra["connection_error"]
+    assert snap.probes["queues"].error == f"cannot reach the database: {snap.extra['connection_error']}"
 
 
 def test_snapshot_json_has_every_v1_key(db, cli):

@@ -20,9 +20,9 @@ from tui.backend import DatabaseBackend
 from tui.dashboard import QueuetopApp
 from tui.sample import SampleSource, sample_snapshot
 from tui.screens.details import DetailsScreen
-from tui.screens.dialogs import ConfirmScreen, HelpScreen, PromptScreen
+from tui.screens.dialogs import ConfirmScreen, HelpScreen, NoticesScreen, PromptScreen
 from tui.widgets.keyed_table import KeyedTable
-from tui.widgets.panels import CompactionPanel, LocksPanel, QueuesPanel
+from tui.widgets.panels import CompactionPanel, ConnectionsPanel, LocksPanel, QueuesPanel
 
 
 def sample_app(**kwargs) -> QueuetopApp:
@@ -35,7 +35,7 @@ async def settle(pilot, app, predicate, what, attempts=200):
         await pilot.pause(0.02)
         if predicate():
             return
-    said = [str(n.message) for n in app._notifications]  # what the operator was told, to explain it
+    said = [text for _at, _severity, text in app.notices]  # what the operator was told, to explain it
     raise AssertionError(f"timed out waiting for {what}" + (f"; notifications: {said}" if said else ""))
 
 
@@ -59,6 +59,12 @@ async def queue_details_text(pilot, app, row_key: str) -> str:
     console = Console(width=200, record=True, file=io.StringIO())
     for renderable in app.screen.renderables:
         console.print(renderable)
+    return console.export_text()
+
+
+def rendered_text(renderable, width: int = 120) -> str:
+    console = Console(width=width, record=True, file=io.StringIO())
+    console.print(renderable)
     return console.export_text()
 
 
@@ -127,17 +133,43 @@ async def test_greater_than_cycles_the_queue_order_by_depth_oldest_dead():
         queues = app.snapshot.queues
         shown = lambda: [k.value for k in table.ordered_keys()]  # noqa: E731
         assert shown() == [f"{q.source}:{q.name}" for q in queues]  # the snapshot's order
-        for order, figure in (("depth", "depth"), ("oldest", "oldest_ready_age_s"), ("dead", "dead")):
+        for order, figure in (("depth ↓", "depth"), ("oldest ready ↓", "oldest_ready_age_s"), ("dead ↓", "dead")):
             await pilot.press("greater_than_sign")
             expected = [f"{q.source}:{q.name}" for q in sorted(queues, key=lambda q: -(getattr(q, figure) or 0))]
             await settle(pilot, app, lambda expected=expected: shown() == expected, f"sorted by {order}")
-            assert f"sorted by {order} ↓ (>)" in app.query_one(QueuesPanel).border_subtitle
+            assert f"sorted by {order} (>)" in app.query_one(QueuesPanel).border_subtitle
+        await pilot.press("greater_than_sign")
+        expected = [f"{q.source}:{q.name}" for q in sorted(queues, key=lambda q: q.name.lower())]
+        await settle(pilot, app, lambda: shown() == expected, "sorted by name")
         await pilot.press("greater_than_sign")  # and back to the snapshot's order
         await settle(pilot, app, lambda: shown() == [f"{q.source}:{q.name}" for q in queues], "unsorted")
         # The Delayed column makes depth add up: ready + in flight + delayed.
         orders = queue_rows(app)["table:orders"]
         assert [c.label for c in QueuesPanel.COLUMNS][:6] == ["Queue", "Depth", "Ready", "In flight", "Delayed", "Dead"]
         assert orders[4] == "0"
+
+
+async def test_greater_than_sorts_connections_when_they_have_focus():
+    app = sample_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot, app, lambda: app.snapshot is not None, "first snapshot")
+        table = app.query_one("#connections-table", KeyedTable)
+        table.focus()
+        shown = lambda: [k.value for k in table.ordered_keys()]  # noqa: E731
+        c = app.snapshot.connections
+        given = [f"state:{s}" for s in c.by_state] + [f"app:{a}" for a in c.by_application]
+        assert shown() == given
+        assert [col.label for col in ConnectionsPanel.COLUMNS][0] == "Sessions"  # not an unexplained '#'
+        await pilot.press("greater_than_sign")
+        counts = {**{f"state:{s}": n for s, n in c.by_state.items()}, **{f"app:{a}": n for a, n in c.by_application.items()}}
+        await settle(pilot, app, lambda: shown() == sorted(given, key=lambda k: -counts[k]), "sorted by sessions")
+        assert "sorted by sessions ↓" in app.query_one(ConnectionsPanel).border_subtitle
+        assert app.query_one(QueuesPanel).sort == "source"  # the focused panel sorted, not Queues
+        await pilot.press("greater_than_sign")
+        await settle(pilot, app, lambda: shown() == sorted(given, key=lambda k: k.split(":", 1)[1].lower()), "by name")
+        # Focus shows in the border's weight, not only its colour.
+        assert app.query_one(ConnectionsPanel).styles.border_top[0] == "heavy"
+        assert app.query_one(QueuesPanel).styles.border_top[0] == "round"
 
 
 async def test_help_pause_interval_and_quit():
@@ -151,7 +183,7 @@ async def test_help_pause_interval_and_quit():
         assert app.paused and app.source.paused
         assert "PAUSED" in str(app.query_one("#status").render())
         await pilot.press("r")  # paused: nothing new is applied, and it says so
-        assert any("paused" in n.message and "p resumes" in n.message for n in app._notifications)
+        assert any("paused" in text and "p resumes" in text for _at, _sev, text in app.notices)
         await pilot.press("p")
         assert not app.paused
         before = app.source.interval_s
@@ -237,22 +269,69 @@ async def test_read_only_refuses_actions_without_asking():
             await pilot.press(key)
             assert not isinstance(app.screen, (PromptScreen, ConfirmScreen)), key
         assert "READ-ONLY" in str(app.query_one("#status").render())
-        assert any("--read-only" in n.message for n in app._notifications)
+        assert any("--read-only" in text for _at, _sev, text in app.notices)
 
 
 async def test_disconnected_state_is_shown_and_figures_kept():
     from dataclasses import replace
 
     good = sample_snapshot()
-    down = replace(good, queues=(), extra={"connected": False, "connection_error": "cannot reach the database: refused"})
+    reason = 'password authentication failed for user "queuetop_monitor"'
+    down = replace(good, queues=(), extra={"connected": False, "connection_error": reason})
     app = sample_app(snapshots=[good, down, good])
-    async with app.run_test(size=(100, 30)) as pilot:
+    async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot, app, lambda: app.snapshot is not None, "first snapshot")
         await pilot.press("r")
-        await settle(pilot, app, lambda: "DISCONNECTED" in str(app.query_one("#status").render()), "disconnected")
+        status = app.query_one("#status")
+        await settle(pilot, app, lambda: "DISCONNECTED" in str(status.render()), "disconnected")
+        line = str(status.render())
+        assert "LIVE" not in line  # one state at a time
+        assert reason in line  # whole, at 80 columns
+        await pilot.resize_terminal(120, 30)  # room for more: the time of the figures still shown
+        await settle(pilot, app, lambda: f"figures of {good.taken_at:%H:%M:%S}" in str(status.render()), "the figures' time")
         assert "table:orders" in queue_rows(app)  # last figures stay on screen
         await pilot.press("r")
-        await settle(pilot, app, lambda: "DISCONNECTED" not in str(app.query_one("#status").render()), "recovered")
+        await settle(pilot, app, lambda: "DISCONNECTED" not in str(status.render()), "recovered")
+        assert "LIVE" in str(status.render())
+
+
+async def test_notices_take_the_footers_line_not_a_panel_and_m_lists_them_all():
+    app = sample_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app, lambda: app.snapshot is not None, "first snapshot")
+        for n in range(3):
+            app.notify(f"notice number {n}")
+        await pilot.pause()
+        bar = app.query_one("#notice")
+        assert bar.display and "notice number 2" in str(bar.render())
+        assert not app.query_one("Footer").display  # the footer's line, for a few seconds
+        assert not app._notifications  # no toast over the panels
+        for panel in ("#leases", "#compaction", "#rings"):
+            assert app.query_one(panel).region.bottom <= bar.region.y
+        await pilot.press("m")
+        assert isinstance(app.screen, NoticesScreen)
+        log = rendered_text(app.screen.query_one("#notices-log Static").content)
+        assert all(f"notice number {n}" in log for n in range(3)), log
+        assert "m closes" in app.screen.query_one("#notices-log").border_subtitle
+        await pilot.press("m")
+        assert not isinstance(app.screen, NoticesScreen)
+        assert app.query_one("Footer").display and not bar.display
+
+
+async def test_ctrl_p_lists_our_commands_before_anything_is_typed():
+    app = sample_app(controls=object())
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("ctrl+p")
+
+        def offered():
+            lists = app.screen.query("CommandList")
+            if not lists or not lists.first().option_count:
+                return []
+            command_list = lists.first()
+            return [str(command_list.get_option_at_index(i).prompt) for i in range(command_list.option_count)]
+
+        await settle(pilot, app, lambda: any("Kill the relay leader" in o for o in offered()), "our commands listed")
+        assert any("Notices" in o for o in offered()) and any("Zoom" in o for o in offered())
 
 
 # -- snapshot tests ------------------------------------------------------------------------
@@ -344,6 +423,30 @@ async def test_end_to_end_queue_depth_appears(db):
         with db.connect() as conn:  # above the probe's window: still exact digits, marked ~
             queue.enqueue_batch(conn, ["{}"] * 1234)
         await settle(pilot, app, lambda: queue_rows(app)["reference:e2e"][1] == "~2,221", "depth ~2,221", 500)
+
+
+async def test_a_locked_registry_keeps_the_last_queue_rows_marked_stale(db):
+    with db.connect() as conn:
+        queue = TableQueue.create(conn, "reg-q")
+        queue.enqueue_batch(conn, ["{}"] * 5)
+    app = live_app(db)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot, app, lambda: queue_rows(app).get("reference:reg-q", ("", ""))[1] == "5", "depth 5", 500)
+        panel = app.query_one(QueuesPanel)
+        with psycopg.connect(db.target.conninfo, autocommit=True) as locker:
+            locker.execute("BEGIN")
+            locker.execute("LOCK TABLE queuetop.queues IN ACCESS EXCLUSIVE MODE")
+            await settle(pilot, app, lambda: "stale" in str(panel.border_subtitle), "the rows marked stale", 500)
+            assert app.snapshot.probes["queues"].unread == ("reference",)
+            assert "reference:reg-q" not in {f"{q.source}:{q.name}" for q in app.snapshot.queues}  # the JSON does not pretend
+            row = app.query_one(KeyedTable).full_rows()["reference:reg-q"]
+            assert str(row[1]) == "5" and "dim" in str(row[1].style)  # kept, dimmed
+            assert "lock timeout" in str(panel.border_subtitle) or "1 stale since" in str(panel.border_subtitle)
+            assert "LIVE" in str(app.query_one("#status").render()) and "notes: queues" in str(app.query_one("#status").render())
+            locker.execute("ROLLBACK")
+        await settle(pilot, app, lambda: "stale" not in str(panel.border_subtitle), "fresh rows again", 500)
+        row = app.query_one(KeyedTable).full_rows()["reference:reg-q"]
+        assert "dim" not in str(getattr(row[1], "style", ""))
 
 
 async def test_start_consumers_from_the_ui_drains_the_queue(db):
@@ -512,8 +615,14 @@ async def test_contention_scenario_from_the_ui_fills_the_locks_panel(db):
         await settle(pilot, app, lambda: "blocked session" in str(tree.root.label), "the tree's label", 500)
         await pilot.press("S")  # no prompt: stops at once, then reports
         await settle(pilot, app, lambda: not any(a.key == SCENARIO_KEY for a in controls.activities()), "stopped", 1500)
-        await settle(pilot, app, lambda: any("contention naive" in str(n.message) and ", consistent" in str(n.message)
-                                             for n in app._notifications), "the summary notification", 500)
+        await settle(pilot, app, lambda: any("contention naive" in text and ", consistent" in text
+                                             for _at, _sev, text in app.notices), "the summary notice", 500)
+        # The summary stays in the notices log (m), after the footer's line has moved on.
+        app.notify("something later")
+        await pilot.press("m")
+        assert isinstance(app.screen, NoticesScreen)
+        log = rendered_text(app.screen.query_one("#notices-log Static").content)
+        assert "contention naive" in log and "something later" in log
     with db.connect() as conn:
         assert conn.execute("SELECT count(*) FROM queuetop.tasks WHERE title LIKE 'contention%'").fetchone()[0] == 0
 

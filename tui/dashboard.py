@@ -12,7 +12,9 @@ Data flow, one direction each way:
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
+from datetime import datetime
 from functools import partial
 from typing import ClassVar, Protocol
 
@@ -20,8 +22,11 @@ from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
-from textual.command import Hit, Hits, Provider
+from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.containers import Horizontal, Vertical
+from textual.css.query import NoMatches
+from textual.notifications import SeverityLevel
+from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Input, Static, Tree
 
 from dbcore.errors import QueuetopError
@@ -31,7 +36,7 @@ from probes.sources import QueueDetails
 from . import format as fmt
 from .messages import ActivityEnded, SnapshotArrived
 from .screens.details import DetailsScreen, queue_renderables, session_renderables
-from .screens.dialogs import ConfirmScreen, HelpScreen, PromptScreen
+from .screens.dialogs import ConfirmScreen, HelpScreen, NoticesScreen, PromptScreen
 from .widgets.panels import CompactionPanel, ConnectionsPanel, LeasesPanel, LocksPanel, Panel, QueuesPanel, RingsPanel
 
 PANELS = (QueuesPanel, RingsPanel, LeasesPanel, CompactionPanel, LocksPanel, ConnectionsPanel)
@@ -84,27 +89,62 @@ class StatusBar(Static):
     StatusBar { height: 1; background: $primary-background; color: $text; padding: 0 1; }
     """
 
+    def on_resize(self) -> None:
+        app = self.app
+        if isinstance(app, QueuetopApp):
+            app.render_status(force=True)  # refit to the new width
+
+
+class NoticeBar(Static):
+    """The latest notice, on the footer's line for a few seconds (a toast would cover the Leases and
+    Compaction panels, where the effect of an action shows); `m` lists them all."""
+
+    DEFAULT_CSS = """
+    NoticeBar { dock: bottom; height: 1; padding: 0 1; display: none; text-wrap: nowrap; text-overflow: ellipsis;
+                background: $primary-background; }
+    NoticeBar.warning { background: $warning 40%; }
+    NoticeBar.error { background: $error 60%; }
+    """
+
+
+# How long the latest notice takes the footer's place, by severity (all stay in the `m` log).
+NOTICE_SECONDS = {"information": 6.0, "warning": 10.0, "error": 15.0}
+
 
 class EngineCommands(Provider):
-    """The command palette: every action, searchable by name."""
+    """The command palette: every action, listed as soon as Ctrl-P opens and searchable by name."""
 
-    async def search(self, query: str) -> Hits:
+    def _commands(self) -> list[tuple[str, Callable[[], object], str]]:
         app = self.app
         assert isinstance(app, QueuetopApp)
+        key = app.key_for
+        commands: list[tuple[str, Callable[[], object], str]] = [
+            (title, partial(app.action_engine, binding_id), f"engine · key {key(f'engine.{binding_id}')}")
+            for binding_id, _key, title, _placeholder, _default in ENGINE_ACTIONS
+        ]
+        commands += [
+            ("Pause / resume", app.action_toggle_pause, f"key {key('pause')}"),
+            ("Refresh now", app.action_refresh_now, f"key {key('refresh')}"),
+            ("Cancel the selected backend", partial(app.action_signal, False), f"key {key('backend.cancel')}"),
+            ("Terminate the selected backend", partial(app.action_signal, True), f"key {key('backend.terminate')}"),
+            ("Zoom the focused panel", app.action_zoom, f"key {key('zoom')}"),
+            ("Notices", app.action_notices, f"key {key('notices')}"),
+            ("Sort the focused panel (Queues or Connections)", app.action_sort, f"key {key('sort')}"),
+            ("Help", app.action_help, f"key {key('help')}"),
+            ("Stop everything the dashboard started", app.action_stop_all, "no key"),
+        ]
+        return commands
+
+    async def discover(self) -> Hits:
+        for title, action, help_text in self._commands():
+            yield DiscoveryHit(title, action, help=help_text)
+
+    async def search(self, query: str) -> Hits:
         matcher = self.matcher(query)
-        for binding_id, _key, title, _placeholder, _default in ENGINE_ACTIONS:
+        for title, action, help_text in self._commands():
             score = matcher.match(title)
             if score > 0:
-                yield Hit(score, matcher.highlight(title), partial(app.action_engine, binding_id), help=f"engine: {binding_id}")
-        for title, action in (
-            ("Pause / resume", app.action_toggle_pause), ("Refresh now", app.action_refresh_now),
-            ("Cancel the selected backend", partial(app.action_signal, False)),
-            ("Terminate the selected backend", partial(app.action_signal, True)),
-            ("Help", app.action_help), ("Stop everything the dashboard started", app.action_stop_all),
-        ):
-            score = matcher.match(title)
-            if score > 0:
-                yield Hit(score, matcher.highlight(title), action)
+                yield Hit(score, matcher.highlight(title), action, help=help_text)
 
 
 class QueuetopApp(App[None]):
@@ -135,8 +175,9 @@ class QueuetopApp(App[None]):
         Binding("plus", "interval(1)", "Slower", id="interval.slower", key_display="+"),
         Binding("minus", "interval(-1)", "Faster", id="interval.faster", key_display="-"),
         Binding("slash", "filter", "Filter", id="filter", key_display="/"),
-        Binding("greater_than_sign", "sort_queues", "Sort queues", id="queues.sort", key_display=">", show=False),
+        Binding("greater_than_sign", "sort", "Sort the focused panel", id="sort", key_display=">", show=False),
         Binding("z", "zoom", "Zoom panel", id="zoom"),
+        Binding("m", "notices", "Notices", id="notices"),
         Binding("c", "signal(False)", "Cancel backend", id="backend.cancel"),
         Binding("k", "signal(True)", "Terminate backend", id="backend.terminate"),
         Binding("q", "quit", "Quit", id="quit"),
@@ -167,6 +208,9 @@ class QueuetopApp(App[None]):
         self.apply_ms: list[float] = []  # time to apply each snapshot (bench tui)
         self._keymap = keymap or {}
         self._status_text = ""
+        self.notices: deque[tuple[str, str, str]] = deque(maxlen=1000)  # (HH:MM:SS, severity, text), the `m` log
+        self._notice_timer: Timer | None = None
+        self._last_good_at: datetime | None = None  # when the figures on screen were taken, while disconnected
 
     # -- layout ---------------------------------------------------------------------------
 
@@ -183,6 +227,7 @@ class QueuetopApp(App[None]):
                 yield LeasesPanel()
                 yield CompactionPanel()
         yield Input(placeholder="filter: queue, application or query text (Enter applies, Esc clears)", id="filter")
+        yield NoticeBar(id="notice")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -191,7 +236,7 @@ class QueuetopApp(App[None]):
         if self.demo is not None:
             self.run_worker(self._start_demo, thread=True, name="demo")
         self.source.start()
-        self._render_status()
+        self.render_status()
 
     def _start_demo(self) -> None:
         try:
@@ -230,42 +275,92 @@ class QueuetopApp(App[None]):
                 for panel in PANELS:
                     self.query_one(panel).show(snapshot, self.filter_text)
         # Disconnected: keep the last figures on screen; the status bar says they are stale.
-        self._render_status()
+        self.render_status()
         self.apply_ms.append((time.perf_counter() - started) * 1000)
 
-    def _render_status(self) -> None:
+    def render_status(self, force: bool = False) -> None:
+        """One line, fitted: the state (LIVE, PAUSED or DISCONNECTED, never two of them) and why
+        first, then what fits of the rest, each part whole or left out."""
         s = self.snapshot
-        parts = [Text("queuetop ", style="bold")]
-        parts.append(Text("PAUSED" if self.paused else "LIVE", style="bold yellow" if self.paused else "bold green"))
-        if s is not None and not s.extra.get("connected", True):
-            # First, where it cannot be missed or cut off.
-            reason = str(s.extra.get("connection_error") or "database unreachable")
-            parts.append(Text(f" DISCONNECTED, retrying: {fmt.one_line(reason, 70)} ", style="bold white on red"))
-        parts.append(Text(f" every {self.source.interval_s:g}s"))
-        if s is not None:
-            server = s.server
-            parts.append(Text(f" │ {server.dialect} {server.version or '?'} db {server.database or '?'}"))
-            parts.append(Text(f" │ probes {s.elapsed_ms:.1f} ms"))
-            failed = [name for name, p in s.probes.items() if p.error]
-            if failed and s.extra.get("connected", True):
-                parts.append(Text(f" │ notes: {', '.join(failed)}", style="yellow"))
+        connected = s is None or s.extra.get("connected", True)
+        if s is not None and connected:
+            self._last_good_at = s.taken_at
+        parts: list[tuple[str, str, int]] = [("queuetop ", "bold", 7)]
+        if self.paused:
+            parts.append(("PAUSED", "bold yellow", 0))
+        elif connected:
+            parts.append(("LIVE", "bold green", 0))
+        if not connected:
+            assert s is not None
+            reason = fmt.one_line(str(s.extra.get("connection_error") or "database unreachable"), 200)
+            parts.append((" DISCONNECTED" if self.paused else "DISCONNECTED", "bold white on red", 0))
+            parts.append((f" {reason}", "bold", 0))
+            parts.append((" │ retrying", "", 2))
+            if self._last_good_at is not None:
+                parts.append((f" │ figures of {self._last_good_at:%H:%M:%S}", "yellow", 1))
         if self.read_only:
-            parts.append(Text("  READ-ONLY", style="bold cyan"))
-        if s is not None and s.server.label:
-            parts.append(Text(f" │ {s.server.label}", style="dim"))
-        status = Text.assemble(*parts)
-        if status.plain != self._status_text:  # repaint only what changed
+            parts.append((" │ READ-ONLY", "bold cyan", 1))
+        parts.append((f" │ every {self.source.interval_s:g}s", "", 3))
+        if s is not None:
+            failed = [name for name, p in s.probes.items() if p.error]
+            if failed and connected:
+                parts.append((f" │ notes: {', '.join(failed)}", "yellow", 2))
+            server = s.server
+            parts.append((f" │ {server.dialect} {server.version or '?'} db {server.database or '?'}", "", 4))
+            parts.append((f" │ probes {s.elapsed_ms:.1f} ms", "", 5))
+            if server.label:
+                parts.append((f" │ {server.label}", "dim", 6))
+        bar = self.query_one(StatusBar)
+        width = (bar.size.width - 2) if bar.size.width > 2 else (self.size.width - 2)
+        status = fmt.fit_by_priority(parts, max(width, 20))
+        if force or status.plain != self._status_text:  # repaint only what changed
             self._status_text = status.plain
-            self.query_one(StatusBar).update(status, layout=False)  # one fixed line
+            bar.update(status, layout=False)  # one fixed line
+
+    # -- notices --------------------------------------------------------------------------
+
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information", timeout: float | None = None,
+               markup: bool = True) -> None:
+        """Every notice goes to the log (`m`) and, for a few seconds, to the footer's line; none
+        covers a panel. Messages are plain text (an error's text may hold brackets)."""
+        text = f"{title}: {message}" if title else str(message)
+        at = time.strftime("%H:%M:%S")
+        self.notices.append((at, severity, text))
+        try:
+            bar = self.query_one(NoticeBar)
+        except NoMatches:  # not composed yet, or shutting down: the log has it
+            return
+        bar.set_classes(severity if severity in ("warning", "error") else "")
+        bar.update(Text.assemble((f"{at} ", "dim"), text, ("  · m: all notices", "dim")))
+        bar.display = True
+        self.query_one(Footer).display = False
+        if self._notice_timer is not None:
+            self._notice_timer.stop()
+        self._notice_timer = self.set_timer(timeout or NOTICE_SECONDS.get(severity, 6.0), self._hide_notice)
+
+    def _hide_notice(self) -> None:
+        self.query_one(NoticeBar).display = False
+        self.query_one(Footer).display = True
+
+    def action_notices(self) -> None:
+        self._hide_notice()
+        self.push_screen(NoticesScreen(list(self.notices)))
 
     # -- viewing actions ------------------------------------------------------------------
+
+    def key_for(self, binding_id: str) -> str:
+        """The key that runs a binding, as the config's [keys] table may have remapped it."""
+        for binding in self.BINDINGS:
+            assert isinstance(binding, Binding)  # every binding here is a Binding, with an id
+            if binding.id == binding_id:
+                return self._keymap.get(binding_id, binding.key_display or binding.key)
+        return "?"
 
     def action_help(self) -> None:
         keys = []
         for binding in self.BINDINGS:
-            assert isinstance(binding, Binding)  # every binding here is a Binding, with an id
-            key = self._keymap.get(binding.id or "", binding.key_display or binding.key)
-            keys.append((key, binding.description, binding.id or ""))
+            assert isinstance(binding, Binding)
+            keys.append((self.key_for(binding.id or ""), binding.description, binding.id or ""))
         keys.append(("Tab / Shift-Tab", "move between panels", ""))
         keys.append(("Enter", "details: a queue's head and dead letters, a session's query and locks", ""))
         keys.append(("Ctrl-P", "command palette", ""))
@@ -277,11 +372,11 @@ class QueuetopApp(App[None]):
         if screen.maximized is not None:
             screen.minimize()
             return
+        screen.maximize(self._focused_panel() or self.query_one(QueuesPanel), container=False)
+
+    def _focused_panel(self) -> Panel | None:
         focused = self.focused
-        panel = next((w for w in (focused.ancestors_with_self if focused else []) if isinstance(w, Panel)), None)
-        if panel is None:
-            panel = self.query_one(QueuesPanel)
-        screen.maximize(panel, container=False)
+        return next((w for w in (focused.ancestors_with_self if focused else []) if isinstance(w, Panel)), None)
 
     def action_toggle_pause(self) -> None:
         self.paused = not self.paused
@@ -290,7 +385,7 @@ class QueuetopApp(App[None]):
         else:
             self.source.resume()
             self.source.refresh_now()
-        self._render_status()
+        self.render_status()
 
     def action_refresh_now(self) -> None:
         if self.paused:
@@ -304,16 +399,18 @@ class QueuetopApp(App[None]):
         index = min(range(len(INTERVALS)), key=lambda i: abs(INTERVALS[i] - current))
         new = INTERVALS[max(0, min(len(INTERVALS) - 1, index + step))]
         self.source.set_interval(new)
-        self._render_status()
+        self.render_status()
         self.notify(f"refresh every {new:g}s", timeout=2)
 
-    def action_sort_queues(self) -> None:
-        """Cycle the Queues panel's order: by source, depth, oldest ready age, dead (largest first)."""
-        panel = self.query_one(QueuesPanel)
+    def action_sort(self) -> None:
+        """Cycle the focused panel's order (Queues when the focused one does not sort)."""
+        panel = self._focused_panel()
+        if panel is None or len(panel.SORTS) < 2:
+            panel = self.query_one(QueuesPanel)
         order = panel.cycle_sort()
         if self.snapshot is not None:
             panel.show(self.snapshot, self.filter_text)
-        self.notify(f"queues sorted by {order}", timeout=2)
+        self.notify(f"{panel.border_title} sorted by {order}", timeout=3)
 
     def action_filter(self) -> None:
         box = self.query_one("#filter", Input)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.cells import cell_len, set_cell_size
 from rich.text import Text
 
 BLOCKS = "▁▂▃▄▅▆▇█"
@@ -83,3 +84,24 @@ def one_line(text: str | None, width: int = 80) -> str:
         return "-"
     flat = " ".join(text.split())
     return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def fit_by_priority(parts: list[tuple[str, str, int]], width: int) -> Text:
+    """(text, style, priority) parts, shown in their order: the most important (lowest priority
+    number) first, each whole or left out, as many as fit `width`. If the most important alone are
+    too wide, the last of them is cut with an ellipsis (it must then be a text, not a figure)."""
+    kept: set[int] = set()
+    used = 0
+    for index in sorted(range(len(parts)), key=lambda i: parts[i][2]):
+        size = cell_len(parts[index][0])
+        if used + size <= width:
+            kept.add(index)
+            used += size
+        elif parts[index][2] == 0:  # must be shown: as much of it as fits
+            room = width - used
+            if room > 1:
+                text, style, priority = parts[index]
+                parts = [*parts[:index], (set_cell_size(text, room - 1) + "…", style, priority), *parts[index + 1:]]
+                kept.add(index)
+                used = width
+    return Text.assemble(*[(parts[i][0], parts[i][1]) for i in sorted(kept)])

@@ -1,4 +1,4 @@
-"""Small modal screens: help, yes/no confirmation, a one-line prompt."""
+"""Small modal screens: help, the notices log, yes/no confirmation, a one-line prompt."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from typing import ClassVar
 
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
@@ -42,6 +43,41 @@ class HelpScreen(ModalScreen[None]):
         with box:
             yield Label("Remap a key by its id in the config's \\[keys] table.")
             yield Static(table)
+
+
+class NoticesScreen(ModalScreen[None]):
+    """Every notice of this session (engine actions, scenario summaries, errors), oldest first,
+    scrolled to the newest; its border says how to close it."""
+
+    AUTO_FOCUS = "#notices-log"
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,q,m", "dismiss", "Close", id="notices.close")]
+    DEFAULT_CSS = """
+    NoticesScreen { align: center middle; }
+    NoticesScreen > VerticalScroll { width: 100%; max-width: 120; height: 100%; border: round $accent; background: $surface;
+                                     padding: 0 1; }
+    """
+
+    def __init__(self, notices: list[tuple[str, str, str]]) -> None:
+        super().__init__()
+        self._notices = notices  # (HH:MM:SS, severity, text)
+
+    def compose(self) -> ComposeResult:
+        table = Table(box=None, show_header=False, expand=True)
+        table.add_column("At", style="dim", no_wrap=True)
+        table.add_column("Notice", overflow="fold")  # wrapped, never cut
+        for at, severity, text in self._notices:
+            table.add_row(at, Text(text, style=SEVERITY_STYLE.get(severity, "")))
+        box = VerticalScroll(id="notices-log")
+        box.border_title = f"notices ({len(self._notices)})"
+        box.border_subtitle = "↑↓ PgUp PgDn scroll · Esc, q or m closes"
+        with box:
+            yield Static(table if self._notices else Text("nothing yet: engine actions and scenario summaries are logged here"))
+
+    def on_mount(self) -> None:
+        self.query_one(VerticalScroll).scroll_end(animate=False)
+
+
+SEVERITY_STYLE = {"warning": "yellow", "error": "bold red"}
 
 
 class ConfirmScreen(ModalScreen[bool]):

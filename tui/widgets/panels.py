@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from datetime import datetime
 from typing import ClassVar
 
 from rich.cells import cell_len
@@ -62,13 +63,28 @@ class Panel(Vertical):
     ALLOW_MAXIMIZE = True
     DEFAULT_CSS = """
     Panel { border: round $primary-darken-2; height: 1fr; }
-    Panel:focus-within { border: round $accent; }
+    /* Focus shows in the border's weight and the title, not in its colour alone (NO_COLOR). */
+    Panel:focus-within { border: heavy $accent; border-title-style: bold reverse; }
     """
+    # What `>` cycles through when the panel has focus: (name, what it means); the first is the
+    # snapshot's own order. A panel with one entry does not sort.
+    SORTS: ClassVar[tuple[tuple[str, str], ...]] = (("given", ""),)
 
     def __init__(self, title: str, **kwargs) -> None:
         super().__init__(**kwargs)
         self.border_title = title
         self._subtitles: dict[str, tuple[str, ...]] = {}
+        self.sort = self.SORTS[0][0]
+
+    def cycle_sort(self) -> str | None:
+        """Sort by the next entry of SORTS; returns what it means, None if the panel does not sort."""
+        if len(self.SORTS) < 2:
+            return None
+        names = [name for name, _meaning in self.SORTS]
+        self.sort = names[(names.index(self.sort) + 1) % len(names)]
+        meaning = dict(self.SORTS)[self.sort]
+        self.set_subtitle("sort", *(() if self.sort == names[0] else (f"sorted by {meaning} (>)", f"by {meaning}")))
+        return meaning
 
     def set_subtitle(self, part: str, *texts: str) -> None:
         """One part of the border's subtitle (the sort, the hidden columns, a last run...), as
@@ -82,7 +98,7 @@ class Panel(Vertical):
     def _render_subtitle(self) -> None:
         room = self.size.width - 6 if self.size.width else 1_000
         shown: list[str] = []
-        for part in ("hidden", "sort", "last run"):  # the first says the panel is incomplete
+        for part in ("stale", "hidden", "sort", "last run"):  # the first ones say the panel is incomplete or old
             for text in self._subtitles.get(part, ()):
                 if text and cell_len(" · ".join([*shown, text])) <= room:
                     shown.append(text)
@@ -116,25 +132,23 @@ class QueuesPanel(Panel):
         Column("bloat", "Dead tup", 9), Column("vacuum", "Vacuumed", 10),
     ]
 
-    # What `>` cycles through: the snapshot's own order (by source), then the figures an operator
-    # looks for first, largest first.
-    SORTS: ClassVar[tuple[str, ...]] = ("source", "depth", "oldest", "dead")
+    # The snapshot's own order (by source), then the figures an operator looks for first, largest
+    # first, then by name.
+    SORTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("source", "source"), ("depth", "depth ↓"), ("oldest", "oldest ready ↓"), ("dead", "dead ↓"), ("name", "name"),
+    )
 
     def __init__(self) -> None:
         super().__init__("Queues", id="queues")
         self.history: dict[str, deque[float]] = {}
         self._rendered: dict[str, tuple[object, tuple]] = {}  # key -> (facts, cells)
-        self.sort = "source"
-
-    def cycle_sort(self) -> str:
-        """Sort by the next column of SORTS; returns its name."""
-        self.sort = self.SORTS[(self.SORTS.index(self.sort) + 1) % len(self.SORTS)]
-        self.set_subtitle("sort", *(() if self.sort == "source" else (f"sorted by {self.sort} ↓ (>)", f"by {self.sort} ↓")))
-        return self.sort
+        self._last_read: dict[str, tuple[QueueSample, datetime]] = {}  # key -> the last sample of it, and when
 
     def _ordered(self, queues: tuple[QueueSample, ...]) -> list[QueueSample]:
         if self.sort == "source":
             return list(queues)
+        if self.sort == "name":
+            return sorted(queues, key=lambda q: (q.name.lower(), q.source))
         figure = {"depth": lambda q: q.depth, "oldest": lambda q: q.oldest_ready_age_s, "dead": lambda q: q.dead}[self.sort]
         # Largest first; unknown figures last, each group in the snapshot's order (a stable sort).
         return sorted(queues, key=lambda q: (figure(q) is None, -(figure(q) or 0)))
@@ -142,10 +156,38 @@ class QueuesPanel(Panel):
     def compose(self):
         yield KeyedTable(self.COLUMNS, id="queues-table")
 
+    def _stale(self, snapshot: Snapshot) -> list[QueueSample]:
+        """The queues of the sources the probe could not read this cycle (a lock on the registry
+        table, a lock timeout), as last read: kept on screen, marked stale, not dropped."""
+        status = snapshot.probes.get("queues")
+        unread = status.unread if status is not None else ()
+        for q in snapshot.queues:
+            self._last_read[f"{q.source}:{q.name}"] = (q, snapshot.taken_at)
+        if not unread:
+            self.set_subtitle("stale")
+            return []
+        read = {f"{q.source}:{q.name}" for q in snapshot.queues}
+        stale = [(q, at) for key, (q, at) in self._last_read.items() if key not in read and ("all" in unread or q.source in unread)]
+        if stale:
+            since = min(at for _q, at in stale)
+            reason = fmt.one_line(status.error if status is not None else None, 200)
+            self.set_subtitle("stale", f"{len(stale)} stale since {since:%H:%M:%S}: {reason}",
+                              f"{len(stale)} stale since {since:%H:%M:%S}", f"{len(stale)} stale")
+        else:
+            self.set_subtitle("stale")
+        return [q for q, _at in stale]
+
     def show(self, snapshot: Snapshot, filter_text: str = "") -> None:
-        rows = {}
-        for q in self._ordered(snapshot.queues):
+        rows: dict[str, tuple] = {}
+        stale = self._stale(snapshot)
+        stale_keys = {f"{q.source}:{q.name}" for q in stale}
+        for q in self._ordered(snapshot.queues + tuple(stale)):
             key = f"{q.source}:{q.name}"
+            if key in stale_keys:  # the last figures, dimmed (the border says since when and why)
+                if key in self._rendered and _matches(filter_text, q.name, q.table):
+                    rows[key] = tuple(Text(cell.plain if isinstance(cell, Text) else cell, style="dim italic")
+                                      for cell in self._rendered[key][1])
+                continue
             history = self.history.setdefault(key, deque(maxlen=HISTORY))
             if q.depth is not None:
                 history.append(float(q.depth))
@@ -367,7 +409,9 @@ class LocksPanel(Panel):
 
 
 class ConnectionsPanel(Panel):
-    COLUMNS: ClassVar[list[Column]] = [Column("n", "#", 0), Column("what", "By", 1), Column("name", "Name", 0, text=True)]
+    # Sessions: how many connections are in that state, or come from that application.
+    COLUMNS: ClassVar[list[Column]] = [Column("n", "Sessions", 0), Column("what", "By", 1), Column("name", "State or app", 0, text=True)]
+    SORTS: ClassVar[tuple[tuple[str, str], ...]] = (("given", "state, then app"), ("sessions", "sessions ↓"), ("name", "name"))
 
     def __init__(self) -> None:
         super().__init__("Connections", id="connections")
@@ -397,12 +441,17 @@ class ConnectionsPanel(Panel):
         history = list(self._history)
         if spark.data != history:
             spark.data = history
+        entries = [("state", state, n) for state, n in c.by_state.items()]
+        entries += [("app", app, n) for app, n in c.by_application.items() if _matches(filter_text, app)]
+        if self.sort == "sessions":
+            entries.sort(key=lambda e: -e[2])  # stable: states before apps among equals
+        elif self.sort == "name":
+            entries.sort(key=lambda e: (e[1] or "").lower())
         rows: dict[str, tuple[object, ...]] = {}
-        for state, n in c.by_state.items():
-            rows[f"state:{state}"] = (fmt.count(n), "state", Text(state, style="bold red" if state == "idle in transaction" else ""))
-        for app, n in c.by_application.items():
-            if _matches(filter_text, app):
-                rows[f"app:{app}"] = (fmt.count(n), "app", app or "(none)")
+        for what, name, n in entries:
+            label = Text(name, style="bold red" if what == "state" and name == "idle in transaction" else "") \
+                if what == "state" else (name or "(none)")
+            rows[f"{what}:{name}"] = (fmt.count(n), what, label)
         self.query_one(KeyedTable).sync(rows)
 
 
