@@ -47,7 +47,7 @@ async def answer_prompt(pilot, app, key: str, text: str) -> None:
     await pilot.press("enter")
 
 
-async def queue_details_text(pilot, app, row_key: str) -> str:
+async def queue_details_text(pilot, app, row_key: str, width: int = 200) -> str:
     """Select a queue's row once it is shown, press Enter, and return the details as text."""
     await settle(pilot, app, lambda: row_key in queue_rows(app), f"the row {row_key}", 500)
     table = app.query_one(QueuesPanel).query_one(DataTable)
@@ -56,7 +56,7 @@ async def queue_details_text(pilot, app, row_key: str) -> str:
     await pilot.press("enter")
     assert isinstance(app.screen, DetailsScreen)
     await settle(pilot, app, lambda: app.screen.renderables is not None, "details loaded", 500)
-    console = Console(width=200, record=True, file=io.StringIO())
+    console = Console(width=width, record=True, file=io.StringIO())
     for renderable in app.screen.renderables:
         console.print(renderable)
     return console.export_text()
@@ -159,7 +159,7 @@ async def test_greater_than_sorts_connections_when_they_have_focus():
         c = app.snapshot.connections
         given = [f"state:{s}" for s in c.by_state] + [f"app:{a}" for a in c.by_application]
         assert shown() == given
-        assert [col.label for col in ConnectionsPanel.COLUMNS][0] == "Sessions"  # not an unexplained '#'
+        assert ConnectionsPanel.COLUMNS[0].label == "Sessions"  # not an unexplained '#'
         await pilot.press("greater_than_sign")
         counts = {**{f"state:{s}": n for s, n in c.by_state.items()}, **{f"app:{a}": n for a, n in c.by_application.items()}}
         await settle(pilot, app, lambda: shown() == sorted(given, key=lambda k: -counts[k]), "sorted by sessions")
@@ -566,6 +566,25 @@ async def test_enter_on_a_declared_queue_shows_its_head_rows(db):
         text = await queue_details_text(pilot, app, "table:mail")
         assert "recipient" in text and "ops@example.com" in text and "dev@example.com" in text
         assert text.index("ops@example.com") < text.index("dev@example.com")  # the dequeue order
+
+
+async def test_details_of_a_wide_table_show_every_value_whole_at_80_columns(db):
+    with db.connect() as conn:
+        conn.execute("CREATE TABLE public.wide_jobs (id bigserial PRIMARY KEY, created_at timestamptz NOT NULL DEFAULT now(),"
+                     " run_at timestamptz NOT NULL DEFAULT now() + interval '1 hour', attempts int DEFAULT 0,"
+                     " max_attempts int DEFAULT 25, priority int DEFAULT 0, kind text DEFAULT 'send_invoice_email',"
+                     " queue text DEFAULT 'default', payload jsonb DEFAULT '{}')")
+        conn.execute("INSERT INTO public.wide_jobs (id) VALUES (1234567), (1234568)")
+        created = conn.execute("SELECT created_at FROM public.wide_jobs WHERE id = 1234567").fetchone()[0]
+    config = Config(queues=(DeclaredQueue(name="wide", table="public.wide_jobs", order_by="id"),))
+    app = QueuetopApp(lambda sink: Sampler(db.target, sink, config, interval_s=0.3),
+                      backend=DatabaseBackend(db.target, config))
+    async with app.run_test(size=(80, 24)) as pilot:
+        # The details box is 95 % of 80 columns, less its border and padding.
+        text = await queue_details_text(pilot, app, "table:wide", width=72)
+        assert created.isoformat() in text, text  # the whole timestamp, on one line
+        assert "1234567" in text and "1234568" in text and "send_invoice_email" in text
+        assert "…" not in text
 
 
 async def test_compact_now_from_the_ui_is_reflected_in_the_snapshot(db):

@@ -61,13 +61,13 @@ def queue_renderables(details: QueueDetails) -> list:
     if details.head and "state" in details.head[0] and "body" in details.head[0]:  # the engine's queue
         head = Table(title="Head messages (oldest first)", expand=True)
         for column in ("id", "state", "attempts", "enqueued", "body", "last error"):
-            head.add_column(column)
+            head.add_column(column, overflow="fold", no_wrap=column == "enqueued")  # wrapped, never cut
         for r in details.head:
             head.add_row(str(r["id"]), r["state"], str(r["attempts"]), f"{r['enqueued_at']:%H:%M:%S}",
                          fmt.one_line(r["body"], 60), fmt.one_line(r["last_error"], 60))
         dead = Table(title="Dead letters (newest first)", expand=True)
         for column in ("message", "attempts", "died", "error", "body"):
-            dead.add_column(column)
+            dead.add_column(column, overflow="fold", no_wrap=column == "died")
         for r in details.dead:
             dead.add_row(str(r["message_id"]), str(r["attempts"]), f"{r['died_at']:%H:%M:%S}",
                          Text(fmt.one_line(r["last_error"], 80), style="red"), fmt.one_line(r["body"], 40))
@@ -78,15 +78,37 @@ def queue_renderables(details: QueueDetails) -> list:
     return out
 
 
+# More columns than this and a library's rows are shown one record at a time (name: value lines),
+# so that no value (a timestamp, an id) is cut to fit a column a few cells wide.
+MAX_TABLE_COLUMNS = 6
+
+
 def _rows_table(title: str, rows: list[dict], style: str = "") -> Table:
-    """Rows of any table, with their own columns."""
-    table = Table(title=title, expand=True)
+    """Rows of any table, with their own columns: every value whole (long ones wrapped)."""
     columns = list(rows[0].keys()) if rows else ["(none)"]
+    if len(columns) > MAX_TABLE_COLUMNS:
+        records = Table(title=title, expand=True, show_header=False, show_lines=True)
+        records.add_column("record", overflow="fold")
+        for r in rows:
+            record = Table.grid(padding=(0, 2))
+            record.add_column("field", style="bold", no_wrap=True)
+            record.add_column("value", overflow="fold")
+            for c in columns:
+                record.add_row(c.replace("_", " "), Text(_value(r[c]), style=style))
+            records.add_row(record)
+        return records
+    table = Table(title=title, expand=True)
     for column in columns:
-        table.add_column(column.replace("_", " "))
+        table.add_column(column.replace("_", " "), overflow="fold")
     for r in rows:
-        table.add_row(*[Text(fmt.one_line(str(r[c]) if r[c] is not None else "-", 60), style=style) for c in columns])
+        table.add_row(*[Text(_value(r[c]), style=style) for c in columns])
     return table
+
+
+def _value(value: object) -> str:
+    """A value on one line, long text cut at 300 characters (said by the ellipsis), figures and
+    timestamps whole."""
+    return "-" if value is None else fmt.one_line(str(value), 300)
 
 
 def session_renderables(details: dict) -> list:
@@ -94,13 +116,15 @@ def session_renderables(details: dict) -> list:
     if s is None:
         return [Text("the session has ended", style="yellow")]
     info = Table.grid(padding=(0, 2))
+    info.add_column("field", style="bold", no_wrap=True)
+    info.add_column("value", overflow="fold")
     for key in ("pid", "usename", "application_name", "client_addr", "state", "wait_event_type", "wait_event"):
         info.add_row(key, str(s[key]) if s[key] is not None else "-")
     for key in ("session_age_s", "xact_age_s", "query_age_s"):
         info.add_row(key.replace("_s", ""), fmt.seconds(s[key]))
     locks = Table(title="Locks", expand=True)
     for column in ("type", "mode", "granted", "relation / object"):
-        locks.add_column(column)
+        locks.add_column(column, overflow="fold")
     for lock in details["locks"]:
         what = lock["relation"] or lock["transactionid"] or (f"{lock['classid']}/{lock['objid']}" if lock["objid"] else "-")
         granted = Text("yes", style="green") if lock["granted"] else Text("WAITING", style="bold red")
