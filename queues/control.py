@@ -30,6 +30,7 @@ from . import lease as leases
 from . import ring as rings
 from .handlers import parse_handler
 from .scenarios.contention import ContentionOptions, ContentionScenario, LockSampler
+from .schema import ENGINE_SQL
 from .table_queue import TableQueue, default_bodies
 from .worker import WorkerPool, WorkOptions
 
@@ -133,9 +134,17 @@ class EngineControls:
 
     # -- queues ---------------------------------------------------------------------------
 
-    def ensure_queue(self, name: str) -> TableQueue:
+    def ensure_queue(self, name: str, *, remember: bool = False) -> TableQueue:
+        """The queue, created if missing; `remember`: record it as the dashboard's (demo reset removes it)."""
         with self._connect("control") as conn:
-            return TableQueue.create(conn, check_name("queue", name))
+            queue = TableQueue.create(conn, check_name("queue", name))
+            if remember:
+                conn.execute(ENGINE_SQL["remember_made"], {"kind": "queue", "name": name})
+            return queue
+
+    def queue_exists(self, name: str) -> bool:
+        with self._connect("control") as conn:
+            return conn.execute(ENGINE_SQL["lookup_queue"], {"name": check_name("queue", name)}).fetchone() is not None
 
     def start_producer(self, queue: str, rate_per_s: float) -> Activity:
         if not 0 < rate_per_s <= MAX_RATE:
@@ -200,9 +209,14 @@ class EngineControls:
         with self._connect("ring") as conn:
             return len(rings.take(conn, name, count))
 
-    def lease_take(self, name: str, holder: str, ttl_s: float) -> int:
+    def lease_take(self, name: str, holder: str, ttl_s: float, *, remember: bool = False) -> int:
+        """Take a lease; `remember`: if this creates it, record it as the dashboard's (demo reset removes it)."""
         with self._connect("lease") as conn:
-            return leases.acquire(conn, name, holder, ttl_s)
+            new = remember and leases.describe(conn, name) is None
+            token = leases.acquire(conn, name, holder, ttl_s)
+            if new:
+                conn.execute(ENGINE_SQL["remember_made"], {"kind": "lease", "name": name})
+            return token
 
     def lease_release(self, name: str, holder: str) -> int:
         with self._connect("lease") as conn:

@@ -22,13 +22,18 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+import psycopg
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from dbcore.errors import QueuetopError
+from dbcore.errors import QueuetopError, UsageError
 
-from .control import EngineControls
+from . import outbox
+from .control import RELAY_QUEUE, RELAY_SUBSCRIBERS, RELAY_TOPIC, EngineControls
+from .schema import ENGINE_SQL, lock_init
+from .table_queue import TableQueue
 
 log = logging.getLogger("queuetop.demo")
 RELAY_HOLDER = "demo-relay"
@@ -38,12 +43,18 @@ SURVEY = "demo.survey"
 class Demo:
     def __init__(self, controls: EngineControls) -> None:
         self.controls = controls
-        self._scheduler = BackgroundScheduler(
-            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None}, timezone=UTC
-        )
+        self._scheduler = self._new_scheduler()
         self._stall_until = 0.0
 
+    @staticmethod
+    def _new_scheduler() -> BackgroundScheduler:
+        return BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None}, timezone=UTC)
+
     def start(self) -> None:
+        """Start the workload (again, after stop(): a reset demo starts afresh)."""
+        if self._scheduler.running:
+            return
+        self._scheduler = self._new_scheduler()
         c = self.controls
         for queue in ("demo.orders", "demo.emails"):
             c.ensure_queue(queue)
@@ -102,3 +113,62 @@ class Demo:
 
     def _compact(self) -> None:
         self._quietly(self.controls.compact)
+
+
+@dataclass(frozen=True, slots=True)
+class ResetReport:
+    queues: tuple[str, ...]
+    rings: tuple[str, ...]
+    leases: tuple[str, ...]
+    tasks: tuple[str, ...]
+    dead_letters: int
+
+    def to_json(self) -> dict[str, object]:
+        return {"queues": list(self.queues), "rings": list(self.rings), "leases": list(self.leases),
+                "tasks": list(self.tasks), "dead_letters": self.dead_letters}
+
+
+def reset(conn: psycopg.Connection, *, force: bool = False, wait_s: float = 0.0) -> ResetReport:
+    """Remove what the demo and the dashboard's prompts made, in one transaction: every queue,
+    ring, lease and task named `demo.*` (queues with their dead letters), the outbox relays'
+    queues, lease, subscriptions and outbox rows, and the queues and leases the prompts created
+    (recorded in queuetop.meta when they did). Nothing else of the user's is touched.
+
+    Refused (UsageError) while the engine's sessions (the demo, producers, workers, relays) are
+    connected, unless `force`: they would write to the tables being dropped. `wait_s`: how long
+    to wait for them to go (the dashboard resets right after stopping its own)."""
+    deadline = time.monotonic() + wait_s
+    busy = conn.execute(ENGINE_SQL["engine_sessions"]).fetchall()
+    while busy and not force and time.monotonic() < deadline:
+        time.sleep(0.1)  # a closed client's backend takes a moment to leave pg_stat_activity
+        busy = conn.execute(ENGINE_SQL["engine_sessions"]).fetchall()
+    if busy and not force:
+        names = ", ".join(f"{row[0]} ({row[1]})" for row in busy[:4]) + (", ..." if len(busy) > 4 else "")
+        raise UsageError(f"the engine is running against this database ({names}): quit the dashboard "
+                         "or use its 'Reset the demo' command (Ctrl-P), then reset")
+    with conn.transaction():
+        lock_init(conn)  # no queue is created meanwhile
+        objects = conn.execute(ENGINE_SQL["demo_objects"], {
+            "queues": [RELAY_QUEUE, *RELAY_SUBSCRIBERS], "leases": [outbox.DEFAULT_LEASE],
+        }).fetchall()
+        by_kind: dict[str, list[tuple[str, str | None]]] = {}
+        for kind, name, detail in objects:
+            by_kind.setdefault(kind, []).append((name, detail))
+        dead = 0
+        for name, table in by_kind.get("queue", []):
+            queue = TableQueue(name, table)
+            dead += queue.purge_dead_letters(conn)
+            queue.drop(conn)
+        for name, _ in by_kind.get("ring", []):
+            conn.execute(ENGINE_SQL["ring_drop"], {"name": name})
+        for name, _ in by_kind.get("lease", []):
+            conn.execute(ENGINE_SQL["lease_forget"], {"name": name})
+        tasks = by_kind.get("task", [])
+        if tasks:
+            conn.execute(ENGINE_SQL["scenario_drop_tasks"], {"tasks": [int(task_id) for task_id, _ in tasks]})
+        conn.execute(ENGINE_SQL["demo_forget_rest"], {"destinations": [RELAY_QUEUE, RELAY_TOPIC, *RELAY_SUBSCRIBERS]})
+    return ResetReport(
+        queues=tuple(name for name, _ in by_kind.get("queue", [])), rings=tuple(name for name, _ in by_kind.get("ring", [])),
+        leases=tuple(name for name, _ in by_kind.get("lease", [])), tasks=tuple(title or "" for _, title in tasks),
+        dead_letters=dead,
+    )

@@ -101,3 +101,69 @@ def test_demo_brings_every_panel_alive_and_stops_cleanly(db):
     finally:
         demo.stop()
     wait_until(lambda: engine_sessions(db) == [], timeout=20, what="every demo session gone")
+
+
+def test_demo_reset_removes_what_the_demo_and_prompts_made_and_nothing_else(db, cli):
+    import json
+
+    from queues.control import RELAY_QUEUE, RELAY_TOPIC
+    from queues.outbox import DEFAULT_LEASE, subscribe
+
+    controls = EngineControls(db.target)
+    with db.connect() as conn:  # the user's own objects
+        mine = TableQueue.create(conn, "mine")
+        mine.enqueue_batch(conn, ["{}"] * 3)
+        [claimed] = mine.claim(conn, visibility_s=30)
+        mine.dead_letter_claimed(conn, claimed, "the user's own failure")
+    controls.ring_create("mine-ring", 4)
+    controls.lease_take("mine-lease", "me", 60)
+    # The demo's objects, with dead letters.
+    controls.burst("demo.emails", 5)
+    with db.connect() as conn:
+        emails = TableQueue.open(conn, "demo.emails")
+        for _ in range(2):
+            [claimed] = emails.claim(conn, visibility_s=30)
+            emails.dead_letter_claimed(conn, claimed, "demo failure")
+    controls.ring_create("demo.audit", 40)
+    controls.lease_take("demo.relay", "demo-relay", 5)
+    controls.survey("demo.survey", reach=10, answers=2)
+    # The relays' topology, and what prompts created.
+    controls.ensure_queue(RELAY_QUEUE)
+    controls.lease_take(DEFAULT_LEASE, "relay-1.abcd", 5)
+    with db.connect() as conn:
+        subscribe(conn, RELAY_TOPIC, "relay.billing")
+    controls.ensure_queue("orders", remember=True)  # the typo of issue 13, confirmed
+    controls.lease_take("operator-lease", "operator", 30, remember=True)
+    controls.lease_take("mine-lease", "me", 60, remember=True)  # existed already: not the dashboard's
+
+    # While the engine runs against the database, a reset is refused: it would drop their tables.
+    controls.start_producer("mine", 1)
+    try:
+        wait_until(lambda: any(a.startswith("queuetop-produce:") for a in engine_sessions(db)), timeout=10, what="the producer")
+        refused = cli("demo", "reset", "--dsn", db.dsn)
+        assert refused.returncode == 2 and "engine is running" in refused.stderr and "Traceback" not in refused.stderr
+    finally:
+        controls.stop_all()
+    wait_until(lambda: engine_sessions(db) == [], timeout=20, what="the engine's sessions gone")
+
+    result = cli("demo", "reset", "--dsn", db.dsn)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert sorted(report["queues"]) == ["demo.emails", "orders", "relay.billing", RELAY_QUEUE]  # subscribe made relay.billing
+    assert report["rings"] == ["demo.audit"]
+    assert sorted(report["leases"]) == sorted(["demo.relay", DEFAULT_LEASE, "operator-lease"])
+    assert report["tasks"] == ["demo.survey"] and report["dead_letters"] == 2
+    with db.connect() as conn:
+        queues = {row[0] for row in conn.execute("SELECT name FROM queuetop.queues")}
+        assert queues == {"mine"}
+        tables = {row[0] for row in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'queuetop'"
+                                                 " AND tablename LIKE 'q\\_%'")}
+        assert tables == {mine.table_name}
+        assert [row[0] for row in conn.execute("SELECT queue FROM queuetop.dead_letters")] == ["mine"]
+        assert {row[0] for row in conn.execute("SELECT name FROM queuetop.rings")} == {"mine-ring"}
+        assert {row[0] for row in conn.execute("SELECT name FROM queuetop.leases")} == {"mine-lease"}
+        assert conn.execute("SELECT count(*) FROM queuetop.tasks WHERE title LIKE 'demo.%'").fetchone()[0] == 0
+        assert conn.execute("SELECT count(*) FROM queuetop.subscriptions").fetchone()[0] == 0
+        assert conn.execute("SELECT count(*) FROM queuetop.meta WHERE key LIKE 'made-by-dashboard:%'").fetchone()[0] == 0
+    again = cli("demo", "reset", "--dsn", db.dsn)  # nothing left to remove: still fine
+    assert again.returncode == 0 and json.loads(again.stdout)["queues"] == []

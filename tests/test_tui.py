@@ -400,6 +400,22 @@ async def test_no_cell_is_ever_cut_and_every_table_fits_its_panel(size):
             assert any("2,718,288" in str(cell) for _r, c, cell, _g in rendered_cells(leases) if c == "token")
         else:
             assert "hidden" in str(leases.parent.border_subtitle) or "(z)" in str(leases.parent.border_subtitle)
+        # A lease's state and holder yield to its name: shown only once the name is whole.
+        shown = leases.shown_columns()
+        if "state" in shown or "holder" in shown:
+            assert not any(str(cell).endswith("…") for _r, c, cell, _g in rendered_cells(leases) if c == "name")
+        # The ring's used/capacity and the compaction's group beside their names, even at 80x24.
+        assert {"name", "used"} <= set(app.query_one("#rings-table", KeyedTable).shown_columns())
+        assert {"pending", "group"} <= set(app.query_one("#compaction-table", KeyedTable).shown_columns())
+        assert {"name", "token", "expires"} <= set(shown)
+
+
+def test_the_depth_trend_says_its_scale():
+    from tui import format as fmt
+
+    assert fmt.trend([1.0, 1.0]).plain == "██ 1"  # a full bar of 1 says it is 1
+    assert fmt.trend([0.0, 2000.0, 4000.0]).plain == "▁▅█ 4.00k"
+    assert fmt.trend([]).plain == ""
 
 
 # -- against a real PostgreSQL -------------------------------------------------------------
@@ -467,6 +483,43 @@ async def test_start_consumers_from_the_ui_drains_the_queue(db):
         assert any(a.key == "consumers:ui-drain" for a in controls.activities())
     # Quitting stops what the dashboard started.
     assert controls.activities() == []
+
+
+async def test_a_prompt_naming_an_unknown_queue_asks_before_creating_it(db):
+    controls = EngineControls(db.target)
+    app = live_app(db, controls=controls)
+
+    def registered(name):
+        with db.connect() as conn:
+            return conn.execute("SELECT count(*) FROM queuetop.queues WHERE name = %s", (name,)).fetchone()[0] == 1
+
+    async with app.run_test(size=(100, 30)) as pilot:
+        await answer_prompt(pilot, app, "b", "orders 10")  # the demo's queue is demo.orders: a typo
+        await settle(pilot, app, lambda: isinstance(app.screen, ConfirmScreen), "the question", 500)
+        assert "'orders' does not exist" in app.screen.question
+        await pilot.press("n")
+        await settle(pilot, app, lambda: any("nothing done" in text for _a, _s, text in app.notices), "nothing done", 500)
+        assert not registered("orders")
+        await answer_prompt(pilot, app, "b", "orders 10")
+        await settle(pilot, app, lambda: isinstance(app.screen, ConfirmScreen), "the question again", 500)
+        await pilot.press("y")
+        await settle(pilot, app, lambda: any("enqueued 10 on orders" in text for _a, _s, text in app.notices), "the burst", 500)
+        assert registered("orders")
+        with db.connect() as conn:  # recorded as the dashboard's: `demo reset` removes it
+            assert conn.execute("SELECT count(*) FROM queuetop.meta WHERE key = 'made-by-dashboard:queue:orders'").fetchone()[0] == 1
+
+        # The palette's demo reset removes it again, after a confirmation.
+        await pilot.press("ctrl+p")
+        await pilot.press(*"reset the demo")
+        await settle(pilot, app, lambda: app.screen.query("CommandList") and app.screen.query("CommandList").first().option_count
+                     and "Reset the demo" in str(app.screen.query("CommandList").first().get_option_at_index(0).prompt),
+                     "the reset command", 500)
+        await pilot.press("enter")
+        await settle(pilot, app, lambda: isinstance(app.screen, ConfirmScreen), "the reset question", 500)
+        await pilot.press("y")
+        await settle(pilot, app, lambda: any(text.startswith("demo reset: removed 1 queue") for _a, _s, text in app.notices),
+                     "the reset's notice", 1000)
+        assert not registered("orders")
 
 
 async def test_terminate_a_blocker_after_confirmation(db):

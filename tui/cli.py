@@ -325,6 +325,15 @@ def cmd_engine_compact(ctx: Context) -> int:
     return 0
 
 
+def cmd_demo_reset(ctx: Context) -> int:
+    from queues.demo import reset
+
+    with ctx.engine_connection("reset") as conn:
+        report = reset(conn, force=ctx.args.force)
+    emit(report.to_json())
+    return 0
+
+
 def cmd_scenario_contention(ctx: Context) -> int:
     from probes.postgres import blocked_applications
     from queues.scenarios.contention import ContentionOptions, ContentionScenario
@@ -552,6 +561,14 @@ def build_parser() -> ArgumentParser:
             p.add_argument("--ttl", type=_positive_float, required=True, help="seconds until the lease expires")
         if name != "acquire":
             p.add_argument("--token", type=int, default=None, help="only if the lease is still held under this fencing token")
+
+    demo = commands.add_parser("demo", help="the demo workload of the embedded server")
+    demo_sub = demo.add_subparsers(title="demo commands", metavar="ACTION", required=True, parser_class=ArgumentParser)
+    p = _leaf(demo_sub, "reset", cmd_demo_reset,
+              "remove what the demo and the dashboard's prompts made (demo.* queues with their dead letters, rings, "
+              "leases and tasks; the outbox relays' queues and lease; queues and leases created from prompts); "
+              "prints a JSON summary")
+    p.add_argument("--force", action="store_true", help="reset even while the engine's sessions are connected")
 
     bench = commands.add_parser("bench", help="benchmarks (print JSON)")
     bench_sub = bench.add_subparsers(title="benchmarks", metavar="NAME", required=True, parser_class=ArgumentParser)

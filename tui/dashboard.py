@@ -132,6 +132,7 @@ class EngineCommands(Provider):
             ("Sort the focused panel (Queues or Connections)", app.action_sort, f"key {key('sort')}"),
             ("Help", app.action_help, f"key {key('help')}"),
             ("Stop everything the dashboard started", app.action_stop_all, "no key"),
+            ("Reset the demo (remove what the demo and the prompts made)", app.action_reset_demo, "no key"),
         ]
         return commands
 
@@ -161,8 +162,12 @@ class QueuetopApp(App[None]):
     #row-small KeyedTable { height: auto; }
     #locks { width: 3fr; }
     #connections { width: 2fr; }
-    #rings, #compaction { width: 2fr; }
-    #leases { width: 4fr; }
+    /* Rings and Compaction as wide as their rows need (set from their content), within these
+       bounds; Leases takes the rest. At 80 columns: a ring's name and used/capacity, a lease's
+       name, token and TTL, the pending deltas and their group. */
+    #rings { width: 24; min-width: 16; max-width: 32%; }
+    #compaction { width: 22; min-width: 16; max-width: 26%; }
+    #leases { width: 1fr; }
     #connections-spark { height: 1; margin: 0 1; }
     #connections-gauge { height: 2; padding: 0 1; }
     #filter { dock: bottom; display: none; }
@@ -561,11 +566,53 @@ class QueuetopApp(App[None]):
             self.run_worker(self.controls.stop_all, thread=True)
             self.notify("stopping everything the dashboard started")
 
-    @work(thread=True, group="engine")
-    def _run_engine_action(self, binding_id: str, text: str) -> None:
+    def action_reset_demo(self) -> None:
+        if self._refuse_if_read_only("demo reset"):
+            return
+        if self.controls is None:
+            self.notify("the demo reset needs a database", severity="warning")
+            return
+        question = ("Reset the demo? Everything the dashboard started stops; every demo.* queue (with its dead letters), "
+                    "ring, lease and task, the outbox relays' queues and lease, and the queues and leases created from "
+                    "prompts are removed; then the demo starts afresh (if it was running).")
+
+        def decided(yes: bool | None) -> None:
+            if yes:
+                self._reset_demo()
+
+        self.push_screen(ConfirmScreen(question), decided)
+
+    @work(thread=True, group="engine", exclusive=True)
+    def _reset_demo(self) -> None:
+        from dbcore.database import connect
+        from queues.demo import reset
+
         try:
-            message = run_engine_action(self.controls, binding_id, text, report=self._report_from_thread)
+            if self.demo is not None:
+                self.demo.stop()
+            else:
+                self.controls.stop_all()
+            with connect(self.controls.target, application_name="queuetop-reset") as conn:
+                report = reset(conn, wait_s=10.0)
+            message, severity = (f"demo reset: removed {len(report.queues)} queue(s) with {report.dead_letters:,} dead letters, "
+                                 f"{len(report.rings)} ring(s), {len(report.leases)} lease(s), {len(report.tasks)} task(s)"), "information"
+            if self.demo is not None:
+                self.demo.start()
+        except QueuetopError as exc:
+            message, severity = f"demo reset refused: {exc}", "error"
+        except Exception as exc:
+            message, severity = f"demo reset failed: {fmt.one_line(str(exc), 120)}", "error"
+        self.call_from_thread(self.notify, message, severity=severity)
+        self.call_from_thread(self.source.refresh_now)
+
+    @work(thread=True, group="engine")
+    def _run_engine_action(self, binding_id: str, text: str, create: bool = False) -> None:
+        try:
+            message = run_engine_action(self.controls, binding_id, text, report=self._report_from_thread, create=create)
             severity = "information"
+        except MissingQueue as exc:
+            self.call_from_thread(self._offer_to_create, binding_id, text, exc.queue)
+            return
         except QueuetopError as exc:
             message, severity = str(exc), "error"
         except Exception as exc:
@@ -573,6 +620,18 @@ class QueuetopApp(App[None]):
         self.call_from_thread(self.notify, message, severity=severity)
         self.call_from_thread(self.source.refresh_now)
 
+    def _offer_to_create(self, binding_id: str, text: str, queue: str) -> None:
+        known = [q.name for q in self.snapshot.queues if q.source == "reference"] if self.snapshot is not None else []
+        question = (f"Queue {queue!r} does not exist. Create it as a new, empty queue?"
+                    + (f" The engine's queues: {', '.join(known[:6])}{', ...' if len(known) > 6 else ''}." if known else ""))
+
+        def decided(yes: bool | None) -> None:
+            if yes:
+                self._run_engine_action(binding_id, text, create=True)
+            else:
+                self.notify(f"nothing done: no queue {queue!r}", severity="warning")
+
+        self.push_screen(ConfirmScreen(question), decided)
 
     def _report_from_thread(self, message: str) -> None:
         self.post_message(ActivityEnded(message))  # thread-safe, and does not wait
@@ -582,15 +641,36 @@ class QueuetopApp(App[None]):
         self.source.refresh_now()
 
 
-def run_engine_action(controls, binding_id: str, text: str, report: Callable[[str], None] | None = None) -> str:
+class MissingQueue(QueuetopError):
+    """A prompt named a queue that does not exist: the dashboard asks before creating it (a typo
+    must not create an empty queue)."""
+
+    exit_code = 2
+
+    def __init__(self, queue: str) -> None:
+        super().__init__(f"queue {queue!r} does not exist")
+        self.queue = queue
+
+
+def run_engine_action(controls, binding_id: str, text: str, report: Callable[[str], None] | None = None,
+                      *, create: bool = False) -> str:
     """Parse a prompt's words and run the action; returns what to tell the operator. `report`
-    receives what an action running on in the background has to say when it ends."""
+    receives what an action running on in the background has to say when it ends. A queue that
+    does not exist raises MissingQueue, unless `create` (the operator said yes): then it is
+    created and recorded as the dashboard's (`queuetop demo reset` removes it)."""
     from dbcore.errors import UsageError
     from probes.postgres import blocked_applications
     from queues.control import SCENARIO_KEY
     from queues.scenarios.contention import ContentionOptions
 
     words = text.split()
+
+    def existing(queue: str) -> str:
+        if not controls.queue_exists(queue):
+            if not create:
+                raise MissingQueue(queue)
+            controls.ensure_queue(queue, remember=True)
+        return queue
 
     def arg(index: int, convert=str, name: str = "value"):
         try:
@@ -600,7 +680,7 @@ def run_engine_action(controls, binding_id: str, text: str, report: Callable[[st
 
     if binding_id == "producer.start":
         queue, rate = arg(0, name="QUEUE"), arg(1, float, "RATE_PER_S")
-        controls.start_producer(queue, rate)
+        controls.start_producer(existing(queue), rate)
         return f"producer on {queue}: {rate:g} messages/s"
     if binding_id == "producer.stop":
         queue = arg(0, name="QUEUE")
@@ -610,14 +690,14 @@ def run_engine_action(controls, binding_id: str, text: str, report: Callable[[st
         workers = arg(1, int, "WORKERS") if len(words) > 1 else 1
         handler = words[2] if len(words) > 2 else "noop"
         mode = words[3] if len(words) > 3 else "claim"
-        controls.start_consumers(queue, workers=workers, handler=handler, mode=mode)
+        controls.start_consumers(existing(queue), workers=workers, handler=handler, mode=mode)
         return f"{workers} consumer(s) on {queue} ({handler}, {mode})"
     if binding_id == "consumers.stop":
         queue = arg(0, name="QUEUE")
         return f"consumers on {queue} stopped" if controls.stop(f"consumers:{queue}") else f"no consumers on {queue}"
     if binding_id == "burst":
         queue, count = arg(0, name="QUEUE"), arg(1, int, "COUNT")
-        controls.burst(queue, count)
+        controls.burst(existing(queue), count)
         return f"enqueued {count:,} on {queue}"
     if binding_id == "ring.put":
         ring, count = arg(0, name="RING"), arg(1, int, "COUNT") if len(words) > 1 else 1
@@ -628,7 +708,7 @@ def run_engine_action(controls, binding_id: str, text: str, report: Callable[[st
         return f"took {controls.ring_take(ring, count)} from ring {ring}"
     if binding_id == "lease.take":
         name, holder, ttl = arg(0, name="NAME"), arg(1, name="HOLDER"), arg(2, float, "TTL_S")
-        return f"lease {name} taken by {holder}, fencing token {controls.lease_take(name, holder, ttl)}"
+        return f"lease {name} taken by {holder}, fencing token {controls.lease_take(name, holder, ttl, remember=True)}"
     if binding_id == "lease.release":
         name, holder = arg(0, name="NAME"), arg(1, name="HOLDER")
         controls.lease_release(name, holder)

@@ -66,6 +66,15 @@ def sparkline(values: list[float], width: int = 12) -> str:
     return "".join(BLOCKS[min(len(BLOCKS) - 1, int(v / top * (len(BLOCKS) - 1) + 0.5))] for v in values)
 
 
+def trend(values: list[float], width: int = 12) -> Text:
+    """A sparkline from 0 to its peak, and the peak after it: a bar's height means nothing
+    without its scale (a depth of 1 draws a full bar)."""
+    values = values[-width:]
+    if not values:
+        return Text("")
+    return Text.assemble((sparkline(values, width), "cyan"), f" {compact(int(max(values)))}")
+
+
 def gauge(used: int, capacity: int, width: int = 12) -> Text:
     """The filling bar and the figures after it."""
     return Text.assemble(bar(used, capacity, width), f" {used:,}/{capacity:,}")

@@ -29,6 +29,9 @@ class Column:
     priority: int = 0  # which go first when the width runs out: the highest; 0 never
     text: bool = False  # a name: may be shortened (with an ellipsis), down to min_width
     min_width: int = 10
+    # Shown only once the text columns can be whole (a lease's state word is worth less than the
+    # rest of its name); a text column always yields to the text columns before it.
+    yields_to_names: bool = False
 
 
 class KeyedTable(DataTable):
@@ -84,7 +87,11 @@ class KeyedTable(DataTable):
         for index in sorted(range(len(self._spec)), key=lambda i: (self._spec[i].priority, i)):
             column = self._spec[index]
             need = (min(column.min_width, self._widths[index]) if column.text else self._widths[index]) + pad
-            if chosen and used + need > available:
+            # A second text column (a lease's holder) only once the more important ones (its
+            # name) can be whole: a name cut to make room for a holder helps no one.
+            deficit = sum(self._widths[i] - min(self._spec[i].min_width, self._widths[i]) for i in chosen
+                          if self._spec[i].text) if column.text or column.yields_to_names else 0
+            if chosen and used + need + deficit > available:
                 break  # this one and every less important one stay out
             chosen.append(index)
             used += need
@@ -99,6 +106,10 @@ class KeyedTable(DataTable):
                 if width < self._widths[index]:
                     text_widths[index] = width
         return sorted(chosen), text_widths
+
+    def ideal_width(self) -> int:
+        """The width that shows every column and every cell whole (with the scrollbar's column)."""
+        return sum(width + 2 * self.cell_padding for width in self._widths) + 1
 
     def _refit(self) -> bool:
         """Re-layout if what fits changed: rebuild the columns and rows. True if it did."""

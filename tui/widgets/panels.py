@@ -75,6 +75,15 @@ class Panel(Vertical):
         self.border_title = title
         self._subtitles: dict[str, tuple[str, ...]] = {}
         self.sort = self.SORTS[0][0]
+        self._width_wanted = 0
+
+    def fit_width_to_content(self) -> None:
+        """As wide as its table needs to show everything (the CSS caps it): for the small panels
+        beside Leases, so each gets the width its names and figures need rather than a fixed share."""
+        want = max(self.query_one(KeyedTable).ideal_width(), cell_len(str(self.border_title)) + 4) + 2  # + the border
+        if want != self._width_wanted:
+            self._width_wanted = want
+            self.styles.width = want
 
     def cycle_sort(self) -> str | None:
         """Sort by the next entry of SORTS; returns what it means, None if the panel does not sort."""
@@ -128,7 +137,7 @@ class QueuesPanel(Panel):
     COLUMNS: ClassVar[list[Column]] = [
         Column("name", "Queue", 0, text=True, min_width=12), Column("depth", "Depth", 1), Column("ready", "Ready", 3),
         Column("in_flight", "In flight", 5), Column("delayed", "Delayed", 6), Column("dead", "Dead", 4),
-        Column("age", "Oldest", 2), Column("in", "In/s", 7), Column("out", "Out/s", 8), Column("trend", "Depth trend", 11),
+        Column("age", "Oldest", 2), Column("in", "In/s", 7), Column("out", "Out/s", 8), Column("trend", "Depth trend, peak", 11),
         Column("bloat", "Dead tup", 9), Column("vacuum", "Vacuumed", 10),
     ]
 
@@ -221,7 +230,7 @@ class QueuesPanel(Panel):
             rows[key] = (
                 name, fmt.count(q.depth, q.depth_is_estimate), fmt.count(q.ready, q.depth_is_estimate),
                 fmt.count(q.in_flight), fmt.count(q.delayed), dead, age, fmt.rate(q.enqueued_per_s), fmt.rate(q.dequeued_per_s),
-                Text(fmt.sparkline(list(history)), style="cyan"), bloat, vacuum,
+                fmt.trend(list(history)), bloat, vacuum,
             )
             self._rendered[key] = (facts, rows[key])
         self.query_one(KeyedTable).sync(rows)
@@ -248,11 +257,13 @@ class RingsPanel(Panel):
             rows[r.name] = (name, f"{fmt.count(r.used)}/{fmt.count(r.capacity)}", fmt.bar(r.used, r.capacity),
                             fmt.count(r.refused_total))
         self.query_one(KeyedTable).sync(rows)
+        self.fit_width_to_content()
 
 
 class LeasesPanel(Panel):
     COLUMNS: ClassVar[list[Column]] = [
-        Column("name", "Lease", 0, text=True, min_width=8), Column("state", "State", 3), Column("holder", "Holder", 4, text=True),
+        Column("name", "Lease", 0, text=True, min_width=8), Column("state", "State", 3, yields_to_names=True),
+        Column("holder", "Holder", 4, text=True),
         Column("token", "Token", 2), Column("expires", "TTL", 1),
     ]
 
@@ -449,7 +460,7 @@ class ConnectionsPanel(Panel):
             entries.sort(key=lambda e: (e[1] or "").lower())
         rows: dict[str, tuple[object, ...]] = {}
         for what, name, n in entries:
-            label = Text(name, style="bold red" if what == "state" and name == "idle in transaction" else "") \
+            label = Text(SHORT_STATES.get(name, name), style="bold red" if name == "idle in transaction" else "") \
                 if what == "state" else (name or "(none)")
             rows[f"{what}:{name}"] = (fmt.count(n), what, label)
         self.query_one(KeyedTable).sync(rows)
@@ -485,3 +496,4 @@ class CompactionPanel(Panel):
                 subtitles = (f"{ago} ago: {fmt.count(c.last_rows_folded)} folded", f"ran {ago} ago", ago)
         self.set_subtitle("last run", *subtitles)
         self.query_one(KeyedTable).sync(rows)
+        self.fit_width_to_content()

@@ -542,3 +542,48 @@ SELECT count(*) FROM queuetop.outbox;
 
 -- name: lease_forget
 DELETE FROM queuetop.leases WHERE name = %(name)s::text;
+
+-- name: remember_made
+-- What the dashboard's prompts created (a queue, a lease), so that `queuetop demo reset` removes
+-- it and nothing else of the user's: one queuetop.meta key per object.
+INSERT INTO queuetop.meta (key, value) VALUES ('made-by-dashboard:' || %(kind)s::text || ':' || %(name)s::text, now()::text)
+ON CONFLICT (key) DO NOTHING;
+
+-- name: demo_objects
+-- What `queuetop demo reset` removes: everything named demo.*, the outbox relays' topology, and
+-- what the dashboard's prompts recorded as theirs.
+WITH made AS (
+    SELECT split_part(key, ':', 2) AS kind, substr(key, length('made-by-dashboard:') + length(split_part(key, ':', 2)) + 2) AS name
+    FROM queuetop.meta WHERE key LIKE 'made-by-dashboard:%%'
+)
+SELECT 'queue' AS kind, name, table_name AS detail FROM queuetop.queues
+WHERE name LIKE 'demo.%%' OR name = ANY(%(queues)s::text[]) OR name IN (SELECT name FROM made WHERE kind = 'queue')
+UNION ALL
+SELECT 'ring', name, NULL FROM queuetop.rings WHERE name LIKE 'demo.%%'
+UNION ALL
+SELECT 'lease', name, NULL FROM queuetop.leases
+WHERE name LIKE 'demo.%%' OR name = ANY(%(leases)s::text[]) OR name IN (SELECT name FROM made WHERE kind = 'lease')
+UNION ALL
+SELECT 'task', id::text, title FROM queuetop.tasks WHERE title LIKE 'demo.%%'
+ORDER BY 1, 2;
+
+-- name: ring_drop
+-- Its tails, heads and cells go with it (ON DELETE CASCADE).
+DELETE FROM queuetop.rings WHERE name = %(name)s::text;
+
+-- name: demo_forget_rest
+-- The relays' outbox rows and subscriptions, and the record of what the prompts made.
+WITH rows AS (
+    DELETE FROM queuetop.outbox WHERE destination = ANY(%(destinations)s::text[])
+), subscriptions AS (
+    DELETE FROM queuetop.subscriptions WHERE topic = ANY(%(destinations)s::text[])
+)
+DELETE FROM queuetop.meta WHERE key LIKE 'made-by-dashboard:%%';
+
+-- name: engine_sessions
+-- Other sessions of queuetop's engine (producers, workers, relays, the demo): resetting under
+-- them would drop tables they write to.
+SELECT application_name, count(*) AS n FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid() AND application_name LIKE 'queuetop-%%'
+  AND application_name NOT IN ('queuetop-probe', 'queuetop-admin')
+GROUP BY application_name ORDER BY application_name;
