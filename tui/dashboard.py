@@ -165,26 +165,26 @@ class QueuetopApp(App[None]):
     /* Rings and Compaction as wide as their rows need (set from their content), within these
        bounds; Leases takes the rest. At 80 columns: a ring's name and used/capacity, a lease's
        name, token and TTL, the pending deltas and their group. */
-    #rings { width: 24; min-width: 16; max-width: 32%; }
-    #compaction { width: 22; min-width: 16; max-width: 26%; }
-    #leases { width: 1fr; }
+    #rings { width: 24; min-width: 16; max-width: 28%; }
+    #compaction { width: 22; min-width: 16; max-width: 30%; }
+    #leases { width: 1fr; min-width: 40%; }
     #connections-spark { height: 1; margin: 0 1; }
-    #connections-gauge { height: 2; padding: 0 1; }
+    #connections-gauge { height: 1; padding: 0 1; }
     #filter { dock: bottom; display: none; }
     #filter.visible { display: block; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("question_mark", "help", "Help", id="help", key_display="?"),
         Binding("p", "toggle_pause", "Pause", id="pause"),
-        Binding("r", "refresh_now", "Refresh", id="refresh"),
-        Binding("plus", "interval(1)", "Slower", id="interval.slower", key_display="+"),
-        Binding("minus", "interval(-1)", "Faster", id="interval.faster", key_display="-"),
+        Binding("r", "refresh_now", "Refresh", id="refresh", show=False),
+        Binding("plus", "interval(1)", "Slower", id="interval.slower", key_display="+", show=False),
+        Binding("minus", "interval(-1)", "Faster", id="interval.faster", key_display="-", show=False),
         Binding("slash", "filter", "Filter", id="filter", key_display="/"),
         Binding("greater_than_sign", "sort", "Sort the focused panel", id="sort", key_display=">", show=False),
-        Binding("z", "zoom", "Zoom panel", id="zoom"),
+        Binding("z", "zoom", "Zoom", id="zoom"),
         Binding("m", "notices", "Notices", id="notices"),
-        Binding("c", "signal(False)", "Cancel backend", id="backend.cancel"),
-        Binding("k", "signal(True)", "Terminate backend", id="backend.terminate"),
+        Binding("c", "signal(False)", "Cancel backend", id="backend.cancel", show=False),
+        Binding("k", "signal(True)", "Terminate backend", id="backend.terminate", show=False),
         Binding("q", "quit", "Quit", id="quit"),
         *[Binding(key, f"engine('{binding_id}')", title, id=f"engine.{binding_id}", show=False)
           for binding_id, key, title, _p, _d in ENGINE_ACTIONS],

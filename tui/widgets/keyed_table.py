@@ -22,6 +22,23 @@ from textual.widgets import DataTable
 from textual.widgets.data_table import CellKey, ColumnKey, RowKey
 
 
+class RowsShown(Message):
+    """Which rows (lines) of a table or tree are on screen changed: (first, last, total), 1-based,
+    or None when all are. Tables and trees here draw no scrollbar (its thumb, in the last column,
+    reads as a glyph of the row); their panel's border says this instead."""
+
+    def __init__(self, shown: tuple[int, int, int] | None) -> None:
+        super().__init__()
+        self.shown = shown
+
+
+def rows_shown(total: int, room: int, scroll_y: float) -> tuple[int, int, int] | None:
+    if total <= room:
+        return None
+    first = round(scroll_y)
+    return first + 1, min(total, first + max(0, room)), total
+
+
 @dataclass(frozen=True, slots=True)
 class Column:
     key: str
@@ -36,8 +53,11 @@ class Column:
 
 class KeyedTable(DataTable):
     DEFAULT_CSS = """
-    KeyedTable { height: 1fr; scrollbar-size-vertical: 1; overflow-x: hidden; }
+    /* No scrollbars: a thumb drawn in the last column looks like a glyph of the row; the panel's
+       border says which rows are shown ("rows 1-4 of 7") instead. */
+    KeyedTable { height: 1fr; overflow-x: hidden; scrollbar-size-vertical: 0; }
     """
+
 
     class Fitted(Message):
         """The columns left out changed (labels, in their order)."""
@@ -64,6 +84,7 @@ class KeyedTable(DataTable):
         # when that cell's value changes. It falls back to DataTable's path if its internals change.
         self._cell_versions: dict[tuple[str, str], int] = {}
         self._own_cache: LRUCache[tuple, object] = LRUCache(4096)
+        self._rows_shown: tuple[int, int, int] | None = None
 
     def on_mount(self) -> None:
         self._add_columns()
@@ -78,7 +99,7 @@ class KeyedTable(DataTable):
     def _fit(self) -> tuple[list[int], dict[int, int]]:
         """The columns to show, by priority, each whole, within the width; a text column at
         least its min_width, then widened with what is left, up to its widest cell."""
-        available = self.size.width - 1  # the vertical scrollbar's column, kept free
+        available = self.size.width
         if available <= 0:
             return self._visible, self._text_widths
         pad = 2 * self.cell_padding
@@ -86,10 +107,10 @@ class KeyedTable(DataTable):
         used = 0
         for index in sorted(range(len(self._spec)), key=lambda i: (self._spec[i].priority, i)):
             column = self._spec[index]
-            need = (min(column.min_width, self._widths[index]) if column.text else self._widths[index]) + pad
+            need = (self._base(index) if column.text else self._widths[index]) + pad
             # A second text column (a lease's holder) only once the more important ones (its
             # name) can be whole: a name cut to make room for a holder helps no one.
-            deficit = sum(self._widths[i] - min(self._spec[i].min_width, self._widths[i]) for i in chosen
+            deficit = sum(self._widths[i] - self._base(i) for i in chosen
                           if self._spec[i].text) if column.text or column.yields_to_names else 0
             if chosen and used + need + deficit > available:
                 break  # this one and every less important one stay out
@@ -100,7 +121,7 @@ class KeyedTable(DataTable):
         for index in chosen:
             column = self._spec[index]
             if column.text:
-                base = min(column.min_width, self._widths[index])
+                base = self._base(index)
                 width = min(self._widths[index], base + max(0, left))
                 left -= width - base
                 if width < self._widths[index]:
@@ -110,6 +131,12 @@ class KeyedTable(DataTable):
     def ideal_width(self) -> int:
         """The width that shows every column and every cell whole (with the scrollbar's column)."""
         return sum(width + 2 * self.cell_padding for width in self._widths) + 1
+
+    def _base(self, index: int) -> int:
+        """A text column's narrowest: its min_width, never narrower than its header (a cut header
+        reads as another word), never wider than its widest cell."""
+        column = self._spec[index]
+        return min(max(column.min_width, cell_len(column.label)), self._widths[index])
 
     def _refit(self) -> bool:
         """Re-layout if what fits changed: rebuild the columns and rows. True if it did."""
@@ -131,10 +158,24 @@ class KeyedTable(DataTable):
         if hidden != self.hidden:
             self.hidden = hidden
             self.post_message(self.Fitted(self, hidden))
+        self._report_rows()
         return True
 
     def on_resize(self, event: events.Resize) -> None:
         self._refit()
+        self._report_rows()
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        self._report_rows()
+
+    def _report_rows(self) -> None:
+        """Tell the panel which rows are on screen when not all of them are (no scrollbar here)."""
+        room = self.size.height - (self.header_height if self.show_header else 0)
+        shown = rows_shown(self.row_count, room, self.scroll_y)
+        if shown != self._rows_shown:
+            self._rows_shown = shown
+            self.post_message(RowsShown(shown))
 
     def _project(self, cells: tuple) -> tuple:
         out = []
@@ -204,6 +245,7 @@ class KeyedTable(DataTable):
         if self._shown != keys:
             self._reorder(keys)
             self._shown = keys
+        self._report_rows()
 
     def ordered_keys(self) -> list[RowKey]:
         """The row keys in display order, as DataTable has them."""

@@ -14,10 +14,10 @@ from textual.containers import Vertical
 from textual.widgets import Sparkline, Static, Tree
 from textual.widgets.tree import TreeNode
 
-from probes.model import QueueSample, Snapshot
+from probes.model import Connections, QueueSample, Snapshot
 
 from .. import format as fmt
-from .keyed_table import Column, KeyedTable, shorten
+from .keyed_table import Column, KeyedTable, RowsShown, rows_shown, shorten
 
 HISTORY = 30
 # What a queue's name is followed by, by source: the engine's own queues need no suffix.
@@ -41,7 +41,7 @@ def fit_segments(segments: list[tuple[str, str, bool]], width: int) -> Text:
             used += size
             continue
         room = width - used
-        if shrinkable and room >= 4:
+        if shrinkable and room >= 8:  # a name or query cut to a letter or two says nothing
             kept.append((shorten(text, room).plain, style))
         break
     return Text.assemble(*kept)
@@ -107,7 +107,7 @@ class Panel(Vertical):
     def _render_subtitle(self) -> None:
         room = self.size.width - 6 if self.size.width else 1_000
         shown: list[str] = []
-        for part in ("stale", "hidden", "sort", "last run"):  # the first ones say the panel is incomplete or old
+        for part in ("stale", "rows", "hidden", "sort", "last run"):  # the first ones say the panel is incomplete or old
             for text in self._subtitles.get(part, ()):
                 if text and cell_len(" · ".join([*shown, text])) <= room:
                     shown.append(text)
@@ -118,6 +118,18 @@ class Panel(Vertical):
 
     def on_resize(self) -> None:
         self._render_subtitle()
+
+    def on_rows_shown(self, message: RowsShown) -> None:
+        if message.shown is None:
+            self.set_subtitle("rows")
+            return
+        first, last, total = message.shown
+        if last < first:  # no room for a single row
+            self.set_subtitle("rows", f"{total} rows: z zooms", f"{total} rows (z)")
+            return
+        more = "↓" if last < total else ""
+        more += "↑" if first > 1 else ""
+        self.set_subtitle("rows", f"rows {first}-{last} of {total} {more}", f"{first}-{last}/{total}{more}")
 
     def on_keyed_table_fitted(self, message: KeyedTable.Fitted) -> None:
         hidden = message.hidden
@@ -137,7 +149,7 @@ class QueuesPanel(Panel):
     COLUMNS: ClassVar[list[Column]] = [
         Column("name", "Queue", 0, text=True, min_width=12), Column("depth", "Depth", 1), Column("ready", "Ready", 3),
         Column("in_flight", "In flight", 5), Column("delayed", "Delayed", 6), Column("dead", "Dead", 4),
-        Column("age", "Oldest", 2), Column("in", "In/s", 7), Column("out", "Out/s", 8), Column("trend", "Depth trend, peak", 11),
+        Column("age", "Oldest", 2), Column("in", "In/s", 7), Column("out", "Out/s", 8), Column("trend", "Trend (peak)", 11),
         Column("bloat", "Dead tup", 9), Column("vacuum", "Vacuumed", 10),
     ]
 
@@ -302,6 +314,31 @@ class LeasesPanel(Panel):
         self.query_one(KeyedTable).sync(rows)
 
 
+class LockTree(Tree[int]):
+    """The blocking tree, without a scrollbar: the panel's border says which lines are shown."""
+
+    DEFAULT_CSS = """
+    LockTree { scrollbar-size: 0 0; }
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._rows_shown: tuple[int, int, int] | None = None
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        self.report_rows()
+
+    def on_resize(self) -> None:
+        self.report_rows()
+
+    def report_rows(self) -> None:
+        shown = rows_shown(self.last_line + 1, self.size.height, self.scroll_y)
+        if shown != self._rows_shown:
+            self._rows_shown = shown
+            self.post_message(RowsShown(shown))
+
+
 class LocksPanel(Panel):
     """The blocking tree: root blocker → the sessions it blocks → ... Rebuilt only when the tree's
     shape changes; otherwise labels (wait times) are refreshed in place."""
@@ -316,7 +353,7 @@ class LocksPanel(Panel):
         self._filter_text = ""
 
     def compose(self):
-        tree: Tree[int] = Tree("no blocked sessions", id="locks-tree")
+        tree = LockTree("no blocked sessions", id="locks-tree")
         tree.show_root = True
         tree.guide_depth = 2
         yield tree
@@ -327,7 +364,7 @@ class LocksPanel(Panel):
         if facts == self._last_facts:
             return  # the same tree: nothing to rebuild or relabel
         self._last_facts = facts
-        tree = self.query_one(Tree)
+        tree = self.query_one(LockTree)
         blocked = {b.pid: b for b in snapshot.blocked}
         roots = {r.pid: r for r in snapshot.blockers}
         children: dict[int, list[int]] = {}
@@ -341,7 +378,7 @@ class LocksPanel(Panel):
         ]
         cycle = [b.pid for b in blocked.values() if b.in_cycle]
 
-        width = max(20, tree.size.width - 1)
+        width = max(20, tree.size.width)
 
         def fit(depth: int, segments: list[tuple[str, str, bool]]) -> Text:
             # The tree's guides take 2 cells a level and 2 for the arrow; then each part whole,
@@ -389,14 +426,18 @@ class LocksPanel(Panel):
             tree.root.remove_children()
             self._tree_nodes = {}
             self._labels = {}
+            parents = {path[:-1] for path in paths}
             for path in paths:
                 under = tree.root if len(path) == 1 else self._tree_nodes[path[:-1]]
                 pid = path[-1]
                 label = label_root(pid) if len(path) == 1 and pid in roots else label_blocked(pid, len(path))
-                self._tree_nodes[path] = under.add(label, data=pid, expand=True)
+                # A session nobody waits on is a leaf: no ▼ that would open nothing.
+                self._tree_nodes[path] = under.add(label, data=pid, expand=True) if path in parents \
+                    else under.add_leaf(label, data=pid)
                 self._labels[path] = roots[pid] if len(path) == 1 and pid in roots else blocked.get(pid)
             tree.root.expand()
             self._shape = shape
+            self.call_after_refresh(tree.report_rows)
         else:
             # Only labels whose facts changed are rebuilt and set: each set_label repaints.
             for path, node in self._tree_nodes.items():
@@ -421,13 +462,15 @@ class LocksPanel(Panel):
 
 class ConnectionsPanel(Panel):
     # Sessions: how many connections are in that state, or come from that application.
-    COLUMNS: ClassVar[list[Column]] = [Column("n", "Sessions", 0), Column("what", "By", 1), Column("name", "State or app", 0, text=True)]
+    COLUMNS: ClassVar[list[Column]] = [Column("n", "Sessions", 0), Column("what", "By", 1, yields_to_names=True),
+                                       Column("name", "State/app", 0, text=True)]
     SORTS: ClassVar[tuple[tuple[str, str], ...]] = (("given", "state, then app"), ("sessions", "sessions ↓"), ("name", "name"))
 
     def __init__(self) -> None:
         super().__init__("Connections", id="connections")
         self._history: deque[float] = deque(maxlen=60)
         self._gauge_text = ""
+        self._connections: Connections | None = None
 
     def compose(self):
         yield Static("", id="connections-gauge")
@@ -439,15 +482,8 @@ class ConnectionsPanel(Panel):
         if c is None:
             return
         self._history.append(float(c.total))
-        gauge = fmt.gauge(c.total, c.max, width=10)
-        detail = Text.assemble(
-            gauge, " sessions\n", "oldest xact ", (fmt.seconds(c.oldest_xact_age_s), "bold"),
-            f" (pid {c.oldest_xact_pid or '-'}) xmin: ",
-            (f"{c.xmin_holder_pid or '-'} {c.xmin_holder_application or ''}".strip(), "bold yellow" if c.xmin_holder_pid else ""),
-        )
-        if detail.plain != self._gauge_text:  # repaint only what changed
-            self._gauge_text = detail.plain
-            self.query_one("#connections-gauge", Static).update(detail, layout=False)  # fixed height
+        self._connections = c
+        self._render_gauge()
         spark = self.query_one(Sparkline)
         history = list(self._history)
         if spark.data != history:
@@ -464,6 +500,32 @@ class ConnectionsPanel(Panel):
                 if what == "state" else (name or "(none)")
             rows[f"{what}:{name}"] = (fmt.count(n), what, label)
         self.query_one(KeyedTable).sync(rows)
+
+
+    def _render_gauge(self) -> None:
+        c = self._connections
+        if c is None:
+            return
+        xmin_style = "bold yellow" if c.xmin_holder_pid else ""
+        # The second line fitted to the width: each figure whole or left out, the app name cut last.
+        oldest = fit_segments([
+            ("oldest xact ", "", False), (fmt.seconds(c.oldest_xact_age_s), "bold", False),
+            (f" pid {c.oldest_xact_pid}" if c.oldest_xact_pid else "", "", False),
+            (f" · xmin pid {c.xmin_holder_pid}" if c.xmin_holder_pid else "", xmin_style, False),
+            (f" {c.xmin_holder_application}" if c.xmin_holder_pid and c.xmin_holder_application else "", xmin_style, True),
+        ], max(10, self.query_one("#connections-gauge", Static).size.width - 2))
+        # Sessions against max_connections in the title: the lines below are for the rows.
+        title = f"Connections {c.total:,}/{c.max:,}" if c.max else f"Connections {c.total:,}"
+        if self.border_title != title:
+            self.border_title = title
+        if oldest.plain != self._gauge_text:  # repaint only what changed
+            self._gauge_text = oldest.plain
+            self.query_one("#connections-gauge", Static).update(oldest, layout=False)  # fixed height
+
+    def on_resize(self) -> None:
+        self._render_gauge()  # refit the line to the new width
+        # The history line only where it leaves room for at least three rows.
+        self.query_one(Sparkline).display = self.size.height - 2 >= 6
 
 
 class CompactionPanel(Panel):
