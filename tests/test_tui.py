@@ -17,6 +17,7 @@ from queues import compactor
 from queues.control import SCENARIO_KEY, EngineControls
 from queues.table_queue import TableQueue
 from tui.backend import DatabaseBackend
+from tui import format as fmt
 from tui.dashboard import QueuetopApp
 from tui.sample import SampleSource, sample_snapshot
 from tui.screens.details import DetailsScreen
@@ -149,6 +150,27 @@ async def test_greater_than_cycles_the_queue_order_by_depth_oldest_dead():
         orders = queue_rows(app)["table:orders"]
         assert [c.label for c in QueuesPanel.COLUMNS][:6] == ["Queue", "Depth", "Ready", "In flight", "Delayed", "Dead"]
         assert orders[4] == "0"
+
+
+async def test_with_many_queues_the_rows_scrolled_into_view_show_the_latest_sample():
+    # Only the rows on screen are formatted anew each sample; one scrolled into view must not
+    # show an older sample's figures.
+    frames = [sample_snapshot(queues=120, step=n * 1000) for n in range(2)]  # figures far apart
+    app = sample_app(snapshots=frames)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app, lambda: app.snapshot is not None, "first snapshot")
+        await pilot.press("r")
+        await settle(pilot, app, lambda: app.snapshot is frames[1], "second snapshot")
+        table = app.query_one("#queues-table", KeyedTable)
+        last = frames[1].queues[-1]
+        key = f"{last.source}:{last.name}"
+        assert "rows 1-" in app.query_one(QueuesPanel).border_subtitle and "of 120" in app.query_one(QueuesPanel).border_subtitle
+        table.focus()
+        await pilot.press("ctrl+end")  # the last row
+        expected = fmt.count(last.depth, last.depth_is_estimate)
+        assert expected != fmt.count(frames[0].queues[-1].depth, last.depth_is_estimate)
+        await settle(pilot, app, lambda: table.full_rows()[key][1] == expected, f"the last row's latest depth {expected}: {table.full_rows()[key][1]}")
+        assert "of 120 ↑" in app.query_one(QueuesPanel).border_subtitle
 
 
 async def test_greater_than_sorts_connections_when_they_have_focus():
@@ -422,7 +444,7 @@ def test_the_depth_trend_says_its_scale():
 
     assert fmt.trend([1.0, 1.0]).plain == "██ 1"  # a full bar of 1 says it is 1
     assert fmt.trend([0.0, 2000.0, 4000.0]).plain == "▁▅█ 4.00k"
-    assert fmt.trend([]).plain == ""
+    assert fmt.trend([]) == "" and fmt.trend([2.0], styled=False) == "█ 2"
 
 
 # -- against a real PostgreSQL -------------------------------------------------------------

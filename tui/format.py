@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rich.cells import cell_len, set_cell_size
-from rich.text import Text
+from rich.text import Span, Text
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 
@@ -63,16 +63,20 @@ def sparkline(values: list[float], width: int = 12) -> str:
     top = max(values)
     if top <= 0:
         return BLOCKS[0] * len(values)
-    return "".join(BLOCKS[min(len(BLOCKS) - 1, int(v / top * (len(BLOCKS) - 1) + 0.5))] for v in values)
+    scale = (len(BLOCKS) - 1) / top  # every value is at most top: no index past the last block
+    return "".join([BLOCKS[int(v * scale + 0.5)] for v in values])
 
 
-def trend(values: list[float], width: int = 12) -> Text:
+def trend(values: list[float], width: int = 12, *, styled: bool = True) -> Text | str:
     """A sparkline from 0 to its peak, and the peak after it: a bar's height means nothing
-    without its scale (a depth of 1 draws a full bar)."""
+    without its scale (a depth of 1 draws a full bar). `styled=False`: a plain str, cheaper,
+    for a column that is not on screen."""
     values = values[-width:]
     if not values:
-        return Text("")
-    return Text.assemble((sparkline(values, width), "cyan"), f" {compact(int(max(values)))}")
+        return ""
+    spark = sparkline(values, width)
+    line = f"{spark} {compact(int(max(values)))}"
+    return Text(line, spans=[Span(0, len(spark), "cyan")]) if styled else line
 
 
 def gauge(used: int, capacity: int, width: int = 12) -> Text:

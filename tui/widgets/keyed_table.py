@@ -9,14 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import Self, cast
 
 from rich.cells import cell_len
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
 from textual import events
 from textual._two_way_dict import TwoWayDict
 from textual.cache import LRUCache
 from textual.coordinate import Coordinate
+from textual.geometry import Region
 from textual.message import Message
 from textual.widgets import DataTable
 from textual.widgets.data_table import CellKey, ColumnKey, RowKey
@@ -85,6 +88,7 @@ class KeyedTable(DataTable):
         self._cell_versions: dict[tuple[str, str], int] = {}
         self._own_cache: LRUCache[tuple, object] = LRUCache(4096)
         self._rows_shown: tuple[int, int, int] | None = None
+        self._style_memo: Style | None = None
 
     def on_mount(self) -> None:
         self._add_columns()
@@ -161,6 +165,23 @@ class KeyedTable(DataTable):
         self._report_rows()
         return True
 
+    def _rewidth(self, text_widths: dict[int, int]) -> bool:
+        """Give the shortened text columns their new widths in place; False if DataTable's
+        internals changed (the caller rebuilds instead)."""
+        try:
+            for index in set(self._text_widths) | set(text_widths):
+                column = self.columns[ColumnKey(self._spec[index].key)]
+                width = text_widths.get(index)
+                if width is None:  # whole again: as wide as its widest cell
+                    column.auto_width, column.content_width = True, self._widths[index]
+                else:
+                    column.auto_width, column.width = False, width
+            self._require_update_dimensions = True
+        except (AttributeError, KeyError):
+            return False
+        self._text_widths = text_widths
+        return True
+
     def on_resize(self, event: events.Resize) -> None:
         self._refit()
         self._report_rows()
@@ -168,6 +189,15 @@ class KeyedTable(DataTable):
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
         super().watch_scroll_y(old_value, new_value)
         self._report_rows()
+
+    def keys_in_view(self, keys: Sequence[str], margin: int = 5) -> set[str] | None:
+        """Which of `keys` (in display order) the screen shows now, with `margin` rows either
+        side; None before the first layout (all of them, then)."""
+        room = self.size.height - (self.header_height if self.show_header else 0)
+        if room <= 0 or not self.is_mounted:
+            return None
+        first = round(self.scroll_y)
+        return set(keys[max(0, first - margin): first + room + margin])
 
     def _report_rows(self) -> None:
         """Tell the panel which rows are on screen when not all of them are (no scrollbar here)."""
@@ -194,6 +224,8 @@ class KeyedTable(DataTable):
         grew = False
         for key in rows if everything else changed:
             for index, cell in enumerate(rows[key]):
+                if cell.__class__ is str and len(cell) <= widths[index] and cell.isascii():
+                    continue  # the common case, without a call
                 width = _cell_width(cell)
                 if width > widths[index]:
                     widths[index] = width
@@ -218,8 +250,18 @@ class KeyedTable(DataTable):
         removed = any(k not in full for k in self._full)
         grew = self._measure(full, changed, everything=removed)
         self._full = full
-        if (grew or removed) and self._refit():
-            return  # rebuilt from these rows
+        if grew or removed:
+            visible, text_widths = self._fit()
+            if visible != self._visible:
+                self._refit()
+                return  # rebuilt from these rows
+            if text_widths != self._text_widths:
+                # The same columns, a name column wider or narrower: set its width and re-project
+                # every row (only the cells that change are written), no rebuild of 500 rows.
+                if not self._rewidth(text_widths):
+                    self._refit()
+                    return
+                changed = list(full)
         column_keys = [self._spec[i].key for i in self._visible]
         for gone in [k for k in self._cells if k not in full]:
             self.remove_row(gone)
@@ -283,6 +325,25 @@ class KeyedTable(DataTable):
             for key, column, value, wider in changes:
                 self.update_cell(key, column, value, update_width=wider)
 
+    # -- rendering -----------------------------------------------------------------------------
+
+    @property
+    def rich_style(self) -> Style:
+        """DataTable asks for it on every line it draws, and each time it walks every ancestor's
+        styles; kept until the next repaint or style change, as Widget keeps its component styles."""
+        if self._style_memo is None:
+            self._style_memo = super().rich_style
+        return self._style_memo
+
+    def refresh(self, *regions: Region, repaint: bool = True, layout: bool = False, recompose: bool = False) -> Self:
+        if repaint:
+            self._style_memo = None
+        return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
+
+    def notify_style_update(self) -> None:
+        self._style_memo = None
+        super().notify_style_update()
+
     def _render_cell(self, row_index, column_index, base_style, width, cursor=False, hover=False):
         if row_index < 0 or column_index < 0:
             return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
@@ -297,13 +358,48 @@ class KeyedTable(DataTable):
             return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
         lines = self._own_cache.get(key)
         if lines is None:
-            lines = super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+            lines = self._render_one_line_cell(row_key, column_key, row_index, column_index, base_style, width, cursor, hover)
+            if lines is None:
+                lines = super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
             self._own_cache[key] = lines
         return lines
 
+    def _render_one_line_cell(self, row_key: str, column_key: str, row_index: int, column_index: int, base_style: Style,
+                              width: int, cursor: bool, hover: bool) -> list[list[Segment]] | None:
+        """A body cell as DataTable would draw it (padding, cursor and hover styles), without its
+        general path through a Console (Padding, Styled, wrapping): every cell here is one line,
+        a str or a Text already fitted to its column. With every figure changing each second
+        this is most of the dashboard's CPU. A str is shown as it is, never read as markup (a
+        queue may be called "[red]"). None: not such a cell, let DataTable draw it."""
+        try:
+            value = self._data[RowKey(row_key)][ColumnKey(column_key)]
+            if self.rows[RowKey(row_key)].height != 1 or not isinstance(value, (str, Text)):
+                return None
+            component_style, post_style = self._get_styles_to_render_cell(
+                False, False, row_index < self.fixed_rows or column_index < self.fixed_columns, hover, cursor,
+                self.show_cursor, self._show_hover_cursor, self.cursor_foreground_priority == "css",
+                self.cursor_background_priority == "css",
+            )
+        except (AttributeError, KeyError, TypeError):
+            return None
+        style = base_style + Style.from_meta({"row": row_index, "column": column_index}) + component_style
+        console = self.app.console
+        if isinstance(value, Text):
+            content = list(value.render(console))  # its spans; its own style is applied below, as rich does
+            if value.style:
+                content = list(Segment.apply_style(content, console.get_style(value.style, default=Style.null())))
+        else:
+            content = [Segment(value)]
+        pad = self.cell_padding
+        # As Padding draws it: the content cropped or filled to the inner width, then the padding.
+        inner = Segment.adjust_line_length(content, max(0, width - 2 * pad))
+        segments = [Segment(" " * pad), *inner, Segment(" " * pad)]
+        return [list(Segment.apply_style(segments, style, post_style))]
+
 
 def _cell_width(value: object) -> int:
-    return value.cell_len if isinstance(value, Text) else cell_len(str(value))
+    text = value.plain if isinstance(value, Text) else str(value)
+    return len(text) if text.isascii() else cell_len(text)  # ASCII: one cell a character
 
 
 def shorten(value: object, width: int) -> Text:

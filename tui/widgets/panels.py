@@ -164,6 +164,8 @@ class QueuesPanel(Panel):
         self.history: dict[str, deque[float]] = {}
         self._rendered: dict[str, tuple[object, tuple]] = {}  # key -> (facts, cells)
         self._last_read: dict[str, tuple[QueueSample, datetime]] = {}  # key -> the last sample of it, and when
+        self._shown_snapshot: tuple[Snapshot, str] | None = None
+        self._redraw_only = False
 
     def _ordered(self, queues: tuple[QueueSample, ...]) -> list[QueueSample]:
         if self.sort == "source":
@@ -198,11 +200,29 @@ class QueuesPanel(Panel):
             self.set_subtitle("stale")
         return [q for q, _at in stale]
 
+    def on_rows_shown(self, message: RowsShown) -> None:
+        super().on_rows_shown(message)
+        # Rows that scrolled into view are drawn from the last sample now (see show()).
+        if self._shown_snapshot is not None:
+            self._redraw_only = True
+            try:
+                self.show(*self._shown_snapshot)
+            finally:
+                self._redraw_only = False
+
     def show(self, snapshot: Snapshot, filter_text: str = "") -> None:
         rows: dict[str, tuple] = {}
+        redraw = self._redraw_only  # the same sample again: no history to add
+        self._shown_snapshot = (snapshot, filter_text)
         stale = self._stale(snapshot)
         stale_keys = {f"{q.source}:{q.name}" for q in stale}
-        for q in self._ordered(snapshot.queues + tuple(stale)):
+        table = self.query_one(KeyedTable)
+        trend_shown = "trend" in table.shown_columns()
+        ordered = self._ordered(snapshot.queues + tuple(stale))
+        # Only the rows on screen (and a few either side) are formatted anew: with 500 queues,
+        # a row scrolled out of view keeps the cells it had until it comes back into view.
+        in_view = table.keys_in_view([f"{q.source}:{q.name}" for q in ordered if _matches(filter_text, q.name, q.table)])
+        for q in ordered:
             key = f"{q.source}:{q.name}"
             if key in stale_keys:  # the last figures, dimmed (the border says since when and why)
                 if key in self._rendered and _matches(filter_text, q.name, q.table):
@@ -210,13 +230,16 @@ class QueuesPanel(Panel):
                                       for cell in self._rendered[key][1])
                 continue
             history = self.history.setdefault(key, deque(maxlen=HISTORY))
-            if q.depth is not None:
+            if q.depth is not None and not redraw:
                 history.append(float(q.depth))
             if not _matches(filter_text, q.name, q.table):
                 continue
+            cached = self._rendered.get(key)
+            if cached is not None and in_view is not None and key not in in_view:
+                rows[key] = cached[1]
+                continue
             # Same sample, same trend, same clock: the same cells (no Text built, none compared).
             facts = (q, tuple(history)[-12:], snapshot.taken_at if q.last_vacuum_at else None)
-            cached = self._rendered.get(key)
             if cached is not None and cached[0] == facts:
                 rows[key] = cached[1]
                 continue
@@ -227,22 +250,24 @@ class QueuesPanel(Panel):
                              Text("error", style="red"), "", "", "", "", "", "", "", "", "", "")
                 self._rendered[key] = (facts, rows[key])
                 continue
-            name = Text(_display_name(q))
-            bloat = Text(fmt.count(q.dead_tuples))
+            # Plain strings unless a cell is coloured: a Text costs several times more to build,
+            # compare and measure, and a busy screen of 500 queues changes every row each second.
+            name = _display_name(q)
+            bloat: str | Text = fmt.count(q.dead_tuples)
             if q.dead_tuples and q.live_tuples is not None and q.dead_tuples > max(1000, 2 * (q.live_tuples or 0)):
-                bloat.stylize("bold yellow")  # more dead than live: vacuum is not keeping up
-            age = Text(fmt.seconds(q.oldest_ready_age_s))
+                bloat = Text(fmt.count(q.dead_tuples), style="bold yellow")  # more dead than live: vacuum is not keeping up
+            age: str | Text = fmt.seconds(q.oldest_ready_age_s)
             if q.oldest_ready_age_s is not None and q.oldest_ready_age_s > 60:
-                age.stylize("bold red")
-            dead = Text(fmt.count(q.dead))
+                age = Text(fmt.seconds(q.oldest_ready_age_s), style="bold red")
+            dead: str | Text = fmt.count(q.dead)
             if q.dead:
-                dead.stylize("red")
+                dead = Text(fmt.count(q.dead), style="red")
             vacuum = "-" if q.last_vacuum_at is None else fmt.seconds(
                 snapshot.taken_at.timestamp() - q.last_vacuum_at.timestamp()) + " ago"
             rows[key] = (
                 name, fmt.count(q.depth, q.depth_is_estimate), fmt.count(q.ready, q.depth_is_estimate),
                 fmt.count(q.in_flight), fmt.count(q.delayed), dead, age, fmt.rate(q.enqueued_per_s), fmt.rate(q.dequeued_per_s),
-                fmt.trend(list(history)), bloat, vacuum,
+                fmt.trend(list(history), styled=trend_shown), bloat, vacuum,
             )
             self._rendered[key] = (facts, rows[key])
         self.query_one(KeyedTable).sync(rows)
@@ -290,11 +315,14 @@ class LeasesPanel(Panel):
 
     def on_mount(self) -> None:
         # The countdown runs locally between samples: no query per second.
-        self.set_interval(1.0, self._tick)
+        self._countdown = self.set_interval(1.0, self._tick)
 
     def show(self, snapshot: Snapshot, filter_text: str = "") -> None:
         self._lease_snapshot, self._received, self._filter_text = snapshot, time.monotonic(), filter_text
         self._tick()
+        # Counted from this sample: with samples every second the countdown never needs a
+        # repaint of its own between them (one repaint a second, not two).
+        self._countdown.reset()
 
     def _tick(self) -> None:
         if self._lease_snapshot is None:
