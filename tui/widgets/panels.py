@@ -276,7 +276,7 @@ class QueuesPanel(Panel):
 class RingsPanel(Panel):
     COLUMNS: ClassVar[list[Column]] = [
         Column("name", "Ring", 0, text=True, min_width=8), Column("used", "Used", 1), Column("occupancy", "Occupancy", 3),
-        Column("refused", "Refused", 2),
+        Column("refused", "Refused", 2, yields_to_names=True),
     ]
 
     def __init__(self) -> None:
@@ -299,8 +299,9 @@ class RingsPanel(Panel):
 
 class LeasesPanel(Panel):
     COLUMNS: ClassVar[list[Column]] = [
-        Column("name", "Lease", 0, text=True, min_width=8), Column("state", "State", 3, yields_to_names=True),
-        Column("holder", "Holder", 4, text=True),
+        # The holder before the state (which the TTL implies): a takeover is a new holder and token.
+        Column("name", "Lease", 0, text=True, min_width=8), Column("state", "State", 4, yields_to_names=True),
+        Column("holder", "Holder", 3, text=True),
         Column("token", "Token", 2), Column("expires", "TTL", 1),
     ]
 
