@@ -283,6 +283,31 @@ async def test_prompts_name_what_exists():
         assert app.screen.query_one(Input).value.split()[0] == "relay"
 
 
+async def test_dialogs_wrap_their_text_at_80_columns():
+    from textual.widgets import Label
+
+    app = sample_app(controls=object())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app, lambda: app.snapshot is not None, "first snapshot")
+        await pilot.press("w")  # the longest hint: QUEUE WORKERS HANDLER MODE(claim|hold-transaction)
+        assert isinstance(app.screen, PromptScreen)
+        await pilot.pause()
+        box = app.screen.query_one("Vertical")
+        for label in app.screen.query(Label):
+            text = str(label.render())
+            assert label.region.right <= box.content_region.right, text
+            assert label.size.height * label.size.width >= len(text), f"cut: {text!r}"
+        await pilot.press("escape")
+        app.push_screen(ConfirmScreen("Backend 123456 is idle in transaction: cancel cannot end it (it runs no query) and "
+                                      "its locks stay. Terminate it instead? Its transaction is rolled back and its connection closed."))
+        await pilot.pause()
+        box = app.screen.query_one("Vertical")
+        for label in app.screen.query(Label):
+            text = str(label.render())
+            assert label.region.right <= box.content_region.right, text
+            assert label.size.height * label.size.width >= len(text), f"cut: {text!r}"
+
+
 async def test_keys_can_be_remapped_by_binding_id():
     app = sample_app(keymap={"pause": "space"})
     async with app.run_test(size=(100, 30)) as pilot:

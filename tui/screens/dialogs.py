@@ -114,6 +114,7 @@ class PromptScreen(ModalScreen[str | None]):
     DEFAULT_CSS = """
     PromptScreen { align: center middle; }
     PromptScreen > Vertical { width: 80%; max-width: 90; height: auto; border: round $accent; background: $surface; padding: 0 1; }
+    PromptScreen Label { width: 100%; }  /* wrapped to the box, never cut */
     """
 
     def __init__(self, title: str, placeholder: str, value: str = "") -> None:
