@@ -370,6 +370,14 @@ async def test_notices_take_the_footers_line_not_a_panel_and_m_lists_them_all():
         await pilot.press("m")
         assert not isinstance(app.screen, NoticesScreen)
         assert app.query_one("Footer").display and not bar.display
+        # A notice while a dialog is open goes to the main screen's line, and its timer ends
+        # there too (the dialog's screen has no notice line).
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        app.notify("while help is open", timeout=0.2)
+        assert bar.display and "while help is open" in str(bar.render())
+        await settle(pilot, app, lambda: not bar.display, "the notice's line handed back to the footer")
+        assert isinstance(app.screen, HelpScreen)
 
 
 async def test_ctrl_p_lists_our_commands_before_anything_is_typed():

@@ -331,21 +331,26 @@ class QueuetopApp(App[None]):
         text = f"{title}: {message}" if title else str(message)
         at = time.strftime("%H:%M:%S")
         self.notices.append((at, severity, text))
-        try:
-            bar = self.query_one(NoticeBar)
-        except NoMatches:  # not composed yet, or shutting down: the log has it
+        try:  # on the main screen, even while a dialog is open over it
+            bar = self.screen_stack[0].query_one(NoticeBar)
+            footer = self.screen_stack[0].query_one(Footer)
+        except (NoMatches, IndexError):  # not composed yet, or shutting down: the log has it
             return
         bar.set_classes(severity if severity in ("warning", "error") else "")
         bar.update(Text.assemble((f"{at} ", "dim"), text, ("  · m: all notices", "dim")))
         bar.display = True
-        self.query_one(Footer).display = False
+        footer.display = False
         if self._notice_timer is not None:
             self._notice_timer.stop()
         self._notice_timer = self.set_timer(timeout or NOTICE_SECONDS.get(severity, 6.0), self._hide_notice)
 
     def _hide_notice(self) -> None:
-        self.query_one(NoticeBar).display = False
-        self.query_one(Footer).display = True
+        try:
+            main = self.screen_stack[0]
+            main.query_one(NoticeBar).display = False
+            main.query_one(Footer).display = True
+        except (NoMatches, IndexError):  # shutting down
+            pass
 
     def action_notices(self) -> None:
         self._hide_notice()
