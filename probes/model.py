@@ -66,16 +66,21 @@ class LeaseSample:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BlockedSession:
     pid: int
-    blocked_by: tuple[int, ...]
-    root_blocker: int | None
+    blocked_by: tuple[int, ...]  # sessions only: a prepared transaction is in blocked_by_prepared
+    root_blocker: int | None  # the lowest of root_blockers (version 1 had only one)
     wait_s: float | None
-    lock_type: str | None
+    lock_type: str | None  # as pg_locks says: a row wait is "transactionid" (or "tuple")
     mode: str | None
-    relation: str | None
+    relation: str | None  # the table, also for a row wait; "db:oid N" for another database's
     query: str | None
     application: str | None
     state: str | None = None
     in_cycle: bool = False  # part of a wait cycle (a deadlock the server has not broken yet)
+    root_blockers: tuple[int, ...] = ()  # every session at the root of its chains
+    blocked_by_prepared: tuple[str, ...] = ()  # gids of prepared transactions it waits for
+    root_prepared: tuple[str, ...] = ()  # gids of prepared transactions at the root of its chains
+    database: str | None = None  # the database of the lock it waits for
+    row: str | None = None  # the row's ctid "(page,tuple)", where it can be known
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -86,6 +91,18 @@ class Blocker:
     xact_age_s: float | None
     query: str | None
     application: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PreparedXact:
+    """A transaction prepared for two-phase commit: it holds its locks with no session behind
+    it until COMMIT PREPARED or ROLLBACK PREPARED."""
+
+    gid: str
+    owner: str | None
+    database: str | None
+    age_s: float | None
+    blocked_count: int  # sessions it holds up, directly or behind others
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -127,6 +144,7 @@ class ServerInfo:
     version: str | None
     database: str | None
     label: str | None = None  # the masked DSN or the embedded server's description
+    deadlock_timeout_s: float | None = None  # how long a wait cycle lasts before the server breaks it
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -139,6 +157,7 @@ class Snapshot:
     leases: tuple[LeaseSample, ...] = ()
     blocked: tuple[BlockedSession, ...] = ()
     blockers: tuple[Blocker, ...] = ()
+    prepared_xacts: tuple[PreparedXact, ...] = ()
     connections: Connections | None = None
     compaction: tuple[CompactionSample, ...] = ()
     extra: dict[str, object] = field(default_factory=dict)
@@ -159,6 +178,7 @@ class Snapshot:
             "leases": [asdict(lease) for lease in self.leases],
             "blocked": [asdict(b) for b in self.blocked],
             "blockers": [asdict(b) for b in self.blockers],
+            "prepared_xacts": [asdict(p) for p in self.prepared_xacts],
             "connections": asdict(self.connections) if self.connections else _EMPTY_CONNECTIONS,
             "compaction": [asdict(c) for c in self.compaction],
             **self.extra,

@@ -9,13 +9,14 @@ sampler records the reason and the other probes go on.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TypeAlias
 
 import psycopg
+from psycopg import sql
 from psycopg.rows import dict_row
 
 from dbcore.database import DictRow, Target, connect, one
@@ -23,6 +24,7 @@ from dbcore.errors import first_line
 from dbcore.sqlfiles import Queries
 
 from .config import Config
+from .locks import build_lock_tree, prepared_blockers
 from .model import (
     BlockedSession,
     Blocker,
@@ -30,6 +32,7 @@ from .model import (
     CompactionSample,
     Connections,
     LeaseSample,
+    PreparedXact,
     QueueSample,
     RingSample,
     ServerInfo,
@@ -70,6 +73,8 @@ QUEUES_SQL = Queries("probes", "queues.sql")  # what every queue's table shares:
 RINGS_SQL = Queries("probes", "rings.sql")
 LEASES_SQL = Queries("probes", "leases.sql")
 LOCKS_SQL = Queries("probes", "locks.sql")
+# What the locks probe returns: blocked sessions, root blockers, prepared transactions.
+LockPicture: TypeAlias = "tuple[tuple[BlockedSession, ...], tuple[Blocker, ...], tuple[PreparedXact, ...]]"
 CONNECTIONS_SQL = Queries("probes", "connections.sql")
 COMPACTION_SQL = Queries("probes", "compaction.sql")
 
@@ -115,7 +120,8 @@ class PostgresProbes:
     def server(self, conn: ProbeConnection, label: str | None = None) -> ServerInfo:
         row = one(conn.execute(SERVER_SQL["server_info"]))
         self._version_num = row["version_num"]
-        self._server = ServerInfo(dialect=self.dialect, version=row["version"], database=row["database"], label=label)
+        self._server = ServerInfo(dialect=self.dialect, version=row["version"], database=row["database"], label=label,
+                                  deadlock_timeout_s=row["deadlock_timeout_s"])
         return self._server
 
     # -- queues --------------------------------------------------------------------------
@@ -231,18 +237,22 @@ class PostgresProbes:
 
     # -- locks ---------------------------------------------------------------------------
 
-    def locks(self, conn: ProbeConnection) -> tuple[tuple[BlockedSession, ...], tuple[Blocker, ...]]:
-        query = LOCKS_SQL["waiting_post_140000"] if self._version_num >= 140000 else LOCKS_SQL["waiting"]
+    def locks(self, conn: ProbeConnection) -> LockPicture:
+        """Blocked sessions, root blockers and prepared transactions (see probes/locks.py)."""
+        wait_start = "coalesce(l.waitstart, a.state_change)" if self._version_num >= 140000 else "a.state_change"
+        query = sql.SQL(LOCKS_SQL["waiting"]).format(wait_start=sql.SQL(wait_start))
         # pg_locks and pg_blocking_pids are not read at one instant: a wait that ended in between
         # has no blockers left and is not reported.
         waiting_rows = [r for r in conn.execute(query).fetchall() if r["blocked_by"]]
-        if not waiting_rows:
-            return (), ()
-        mentioned = {pid for row in waiting_rows for pid in row["blocked_by"]} - {r["pid"] for r in waiting_rows}
+        prepared = conn.execute(LOCKS_SQL["prepared_xacts"]).fetchall()
+        by_prepared: dict[int, set[str]] = {}
+        if prepared and any(0 in r["blocked_by"] for r in waiting_rows):
+            by_prepared = prepared_blockers(waiting_rows, prepared, conn.execute(LOCKS_SQL["prepared_locks"]).fetchall())
+        mentioned = {pid for row in waiting_rows for pid in row["blocked_by"] if pid} - {r["pid"] for r in waiting_rows}
         others = {r["pid"]: r for r in conn.execute(LOCKS_SQL["sessions"], {"pids": sorted(mentioned)})} if mentioned else {}
         if any(r["state"] is None for r in [*waiting_rows, *others.values()]):
             self.notes["locks"] = "queries and states of other roles' sessions hidden: grant pg_read_all_stats to see them"
-        return build_lock_tree(waiting_rows, others)
+        return build_lock_tree(waiting_rows, others, prepared, by_prepared)
 
     # -- connections ---------------------------------------------------------------------
 
@@ -290,93 +300,6 @@ def blocked_applications(target: Target) -> Iterator[Callable[[], list[str | Non
         probes.server(conn)
         yield lambda: [session.application for session in probes.locks(conn)[0]]
 
-
-def _visible_text(value: str | None) -> str | None:
-    # pg_stat_activity's placeholder for what this role may not see.
-    return None if value in (None, "<insufficient privilege>") else value
-
-
-def build_lock_tree(waiting_rows: Iterable[dict], others: dict[int, dict]) -> tuple[tuple[BlockedSession, ...], tuple[Blocker, ...]]:
-    """Blocked sessions with every blocker and their root, and the root blockers with how many
-    sessions each holds up. Parallel workers fold into their leader; wait cycles (a deadlock the
-    server has not yet broken) are marked instead of followed forever."""
-    waiting_rows = list(waiting_rows)
-    leader = {r["pid"]: r["leader_pid"] or r["pid"] for r in waiting_rows}
-    leader.update({pid: r["leader_pid"] or pid for pid, r in others.items()})
-
-    def lead(pid: int) -> int:
-        return leader.get(pid, pid)
-
-    waiting: dict[int, dict] = {}
-    for row in sorted(waiting_rows, key=lambda r: (lead(r["pid"]) != r["pid"], r["pid"])):
-        pid = lead(row["pid"])
-        blockers = {lead(b) for b in row["blocked_by"]} - {pid}
-        if pid in waiting:  # a parallel worker of a leader already listed: merge its blockers
-            waiting[pid]["blocked_by"] |= blockers
-            continue
-        waiting[pid] = {**row, "pid": pid, "blocked_by": blockers}
-
-    def roots_of(pid: int) -> tuple[list[int], bool]:
-        roots, seen, stack, cycle = [], {pid}, [pid], False
-        while stack:
-            current = stack.pop()
-            for blocker in sorted(waiting[current]["blocked_by"], reverse=True):
-                if blocker in waiting:
-                    if blocker in seen:
-                        cycle = cycle or blocker == pid
-                        continue
-                    seen.add(blocker)
-                    stack.append(blocker)
-                elif blocker not in roots:
-                    roots.append(blocker)
-        return roots, cycle
-
-    blocked: list[BlockedSession] = []
-    counts: dict[int, int] = {}
-    for pid in sorted(waiting):
-        row = waiting[pid]
-        roots, cycle = roots_of(pid)
-        for root in roots:
-            counts[root] = counts.get(root, 0) + 1
-        blocked.append(
-            BlockedSession(
-                pid=pid,
-                blocked_by=tuple(sorted(row["blocked_by"])),
-                root_blocker=min(roots) if roots else None,
-                wait_s=row["wait_s"],
-                lock_type=row["lock_type"],
-                mode=row["mode"],
-                relation=row["relation"] or _advisory_key(row),
-                query=_visible_text(row["query"]),
-                application=row["application_name"],
-                state=row["state"],
-                in_cycle=cycle,
-            )
-        )
-    roots_found: list[Blocker] = []
-    for root, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
-        info = others.get(root) or {}
-        roots_found.append(
-            Blocker(
-                pid=root,
-                blocked_count=count,
-                state=info.get("state"),
-                xact_age_s=info.get("xact_age_s"),
-                query=_visible_text(info.get("query")),
-                application=info.get("application_name"),
-            )
-        )
-    return tuple(blocked), tuple(roots_found)
-
-
-def _advisory_key(row: dict) -> str | None:
-    if row.get("lock_type") != "advisory":
-        return None
-    # pg_advisory_lock(bigint) is stored as classid (high 32 bits), objid (low 32), objsubid 1;
-    # the two-int4 form as classid, objid, objsubid 2.
-    if row.get("objsubid") == 1:
-        return f"advisory {(int(row['classid']) << 32) | int(row['objid'])}"
-    return f"advisory ({row['classid']}, {row['objid']})"
 
 
 def _latest(a: datetime | None, b: datetime | None) -> datetime | None:

@@ -27,11 +27,12 @@ from dbcore.database import Target, connection_kwargs
 from dbcore.errors import connection_cause
 
 from .config import Config
-from .model import BlockedSession, Blocker, ProbeStatus, ServerInfo, Snapshot
+from .model import ProbeStatus, ServerInfo, Snapshot
 from .postgres import (
     APPLICATION_NAME,
     PROBE_NAMES,
     PROBE_SETTINGS,
+    LockPicture,
     PostgresProbes,
     ProbeConnection,
     describe_error,
@@ -67,7 +68,7 @@ def compose(server: ServerInfo, results: dict[str, tuple[ProbeStatus, object]], 
         result = results.get(name)
         return default if result is None or result[1] is None else cast(T, result[1])
 
-    blocked, blockers = value("locks", cast(tuple[tuple[BlockedSession, ...], tuple[Blocker, ...]], ((), ())))
+    blocked, blockers, prepared = value("locks", cast(LockPicture, ((), (), ())))
     return Snapshot(
         taken_at=datetime.now(UTC),
         server=server,
@@ -77,6 +78,7 @@ def compose(server: ServerInfo, results: dict[str, tuple[ProbeStatus, object]], 
         leases=value("leases", ()),
         blocked=blocked,
         blockers=blockers,
+        prepared_xacts=prepared,
         connections=value("connections", None),
         compaction=value("compaction", ()),
         extra=extra or {},

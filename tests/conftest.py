@@ -88,15 +88,16 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     admin_uri = server.get_uri()
     socket_dir = str(server.get_postmaster_info().socket_dir)
     with psycopg.connect(admin_uri, autocommit=True) as conn:
-        # Room for concurrency tests; a password-only role for the wrong-password test.
+        # Room for concurrency tests and prepared transactions; a password-only role for the wrong-password test.
         conn.execute("ALTER SYSTEM SET max_connections = 200")
+        conn.execute("ALTER SYSTEM SET max_prepared_transactions = 20")  # the prepared-transaction lock tests
         conn.execute(
             sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(sql.Identifier(PASSWORD_ROLE), sql.Literal(PASSWORD))
         )
     hba = Path(pgdata) / "pg_hba.conf"
     rules = hba.read_text()
     hba.write_text(f"local all {PASSWORD_ROLE} scram-sha-256\n" + rules)
-    # max_connections needs a restart; pgserver's pg_ctl helper runs as the right OS user.
+    # max_connections and max_prepared_transactions need a restart; pgserver's pg_ctl helper runs as the right OS user.
     user = "pgserver" if os.geteuid() == 0 else None
     # restart reuses the options pgserver started it with (socket only, no TCP).
     pgserver.pg_ctl(["-w", "-m", "fast", "-l", str(Path(pgdata) / "log"), "restart"], pgdata=Path(pgdata), user=user, timeout=60)

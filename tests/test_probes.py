@@ -152,7 +152,7 @@ def test_relation_lock_queued_behind_alter_table(db):
 def test_lock_tree_survives_a_cycle():
     # A wait cycle exists for up to deadlock_timeout before the server breaks it; the tree
     # builder must terminate and mark it instead of looping.
-    from probes.postgres import build_lock_tree
+    from probes.locks import build_lock_tree
 
     rows = [
         {"pid": 1, "leader_pid": None, "blocked_by": [2], "wait_s": 1.0, "lock_type": "transactionid",
@@ -165,7 +165,7 @@ def test_lock_tree_survives_a_cycle():
         {"pid": 30, "leader_pid": 3, "blocked_by": [2, 2], "wait_s": 1.0, "lock_type": "tuple",
          "mode": "ExclusiveLock", "relation": "t", "query": "q3", "application_name": "a", "state": "active"},
     ]
-    blocked, blockers = build_lock_tree(rows, {})
+    blocked, blockers, _prepared = build_lock_tree(rows, {})
     assert [b.pid for b in blocked] == [1, 2, 3]
     assert all(b.root_blocker is None for b in blocked)
     assert [b.in_cycle for b in blocked] == [True, True, False]

@@ -483,31 +483,60 @@ class QueuetopApp(App[None]):
         return False
 
     def action_signal(self, terminate: bool) -> None:
+        """Cancel or terminate the culprit: the session selected in the Locks tree, or, from the
+        Connections panel, the oldest open transaction (the usual holder of the xmin horizon)."""
         verb = "terminate" if terminate else "cancel"
         if self._refuse_if_read_only(f"{verb} backend"):
             return
-        pid = self.query_one(LocksPanel).selected_pid
-        if pid is None:
-            self.notify("select a session in the Locks panel first", severity="warning")
-            return
+        who = ""
+        if isinstance(self._focused_panel(), ConnectionsPanel):
+            c = self.snapshot.connections if self.snapshot is not None else None
+            pid = c.oldest_xact_pid if c is not None else None
+            if pid is None or c is None:
+                self.notify("no open transaction to act on", severity="warning")
+                return
+            who = f" (the oldest open transaction, {fmt.seconds(c.oldest_xact_age_s)} old" + \
+                (", which also holds back the xmin horizon)" if c.xmin_holder_pid == pid else ")")
+        else:
+            pid = self.query_one(LocksPanel).selected_pid
+            if pid is None:
+                self.notify("select a session in the Locks panel (or focus Connections for the oldest transaction)",
+                            severity="warning")
+                return
         if self.backend is None:
             self.notify("no database behind this view", severity="warning")
             return
         root = next((b for b in self.snapshot.blockers if b.pid == pid), None) if self.snapshot is not None else None
         if not terminate and root is not None and (root.state or "").startswith("idle in transaction"):
             # Cancel stops a running query; an idle transaction runs none, and keeps its locks.
-            question = (f"Backend {pid} is idle in transaction: cancel cannot end it (it runs no query) and its "
+            question = (f"Backend {pid}{who} is idle in transaction: cancel cannot end it (it runs no query) and its "
                         f"locks stay. Terminate it instead? Its transaction is rolled back and its connection closed.")
             terminate = True
         else:
-            question = (f"Terminate backend {pid}? Its transaction is rolled back and its connection closed."
-                        if terminate else f"Cancel the running query of backend {pid}?")
+            question = (f"Terminate backend {pid}{who}? Its transaction is rolled back and its connection closed."
+                        if terminate else f"Cancel the running query of backend {pid}{who}?")
+        if terminate:
+            question += self._what_ending_releases(pid)
 
         def decided(yes: bool | None) -> None:
             if yes:
                 self._signal_backend(pid, terminate)
 
         self.push_screen(ConfirmScreen(question), decided)
+
+    def _what_ending_releases(self, pid: int) -> str:
+        """What ending a session's transaction would release, from the last sample."""
+        if self.snapshot is None:
+            return ""
+        held = [b for b in self.snapshot.blocked if pid in b.root_blockers]
+        if held:
+            freed = [b for b in held if b.root_blockers == (pid,) and not b.root_prepared]
+            text = f" It holds up {len(held)} session(s); ending it frees {len(freed)} of them"
+            return text + (f" ({len(held) - len(freed)} also wait on another root)." if len(freed) < len(held) else ".")
+        behind = [b for b in self.snapshot.blocked if pid in b.blocked_by]
+        if behind:
+            return f" {len(behind)} session(s) wait directly behind it."
+        return " No session waits on it."
 
     @work(thread=True, group="admin")
     def _signal_backend(self, pid: int, terminate: bool) -> None:

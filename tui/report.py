@@ -6,6 +6,8 @@ from collections.abc import Sequence
 
 from probes.model import Snapshot
 
+from .format import lock_target
+
 
 def _num(value: object, suffix: str = "") -> str:
     if value is None:
@@ -62,11 +64,16 @@ def render(snapshot: Snapshot) -> str:
     ]
     rings = [(r.name, f"{r.used:,}/{r.capacity:,}", r.refused_total) for r in s.rings]
     leases = [(lease.name, lease.state, lease.holder or "-", lease.token, lease.expires_in_s) for lease in s.leases]
+    def prepared_names(gids: Sequence[str]) -> list[str]:
+        return [f"prepared {gid!r}" for gid in gids]
+
     blocked = [
-        (str(b.pid), ",".join(map(str, b.blocked_by)), str(b.root_blocker or "-"), b.wait_s, b.lock_type or "-", b.mode or "-",
-         b.relation or "-", _shorten(b.query, 40))
+        (str(b.pid), ",".join([*map(str, b.blocked_by), *prepared_names(b.blocked_by_prepared)]) or "-",
+         ",".join([*map(str, b.root_blockers), *prepared_names(b.root_prepared)]) or ("cycle" if b.in_cycle else "-"),
+         b.wait_s, b.lock_type or "-", b.mode or "-", lock_target(b, s.server.database), _shorten(b.query, 40))
         for b in s.blocked
     ]
+    prepared = [(repr(p.gid), p.owner or "-", p.database or "-", p.age_s, p.blocked_count) for p in s.prepared_xacts]
     blockers = [
         (str(b.pid), b.blocked_count, b.state or "-", b.xact_age_s, b.application or "-", _shorten(b.query, 40)) for b in s.blockers
     ]
@@ -79,9 +86,12 @@ def render(snapshot: Snapshot) -> str:
         ),
         _table("Rings", ("name", "used/capacity", "refused"), rings),
         _table("Leases", ("name", "state", "holder", "token", "expires in s"), leases),
-        _table("Blocked", ("pid", "blocked by", "root", "wait s", "lock", "mode", "relation", "query"), blocked),
+        _table("Blocked", ("pid", "blocked by", "roots", "wait s", "lock", "mode", "waits on", "query"), blocked),
         _table("Root blockers", ("pid", "blocks", "state", "xact s", "application", "query"), blockers),
     ]
+    if prepared:
+        parts.append(_table("Prepared transactions (no session holds them: end each with COMMIT PREPARED or ROLLBACK PREPARED 'gid')",
+                            ("gid", "owner", "database", "age s", "blocks"), prepared))
     parts.append(_table(
         "Compaction",
         ("name", "pending deltas", "groups", "last run", "rows folded", "ms"),

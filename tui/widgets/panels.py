@@ -14,7 +14,7 @@ from textual.containers import Vertical
 from textual.widgets import Sparkline, Static, Tree
 from textual.widgets.tree import TreeNode
 
-from probes.model import Connections, QueueSample, Snapshot
+from probes.model import BlockedSession, Connections, QueueSample, Snapshot
 
 from .. import format as fmt
 from .keyed_table import Column, KeyedTable, RowsShown, rows_shown, shorten
@@ -343,6 +343,36 @@ class LeasesPanel(Panel):
         self.query_one(KeyedTable).sync(rows)
 
 
+def _wait_cycles(blocked: tuple[BlockedSession, ...]) -> list[list[int]]:
+    """The sessions in wait cycles, one list per cycle, each in the order of its waits."""
+    members = {b.pid: b for b in blocked if b.in_cycle}
+    cycles: list[list[int]] = []
+    seen: set[int] = set()
+    for start in sorted(members):
+        if start in seen:
+            continue
+        order, current = [], start
+        while current in members and current not in order:
+            order.append(current)
+            current = next((p for p in sorted(members[current].blocked_by) if p in members), start)
+        seen.update(order)
+        cycles.append(order)
+    return cycles
+
+
+def _deadlock_countdown(snapshot: Snapshot, members: list[BlockedSession]) -> str:
+    """When the server will look for the deadlock: deadlock_timeout after a member began to wait
+    (the server's setting; a session may have set its own)."""
+    timeout = snapshot.server.deadlock_timeout_s
+    waited = max((m.wait_s or 0.0 for m in members), default=0.0)
+    if timeout is None:
+        return "a deadlock: the server breaks it after deadlock_timeout"
+    left = timeout - waited
+    if left > 0:
+        return f"a deadlock: the server breaks it in {fmt.seconds(left)} (deadlock_timeout {timeout:g}s)"
+    return f"a deadlock, past deadlock_timeout ({timeout:g}s): a session set its own, or the check is due"
+
+
 class LockTree(Tree[int]):
     """The blocking tree, without a scrollbar: the panel's border says which lines are shown."""
 
@@ -389,23 +419,29 @@ class LocksPanel(Panel):
 
     def show(self, snapshot: Snapshot, filter_text: str = "") -> None:
         self._snapshot, self._filter_text = snapshot, filter_text
-        facts = (snapshot.blocked, snapshot.blockers, filter_text)
+        facts = (snapshot.blocked, snapshot.blockers, snapshot.prepared_xacts, filter_text)
         if facts == self._last_facts:
             return  # the same tree: nothing to rebuild or relabel
         self._last_facts = facts
         tree = self.query_one(LockTree)
         blocked = {b.pid: b for b in snapshot.blocked}
         roots = {r.pid: r for r in snapshot.blockers}
-        children: dict[int, list[int]] = {}
+        prepared = {f"prepared:{p.gid}": p for p in snapshot.prepared_xacts if p.blocked_count}
+        # Who waits under whom: a session (pid) or a prepared transaction ("prepared:<gid>").
+        children: dict[object, list[int]] = {}
         for b in blocked.values():
             for parent in b.blocked_by:
                 children.setdefault(parent, []).append(b.pid)
-        visible_roots = [
-            pid for pid in roots
-            if _matches(filter_text, roots[pid].application, roots[pid].query,
-                        *[blocked[c].application for c in children.get(pid, []) if c in blocked])
-        ]
-        cycle = [b.pid for b in blocked.values() if b.in_cycle]
+            for gid in b.blocked_by_prepared:
+                children.setdefault(f"prepared:{gid}", []).append(b.pid)
+
+        def waiters_match(node: object, *fields: object) -> bool:
+            return _matches(filter_text, *fields, *[blocked[c].application for c in children.get(node, []) if c in blocked])
+
+        visible_roots: list[object] = [pid for pid in roots if waiters_match(pid, roots[pid].application, roots[pid].query)]
+        visible_roots += [key for key, p in prepared.items() if waiters_match(key, p.gid, p.owner, p.database)]
+        cycles = {f"cycle:{n}": members for n, members in enumerate(_wait_cycles(snapshot.blocked), 1)
+                  if any(_matches(filter_text, blocked[m].application, blocked[m].query) for m in members)}
 
         width = max(20, tree.size.width)
 
@@ -423,32 +459,70 @@ class LocksPanel(Panel):
                 (f"  {r.application or '-'}", "cyan", True), (f"  {fmt.one_line(r.query, 200)}", "", True),
             ])
 
+        def label_prepared(key: str) -> Text:
+            p = prepared[key]
+            return fit(1, [
+                ("prepared ", "bold red", False), (f"{p.gid!r}", "bold", True), (f"  blocks {p.blocked_count}", "", False),
+                (f"  age {fmt.seconds(p.age_s)}", "", False), (f"  {p.owner or '?'}@{p.database or '?'}", "cyan", True),
+                (f"  no session: COMMIT PREPARED or ROLLBACK PREPARED {p.gid!r}", "yellow", True),
+            ])
+
+        def label_cycle(key: str) -> Text:
+            members = cycles[key]
+            return fit(1, [
+                ("wait cycle ", "bold red", False), (" → ".join(map(str, [*members, members[0]])), "bold", False),
+                (f"  {_deadlock_countdown(snapshot, [blocked[m] for m in members])}", "yellow", True),
+            ])
+
         def label_blocked(pid: int, depth: int) -> Text:
             b = blocked[pid]
             return fit(depth, [
                 (f"{pid} ", "bold", False), (f"waits {fmt.seconds(b.wait_s)}", "red", False),
                 (f"  {(b.mode or '?').removesuffix('Lock')}", "", True),
-                (f" {b.relation or b.lock_type or '?'}", "magenta", True), (f"  {b.application or '-'}", "cyan", True),
+                (f" {fmt.lock_target(b, snapshot.server.database)}", "magenta", True), (f"  {b.application or '-'}", "cyan", True),
                 (f"  {fmt.one_line(b.query, 200)}", "", True),
             ])
 
-        # Shape: which pid hangs under which path. Labels change every tick; the shape rarely.
-        paths: list[tuple[int, ...]] = []
+        def sample_of(path: tuple) -> object:
+            """What a node's label shows: its label is rebuilt only when this changes."""
+            node = path[-1]
+            if isinstance(node, str) and node.startswith("cycle:"):
+                return tuple(blocked[m] for m in cycles[node])  # the members' waits: the countdown
+            if isinstance(node, str):
+                return prepared[node]
+            return roots[node] if len(path) == 1 and node in roots else blocked.get(node)
 
-        def walk(path: tuple[int, ...]) -> None:
+        def label_of(path: tuple) -> Text:
+            node = path[-1]
+            if isinstance(node, str):
+                return label_cycle(node) if node.startswith("cycle:") else label_prepared(node)
+            return label_root(node) if len(path) == 1 and node in roots else label_blocked(node, len(path))
+
+        # Shape: which node hangs under which path. Labels change every tick; the shape rarely.
+        paths: list[tuple] = []
+
+        def walk(path: tuple, skip: frozenset = frozenset()) -> None:
             paths.append(path)
             for child in sorted(children.get(path[-1], [])):
-                if child not in path and len(path) < 12:
-                    walk((*path, child))
+                if child not in path and child not in skip and len(path) < 12:
+                    walk((*path, child), skip)
 
-        for pid in visible_roots:
-            walk((pid,))
-        for pid in cycle:
-            paths.append((pid,))
+        for root in visible_roots:
+            walk((root,))
+        for key, members in cycles.items():
+            # The cycle, then each member with whatever waits on it (its fellow members are
+            # listed once, beside it, not under it).
+            paths.append((key,))
+            for member in members:
+                walk((key, member), frozenset(members))
         shape = tuple(paths)
         count = len(blocked)
-        root_label = Text(f"{count} blocked session(s), {len(roots)} root blocker(s)" if count else "no blocked sessions",
-                                 style="bold red" if count else "green")
+        summary = [f"{count} blocked session(s)", f"{len(roots)} root blocker(s)"]
+        if prepared:
+            summary.append(f"{len(prepared)} prepared transaction(s)")
+        if cycles:
+            summary.append(f"{len(cycles)} wait cycle(s)")
+        root_label = Text(", ".join(summary) if count else "no blocked sessions", style="bold red" if count else "green")
         if root_label.plain != str(tree.root.label):
             tree.root.set_label(root_label)
         if shape != self._shape:
@@ -458,23 +532,21 @@ class LocksPanel(Panel):
             parents = {path[:-1] for path in paths}
             for path in paths:
                 under = tree.root if len(path) == 1 else self._tree_nodes[path[:-1]]
-                pid = path[-1]
-                label = label_root(pid) if len(path) == 1 and pid in roots else label_blocked(pid, len(path))
+                label, sample = label_of(path), sample_of(path)
+                data = path[-1] if isinstance(path[-1], int) else None  # a session: c, k and Enter act on it
                 # A session nobody waits on is a leaf: no ▼ that would open nothing.
-                self._tree_nodes[path] = under.add(label, data=pid, expand=True) if path in parents \
-                    else under.add_leaf(label, data=pid)
-                self._labels[path] = roots[pid] if len(path) == 1 and pid in roots else blocked.get(pid)
+                self._tree_nodes[path] = under.add(label, data=data, expand=True) if path in parents \
+                    else under.add_leaf(label, data=data)
+                self._labels[path] = sample
             tree.root.expand()
             self._shape = shape
             self.call_after_refresh(tree.report_rows)
         else:
             # Only labels whose facts changed are rebuilt and set: each set_label repaints.
             for path, node in self._tree_nodes.items():
-                pid = path[-1]
-                is_root = len(path) == 1 and pid in roots
-                sample = roots[pid] if is_root else blocked.get(pid)
+                sample = sample_of(path)
                 if sample != self._labels.get(path):
-                    node.set_label(label_root(pid) if is_root else label_blocked(pid, len(path)))
+                    node.set_label(label_of(path))
                     self._labels[path] = sample
 
     def on_resize(self) -> None:

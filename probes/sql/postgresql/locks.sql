@@ -1,30 +1,56 @@
 -- Blocked sessions: every session waiting on a heavyweight lock (relation, tuple, transactionid,
 -- advisory, ...) with the pids that block it (pg_blocking_pids: holders and waiters queued
--- ahead) and the lock it waits for. Parallel workers carry their leader's pid in `leader_pid`.
--- Driven by pg_locks, which every role may read: without pg_read_all_stats the tree is still
--- complete, only other roles' queries and states are NULL.
-
--- name: waiting_post_140000
-SELECT l.pid, a.leader_pid, pg_blocking_pids(l.pid) AS blocked_by,
-       l.locktype AS lock_type, l.mode,
-       CASE WHEN l.relation IS NOT NULL THEN l.relation::regclass::text END AS relation,
-       l.classid, l.objid, l.objsubid,
-       extract(epoch FROM now() - coalesce(l.waitstart, a.state_change))::float8 AS wait_s,
-       a.state, a.query, a.application_name
-FROM pg_locks l
-LEFT JOIN pg_stat_activity a ON a.pid = l.pid
-WHERE NOT l.granted AND l.pid <> pg_backend_pid();
+-- ahead; 0 stands for a prepared transaction) and the lock it waits for. Parallel workers carry
+-- their leader's pid in `leader_pid`. Driven by pg_locks, which every role may read: without
+-- pg_read_all_stats the tree is still complete, only other roles' queries and states are NULL.
+--
+-- pg_locks is read once (a CTE), not once per waiter. A relation OID is turned into a name only
+-- in the database it belongs to (this one, or 0 for shared catalogs): resolved here, another
+-- database's OID would name whatever table has that OID here.
 
 -- name: waiting
--- Before PostgreSQL 14 pg_locks has no waitstart: the wait is timed from the last state change.
+-- {wait_start}: coalesce(l.waitstart, a.state_change) from PostgreSQL 14 (pg_locks.waitstart),
+-- a.state_change before it.
+WITH locks AS MATERIALIZED (
+    SELECT * FROM pg_locks
+), here AS (
+    SELECT oid FROM pg_database WHERE datname = current_database()
+)
 SELECT l.pid, a.leader_pid, pg_blocking_pids(l.pid) AS blocked_by,
        l.locktype AS lock_type, l.mode,
-       CASE WHEN l.relation IS NOT NULL THEN l.relation::regclass::text END AS relation,
+       coalesce(d.datname, a.datname) AS database, l.database AS database_oid,
+       l.relation AS relation_oid,
+       CASE WHEN l.relation IS NOT NULL AND l.database IN (0, (SELECT oid FROM here))
+            THEN l.relation::regclass::text END AS relation,
+       l.page, l.tuple, l.virtualxid, l.transactionid::text AS transactionid,
        l.classid, l.objid, l.objsubid,
-       extract(epoch FROM now() - a.state_change)::float8 AS wait_s,
+       row_lock.relation AS row_relation_oid, row_lock.name AS row_relation, row_lock.page AS row_page,
+       row_lock.tuple AS row_tuple,
+       held.tables AS held_tables,
+       extract(epoch FROM now() - {wait_start})::float8 AS wait_s,
        a.state, a.query, a.application_name
-FROM pg_locks l
+FROM locks l
 LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+LEFT JOIN pg_database d ON d.oid = l.database
+-- A row wait is a wait for the other transaction's id, which names no relation. The row is the
+-- tuple lock the waiter was granted before it began to wait (page and tuple: the row's ctid)...
+LEFT JOIN LATERAL (
+    SELECT t.relation, t.page, t.tuple,
+           CASE WHEN t.database = (SELECT oid FROM here) THEN t.relation::regclass::text END AS name
+    FROM locks t
+    WHERE t.pid = l.pid AND t.locktype = 'tuple' AND t.granted
+    ORDER BY t.relation, t.page, t.tuple
+    LIMIT 1
+) row_lock ON l.locktype = 'transactionid'
+-- ... or else the tables it holds a row-level lock on (an INSERT waiting on a unique key takes no
+-- tuple lock): the table when there is one.
+LEFT JOIN LATERAL (
+    SELECT array_agg(DISTINCT c.oid::regclass::text ORDER BY c.oid::regclass::text) AS tables
+    FROM locks h
+    JOIN pg_class c ON c.oid = h.relation AND c.relkind IN ('r', 'p')
+    WHERE h.pid = l.pid AND h.granted AND h.locktype = 'relation'
+      AND h.mode IN ('RowExclusiveLock', 'RowShareLock') AND h.database = (SELECT oid FROM here)
+) held ON l.locktype = 'transactionid'
 WHERE NOT l.granted AND l.pid <> pg_backend_pid();
 
 -- name: sessions
@@ -33,3 +59,19 @@ SELECT pid, leader_pid, state,
        query, application_name
 FROM pg_stat_activity
 WHERE pid = ANY(%(pids)s::integer[]);
+
+-- name: prepared_xacts
+-- Transactions prepared for two-phase commit: they keep their locks with no session behind them
+-- until COMMIT PREPARED or ROLLBACK PREPARED. Their locks show in pg_locks with no pid, under one
+-- virtual transaction per prepared transaction, which also holds the lock on its own xid.
+SELECT p.gid, p.owner, p.database, p.transaction::text AS xid,
+       extract(epoch FROM now() - p.prepared)::float8 AS age_s
+FROM pg_prepared_xacts p
+ORDER BY p.prepared, p.gid;
+
+-- name: prepared_locks
+-- The locks prepared transactions hold (asked only when a waiter is blocked by one).
+SELECT l.virtualtransaction, l.locktype AS lock_type, l.mode, l.database, l.relation, l.page, l.tuple,
+       l.virtualxid, l.transactionid::text AS transactionid, l.classid, l.objid, l.objsubid
+FROM pg_locks l
+WHERE l.pid IS NULL AND l.granted;

@@ -4,7 +4,9 @@
 SELECT current_setting('server_version') AS version,
        current_setting('server_version_num')::integer AS version_num,
        current_database() AS database,
-       pg_backend_pid() AS own_pid;
+       pg_backend_pid() AS own_pid,
+       -- how long a wait lasts before the server looks for a deadlock (a wait cycle's countdown)
+       extract(epoch FROM current_setting('deadlock_timeout')::interval)::float8 AS deadlock_timeout_s;
 
 -- name: table_present
 -- Whether a table is there (the probes skip what is not installed).

@@ -1,0 +1,176 @@
+"""Lock truth (issue 14): real sessions hold and wait for real locks; each test polls until the
+server shows the wait, then asserts the exact answer against what the server itself says."""
+
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+
+import psycopg
+from psycopg import sql
+
+from tui.report import render
+
+from .conftest import wait_until
+from .test_probes import blocked_of, sessions, snapshot, wait_blocked
+
+
+def test_a_row_wait_names_the_table_and_the_row(db):
+    with db.connect() as setup:
+        setup.execute("CREATE TABLE accounts (id int PRIMARY KEY, balance int)")
+        setup.execute("INSERT INTO accounts SELECT g, 100 FROM generate_series(1, 50) g")
+        ctid = setup.execute("SELECT ctid::text FROM accounts WHERE id = 37").fetchone()[0]
+    with sessions(db, "qt-row-holder", "qt-row-first", "qt-row-second") as (holder, first, second):
+        holder.run("BEGIN")
+        holder.run("UPDATE accounts SET balance = 0 WHERE id = 37")
+        first.start("UPDATE accounts SET balance = 1 WHERE id = 37")
+        wait_until(lambda: blocked_of(snapshot(db), {first.pid}), timeout=15, what="the first waiter")
+        second.start("UPDATE accounts SET balance = 2 WHERE id = 37")
+        snap = wait_blocked(db, {first.pid, second.pid}, 2)
+        got = blocked_of(snap, {first.pid, second.pid})
+        # The first waiter waits for the holder's transaction id: no relation in pg_locks. Its
+        # own tuple lock names the table and the row.
+        assert got[first.pid].lock_type == "transactionid"  # still what the server says
+        assert got[first.pid].relation == "accounts" and got[first.pid].row == ctid
+        assert got[first.pid].database == db.name
+        # The second queues on that tuple lock: table and row from the lock itself.
+        assert got[second.pid].lock_type == "tuple"
+        assert got[second.pid].relation == "accounts" and got[second.pid].row == ctid
+        assert f"row of accounts {ctid}" in render(snap)
+
+
+def test_an_insert_waiting_on_a_unique_key_names_the_table(db):
+    with db.connect() as setup:
+        setup.execute("CREATE TABLE users (email text PRIMARY KEY)")
+    with sessions(db, "qt-insert-a", "qt-insert-b") as (a, b):
+        a.run("BEGIN")
+        a.run("INSERT INTO users VALUES ('ops@example.com')")
+        b.start("INSERT INTO users VALUES ('ops@example.com')")  # waits to see whether a commits
+        snap = wait_blocked(db, {b.pid}, 1)
+        waiter = blocked_of(snap, {b.pid})[b.pid]
+        assert waiter.lock_type == "transactionid" and waiter.blocked_by == (a.pid,)
+        assert waiter.relation == "users" and waiter.row is None  # no tuple lock: the table it writes
+
+
+def test_negative_advisory_keys_read_as_the_application_passed_them(db):
+    with sessions(db, "qt-adv-h1", "qt-adv-w1", "qt-adv-h2", "qt-adv-w2", "qt-adv-h3", "qt-adv-w3") as (h1, w1, h2, w2, h3, w3):
+        h1.run("SELECT pg_advisory_lock(-5)")
+        w1.start("SELECT pg_advisory_lock(-5)")
+        h2.run("SELECT pg_advisory_lock(-1, 7)")
+        w2.start("SELECT pg_advisory_lock(-1, 7)")
+        h3.run("SELECT pg_advisory_lock(-9223372036854775808)")  # the smallest bigint
+        w3.start("SELECT pg_advisory_lock(-9223372036854775808)")
+        snap = wait_blocked(db, {w1.pid, w2.pid, w3.pid}, 3)
+        got = blocked_of(snap, {w1.pid, w2.pid, w3.pid})
+        assert got[w1.pid].relation == "advisory -5"
+        assert got[w2.pid].relation == "advisory (-1, 7)"
+        assert got[w3.pid].relation == "advisory -9223372036854775808"
+        assert got[w1.pid].root_blocker == h1.pid and got[w2.pid].root_blocker == h2.pid
+
+
+@contextmanager
+def prepared(db, gid: str, *statements: str):
+    """A transaction prepared for two-phase commit, rolled back at the end whatever happens (it
+    would outlive its session and block the test database's removal)."""
+    with db.connect(autocommit=True) as conn:
+        conn.execute("BEGIN")
+        for statement in statements:
+            conn.execute(statement)
+        conn.execute(sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(gid)))
+    try:
+        yield
+    finally:
+        with db.connect(autocommit=True) as conn:
+            if conn.execute("SELECT 1 FROM pg_prepared_xacts WHERE gid = %s", (gid,)).fetchone():
+                conn.execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(gid)))
+
+
+def test_prepared_transactions_are_blockers_of_their_own(db):
+    gid1, gid2, idle = f"qt-pay-{db.name}", f"qt-audit-{db.name}", f"qt-idle-{db.name}"
+    with db.connect() as setup:
+        setup.execute("CREATE TABLE payments (id int PRIMARY KEY, amount int)")
+        setup.execute("INSERT INTO payments VALUES (1, 10)")
+        setup.execute("CREATE TABLE audit (id int)")
+    with prepared(db, gid1, "UPDATE payments SET amount = 11 WHERE id = 1"), \
+            prepared(db, gid2, "LOCK TABLE audit IN SHARE MODE"), \
+            prepared(db, idle, "SELECT 1"), \
+            sessions(db, "qt-prep-row", "qt-prep-table", "qt-prep-behind") as (row_waiter, table_waiter, behind):
+        row_waiter.start("UPDATE payments SET amount = 12 WHERE id = 1")
+        table_waiter.start("INSERT INTO audit VALUES (1)")  # RowExclusive conflicts with the prepared Share lock
+        wait_until(lambda: len(blocked_of(snapshot(db), {row_waiter.pid, table_waiter.pid})) == 2, timeout=15,
+                   what="both waiting on prepared transactions")
+        behind.start("UPDATE payments SET amount = 13 WHERE id = 1")  # queued behind row_waiter
+        snap = wait_blocked(db, {row_waiter.pid, table_waiter.pid, behind.pid}, 3)
+        got = blocked_of(snap, {row_waiter.pid, table_waiter.pid, behind.pid})
+
+        # Each prepared transaction is its own blocker; no session is pid 0.
+        assert got[row_waiter.pid].blocked_by == () and got[row_waiter.pid].blocked_by_prepared == (gid1,)
+        assert got[row_waiter.pid].root_prepared == (gid1,) and got[row_waiter.pid].root_blocker is None
+        assert got[table_waiter.pid].blocked_by_prepared == (gid2,) and got[table_waiter.pid].root_prepared == (gid2,)
+        assert got[behind.pid].blocked_by == (row_waiter.pid,) and got[behind.pid].root_prepared == (gid1,)
+        assert all(0 not in b.blocked_by for b in snap.blocked)
+        assert {b.pid for b in snap.blockers}.isdisjoint({0})
+
+        xacts = {p.gid: p for p in snap.prepared_xacts}
+        assert xacts[gid1].blocked_count == 2 and xacts[gid2].blocked_count == 1 and xacts[idle].blocked_count == 0
+        assert xacts[gid1].owner == "postgres" and xacts[gid1].database == db.name
+        assert xacts[gid1].age_s is not None and xacts[gid1].age_s >= 0
+
+        document = json.loads(json.dumps(snap.to_json()))
+        assert {p["gid"] for p in document["prepared_xacts"]} >= {gid1, gid2, idle}
+        assert all(0 not in b["blocked_by"] for b in document["blocked"])
+        text = render(snap)
+        assert f"prepared {gid1!r}" in text and "COMMIT PREPARED or ROLLBACK PREPARED" in text
+
+
+def test_a_lock_in_another_database_is_not_named_from_this_one(db, pg_server):
+    other = f"{db.name}_other"
+    with psycopg.connect(pg_server.admin_uri, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(other)))
+    try:
+        uri = pg_server.uri(other)
+        with psycopg.connect(uri, autocommit=True) as setup:
+            setup.execute("CREATE TABLE audit_log (id int)")
+            oid = setup.execute("SELECT 'audit_log'::regclass::oid").fetchone()[0]
+        with psycopg.connect(uri, autocommit=True, application_name="qt-other-holder") as holder, \
+                psycopg.connect(uri, autocommit=True, application_name="qt-other-waiter") as waiter:
+            holder.execute("BEGIN")
+            holder.execute("LOCK TABLE audit_log IN ACCESS EXCLUSIVE MODE")
+            waiter_pid = waiter.info.backend_pid
+            import threading
+
+            thread = threading.Thread(target=lambda: _quietly(waiter, "SELECT count(*) FROM audit_log"), daemon=True)
+            thread.start()
+            snap = wait_blocked(db, {waiter_pid}, 1)  # the monitor is in db, not in other
+            got = blocked_of(snap, {waiter_pid})[waiter_pid]
+            assert got.database == other
+            assert got.relation == f"{other}:oid {oid}"  # not whatever has that OID in db
+            assert got.root_blocker == holder.info.backend_pid
+            holder.execute("ROLLBACK")
+            thread.join(10)
+    finally:
+        with psycopg.connect(pg_server.admin_uri, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(other)))
+
+
+def _quietly(conn, statement: str) -> None:
+    try:
+        conn.execute(statement)
+    except psycopg.Error:
+        pass
+
+
+def test_every_root_of_a_session_blocked_behind_two(db):
+    with db.connect() as setup:
+        setup.execute("CREATE TABLE ledger (id int)")
+    with sessions(db, "qt-reader-1", "qt-reader-2", "qt-alter") as (r1, r2, alter):
+        for reader in (r1, r2):
+            reader.run("BEGIN")
+            reader.run("SELECT count(*) FROM ledger")  # AccessShareLock kept: two independent roots
+        alter.start("ALTER TABLE ledger ADD COLUMN note text")
+        snap = wait_blocked(db, {alter.pid}, 1)
+        got = blocked_of(snap, {alter.pid})[alter.pid]
+        assert set(got.blocked_by) == {r1.pid, r2.pid}
+        assert got.root_blockers == tuple(sorted((r1.pid, r2.pid)))
+        assert got.root_blocker == min(r1.pid, r2.pid)  # version 1's single root: the lowest
+        assert {b.pid: b.blocked_count for b in snap.blockers if b.pid in (r1.pid, r2.pid)} == {r1.pid: 1, r2.pid: 1}
