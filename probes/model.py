@@ -116,6 +116,7 @@ class Connections:
     xmin_holder_pid: int | None
     xmin_holder_age_xids: int | None
     xmin_holder_application: str | None
+    oldest_xact_state: str | None = None  # e.g. "idle in transaction": the usual culprit
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

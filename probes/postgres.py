@@ -284,6 +284,7 @@ class PostgresProbes:
             by_application=dict(sorted(by_app.items(), key=lambda kv: -kv[1])),
             oldest_xact_age_s=oldest["xact_age_s"] if oldest else None,
             oldest_xact_pid=oldest["pid"] if oldest else None,
+            oldest_xact_state=oldest["state"] if oldest else None,
             xmin_holder_pid=xmin["pid"] if xmin else None,
             xmin_holder_age_xids=xmin["xmin_age"] if xmin else None,
             xmin_holder_application=xmin["application_name"] if xmin else None,

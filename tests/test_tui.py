@@ -633,6 +633,8 @@ async def test_terminate_a_blocker_after_confirmation(db):
             await pilot.press("n")
             await pilot.press("k")
             assert isinstance(app.screen, ConfirmScreen)
+            # What ending it releases, from the last sample.
+            assert "It holds up 1 session(s); ending it frees 1 of them." in app.screen.question
             await pilot.press("y")
 
             def gone():
@@ -646,6 +648,93 @@ async def test_terminate_a_blocker_after_confirmation(db):
     finally:
         waiter.close()
         blocker.close()
+
+
+async def test_connections_cancel_and_terminate_the_oldest_transaction(db):
+    holder = db.connect(application_name="qt-ui-old-xact", autocommit=False)
+    holder.execute("SELECT 1")  # a transaction left open: idle in transaction
+    pid = holder.info.backend_pid
+    app = live_app(db)
+    try:
+        async with app.run_test(size=(100, 30)) as pilot:
+            await settle(pilot, app, lambda: app.snapshot is not None and app.snapshot.connections is not None
+                         and app.snapshot.connections.oldest_xact_pid == pid, "the oldest transaction", 500)
+            app.query_one("#connections-table").focus()
+            await pilot.press("c")  # idle: cancel cannot end it, terminate is offered
+            assert isinstance(app.screen, ConfirmScreen)
+            assert f"Backend {pid} (the oldest open transaction" in app.screen.question
+            await pilot.press("n")
+            await pilot.press("k")
+            assert isinstance(app.screen, ConfirmScreen) and f"Terminate backend {pid}" in app.screen.question
+            assert "No session waits on it." in app.screen.question
+            await pilot.press("y")
+
+            def gone():
+                with db.connect() as conn:
+                    return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()[0] == 0
+
+            await settle(pilot, app, gone, "the oldest transaction terminated", 500)
+    finally:
+        holder.close()
+
+
+async def test_a_wait_cycle_is_shown_with_everything_waiting_on_it(db):
+    with db.connect() as conn:
+        conn.execute("CREATE TABLE pairs (id int PRIMARY KEY, v int)")
+        conn.execute("INSERT INTO pairs VALUES (1, 0), (2, 0)")
+    from .test_probes import sessions
+
+    with sessions(db, "qt-cycle-a", "qt-cycle-b", "qt-cycle-c") as (a, b, c):
+        for s in (a, b):  # the deadlock stays until the test ends (superuser may set this per session)
+            s.run("SET deadlock_timeout = '120s'")
+            s.run("BEGIN")
+        a.run("UPDATE pairs SET v = 1 WHERE id = 1")
+        b.run("UPDATE pairs SET v = 1 WHERE id = 2")
+        a.start("UPDATE pairs SET v = 2 WHERE id = 2")  # a waits for b
+        b.start("UPDATE pairs SET v = 2 WHERE id = 1")  # b waits for a: a cycle
+        c.start("UPDATE pairs SET v = 3 WHERE id = 1")  # c waits on the cycle
+        app = live_app(db)
+        async with app.run_test(size=(160, 40)) as pilot:
+            tree = app.query_one(LocksPanel).query_one(Tree)
+
+            def cycle_node():
+                return next((n for n in tree.root.children if "wait cycle" in str(n.label)), None)
+
+            await settle(pilot, app, lambda: (node := cycle_node()) is not None
+                         and {ch.data for ch in node.children} == {a.pid, b.pid}
+                         and any(g.data == c.pid for ch in node.children for g in ch.children), "the cycle and its waiter", 1000)
+            label = str(cycle_node().label)
+            assert f"{min(a.pid, b.pid)} → {max(a.pid, b.pid)} → {min(a.pid, b.pid)}" in label
+            assert ("deadlock" in label and "(deadlock_timeout 1s)" in label) or "past deadlock_timeout 1s" in label
+            # The server's setting counts down; these sessions set their own, and the label says so once past it.
+            await settle(pilot, app, lambda: "deadlock, past deadlock_timeout 1s" in str(cycle_node().label), "past it", 1000)
+            assert "1 wait cycle(s)" in str(tree.root.label)
+            assert {x.pid for x in app.snapshot.blocked if x.in_cycle} == {a.pid, b.pid}
+
+
+async def test_a_prepared_transaction_is_a_root_of_the_lock_tree(db):
+    from .test_locks import prepared
+    from .test_probes import sessions
+
+    gid = f"qt-ui-{db.name}"
+    with db.connect() as conn:
+        conn.execute("CREATE TABLE invoices (id int PRIMARY KEY, paid bool)")
+        conn.execute("INSERT INTO invoices VALUES (1, false)")
+    with prepared(db, gid, "UPDATE invoices SET paid = true WHERE id = 1"), sessions(db, "qt-ui-prep-waiter") as (waiter,):
+        waiter.start("UPDATE invoices SET paid = false WHERE id = 1")
+        app = live_app(db)
+        async with app.run_test(size=(160, 40)) as pilot:
+            tree = app.query_one(LocksPanel).query_one(Tree)
+
+            def prepared_node():
+                return next((n for n in tree.root.children if str(n.label).startswith("prepared ")), None)
+
+            await settle(pilot, app, lambda: (node := prepared_node()) is not None
+                         and [ch.data for ch in node.children] == [waiter.pid], "the prepared transaction and its waiter", 1000)
+            label = str(prepared_node().label)
+            assert repr(gid) in label and "blocks 1" in label and "no session: COMMIT or ROLLBACK PREPARED" in label
+            assert "row of invoices (0,1)" in str(prepared_node().children[0].label)
+            assert prepared_node().data is None  # not a session: c and k have nothing to signal
 
 
 async def test_tab_moves_between_panels_and_palette_finds_actions():

@@ -506,8 +506,12 @@ class QueuetopApp(App[None]):
         if self.backend is None:
             self.notify("no database behind this view", severity="warning")
             return
-        root = next((b for b in self.snapshot.blockers if b.pid == pid), None) if self.snapshot is not None else None
-        if not terminate and root is not None and (root.state or "").startswith("idle in transaction"):
+        state = None
+        if self.snapshot is not None:
+            root = next((b for b in self.snapshot.blockers if b.pid == pid), None)
+            c = self.snapshot.connections
+            state = root.state if root is not None else c.oldest_xact_state if c is not None and c.oldest_xact_pid == pid else None
+        if not terminate and (state or "").startswith("idle in transaction"):
             # Cancel stops a running query; an idle transaction runs none, and keeps its locks.
             question = (f"Backend {pid}{who} is idle in transaction: cancel cannot end it (it runs no query) and its "
                         f"locks stay. Terminate it instead? Its transaction is rolled back and its connection closed.")

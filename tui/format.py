@@ -122,12 +122,12 @@ def fit_by_priority(parts: list[tuple[str, str, int]], width: int) -> Text:
     return Text.assemble(*[(parts[i][0], parts[i][1]) for i in sorted(kept)])
 
 
-def lock_target(b: BlockedSession, here: str | None) -> str:
+def lock_target(b: BlockedSession, here: str | None, *, with_row: bool = True) -> str:
     """What a session waits on, as an operator names it: `row of accounts (0,1)` for a row wait
     (lock type transactionid or tuple), the relation, or the advisory key; and the database when
     it is not this one."""
     if b.lock_type in ("transactionid", "tuple") and b.relation:
-        text = f"row of {b.relation}" + (f" {b.row}" if b.row else "")
+        text = f"row of {b.relation}" + (f" {b.row}" if b.row and with_row else "")
     else:
         text = b.relation or b.lock_type or "?"
     if b.database and here and b.database != here and ":oid " not in text:

@@ -84,10 +84,13 @@ def _sample_snapshot(*, queues: int, sessions: int, tree_depth: int, step: int) 
         for n in range(per_root):
             level = n % tree_depth
             parent = parents[min(level, len(parents) - 1)]
-            blocked.append(BlockedSession(pid=pid, blocked_by=(parent,), root_blocker=root_pid, wait_s=5.0 + n % 30,
+            # A row wait as the probe names it: the table and the row's ctid (the first waiter waits
+            # for the holder's transaction id, the others queue on the row's tuple lock).
+            blocked.append(BlockedSession(pid=pid, blocked_by=(parent,), root_blocker=root_pid, root_blockers=(root_pid,),
+                                          wait_s=5.0 + n % 30,
                                           lock_type="transactionid" if level == 0 else "tuple",
                                           mode="ShareLock" if level == 0 else "ExclusiveLock",
-                                          relation=None if level == 0 else "accounts",
+                                          relation="accounts", row=f"(0,{r})", database="app",
                                           query=f"UPDATE accounts SET balance = balance + 1 WHERE id = {r}",
                                           application=f"worker-{n % 7}", state="active"))
             if len(parents) <= level + 1:

@@ -41,7 +41,7 @@ def fit_segments(segments: list[tuple[str, str, bool]], width: int) -> Text:
             used += size
             continue
         room = width - used
-        if shrinkable and room >= 8:  # a name or query cut to a letter or two says nothing
+        if shrinkable and room >= 8 + len(text) - len(text.lstrip()):  # a name or query cut to a letter or two says nothing
             kept.append((shorten(text, room).plain, style))
         break
     return Text.assemble(*kept)
@@ -366,11 +366,11 @@ def _deadlock_countdown(snapshot: Snapshot, members: list[BlockedSession]) -> st
     timeout = snapshot.server.deadlock_timeout_s
     waited = max((m.wait_s or 0.0 for m in members), default=0.0)
     if timeout is None:
-        return "a deadlock: the server breaks it after deadlock_timeout"
+        return "deadlock: broken after deadlock_timeout"
     left = timeout - waited
     if left > 0:
-        return f"a deadlock: the server breaks it in {fmt.seconds(left)} (deadlock_timeout {timeout:g}s)"
-    return f"a deadlock, past deadlock_timeout ({timeout:g}s): a session set its own, or the check is due"
+        return f"deadlock: broken in ≤{fmt.seconds(left)} (deadlock_timeout {timeout:g}s)"
+    return f"deadlock, past deadlock_timeout {timeout:g}s (a session set its own?)"
 
 
 class LockTree(Tree[int]):
@@ -463,8 +463,8 @@ class LocksPanel(Panel):
             p = prepared[key]
             return fit(1, [
                 ("prepared ", "bold red", False), (f"{p.gid!r}", "bold", True), (f"  blocks {p.blocked_count}", "", False),
-                (f"  age {fmt.seconds(p.age_s)}", "", False), (f"  {p.owner or '?'}@{p.database or '?'}", "cyan", True),
-                (f"  no session: COMMIT PREPARED or ROLLBACK PREPARED {p.gid!r}", "yellow", True),
+                (f"  age {fmt.seconds(p.age_s)}", "", False), ("  no session: COMMIT or ROLLBACK PREPARED", "yellow", True),
+                (f"  {p.owner or '?'}@{p.database or '?'}", "cyan", True),
             ])
 
         def label_cycle(key: str) -> Text:
@@ -479,7 +479,9 @@ class LocksPanel(Panel):
             return fit(depth, [
                 (f"{pid} ", "bold", False), (f"waits {fmt.seconds(b.wait_s)}", "red", False),
                 (f"  {(b.mode or '?').removesuffix('Lock')}", "", True),
-                (f" {fmt.lock_target(b, snapshot.server.database)}", "magenta", True), (f"  {b.application or '-'}", "cyan", True),
+                (f" {fmt.lock_target(b, snapshot.server.database, with_row=False)}", "magenta", True),
+                (f" {b.row}" if b.row and b.lock_type in ("transactionid", "tuple") else "", "magenta", False),  # a ctid: whole or absent
+                (f"  {b.application or '-'}", "cyan", True),
                 (f"  {fmt.one_line(b.query, 200)}", "", True),
             ])
 
