@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from queues.bench import to_pgbench
 
+from .conftest import wait_until
+
 
 def test_pgbench_gets_the_same_statement_with_pgbench_variables():
     text = "SELECT 1 FROM t WHERE id = %(id)s::bigint AND token = %(token)s::bigint;"
@@ -32,11 +34,14 @@ def test_bench_engine_tiny_run_prints_all_figures(db, cli):
 def test_bench_probes_tiny_run(db, cli):
     result = cli(
         "bench", "probes", "--dsn", db.dsn, "--json", "--small-depth", "20", "--large-depth", "3000",
-        "--idle-connections", "3", "--cycles", "3",
+        "--idle-connections", "3", "--cycles", "3", "--pileup", "3",
     )
     assert result.returncode == 0, result.stderr
     (report,) = result.json_lines()
     assert report["cycle_ms_p50_small"] > 0 and report["cycle_ms_p50_large"] > 0
+    # Three pgbench clients on one held row: all three seen blocked by the locks probe.
+    assert report["pileup_sessions"] == 3 and report["pileup_blocked_seen"] == 3
+    assert 0 < report["locks_probe_ms_p50_pileup"] <= report["locks_probe_ms_p95_pileup"]
     assert abs(report["ratio"] - report["cycle_ms_p50_large"] / report["cycle_ms_p50_small"]) < 0.01
     assert report["large_depth"] == 3000
     # 3000 filled, one dead-lettered; above the default window the depth is an estimate.
@@ -44,6 +49,9 @@ def test_bench_probes_tiny_run(db, cli):
     assert set(report["probe_ms_p50_large"]) == {"queues", "rings", "leases", "locks", "connections", "compaction"}
     with db.connect() as conn:
         assert conn.execute('SELECT count(*) FROM queuetop."q_bench.probes"').fetchone()[0] == 0
+        assert conn.execute("SELECT to_regclass('public.queuetop_bench_pileup')").fetchone()[0] is None  # cleaned up
+        wait_until(lambda: conn.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'queuetop-bench-pileup'"
+                                        ).fetchone()[0] == 0, timeout=10, what="the pgbench sessions gone")
 
 
 def test_bench_tui_tiny_run(cli):

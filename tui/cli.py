@@ -265,6 +265,7 @@ def cmd_bench_probes(ctx: Context) -> int:
         large_depth=args.large_depth,
         idle_connections=args.idle_connections,
         cycles=args.cycles,
+        pileup=args.pileup,
         progress=_progress(args),
     )
     return _report(args, result)
@@ -581,12 +582,15 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds; medians are reported (default 3)")
     p.add_argument("--idle-seconds", type=_positive_float, default=10.0, help="how long to watch an idle queue (default 10)")
 
-    p = _leaf(bench_sub, "probes", cmd_bench_probes, "a full probe cycle's cost at a small and a large queue depth")
+    p = _leaf(bench_sub, "probes", cmd_bench_probes,
+              "a full probe cycle's cost at a small and a large queue depth, and the locks probe's under a pile-up")
     p.add_argument("--json", action="store_true", help="print one JSON line")
     p.add_argument("--small-depth", type=int, default=1_000, help="messages in the small run (default 1000)")
     p.add_argument("--large-depth", type=int, default=1_000_000, help="messages in the large run (default 1000000)")
     p.add_argument("--idle-connections", type=int, default=50, help="idle sessions held open meanwhile (default 50)")
     p.add_argument("--cycles", type=int, default=50, help="timed cycles per depth; p50/p95 reported (default 50)")
+    p.add_argument("--pileup", type=int, default=16,
+                   help="pgbench sessions waiting on one held row while the locks probe is timed; 0 skips it (default 16)")
 
     p = _leaf(bench_sub, "sources", cmd_bench_sources,
               "the queue libraries' probe cost at a small and a large size, against their own monitoring calls")

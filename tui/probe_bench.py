@@ -1,27 +1,40 @@
-"""`queuetop bench probes`: what a full probe cycle costs at a small and a large queue depth.
+"""`queuetop bench probes`: what a full probe cycle costs at a small and a large queue depth,
+and what the locks probe costs under a pile-up.
 
 The probes promise a cost independent of queue depth. This measures it: the same cycle (every
 probe, one session, as the dashboard runs it) timed many times with a 1k-message queue and
 with a queue of a million or more, while ~50 idle client sessions are open (a realistic
 pg_stat_activity). Some messages are claimed (in flight) and some dead-lettered, so every
 branch of the queue probe runs.
+
+The pile-up: one session holds a row in an open transaction and `--pileup` pgbench clients
+update that row, so they all wait (one for the holder's transaction id, the others queued on
+the row's tuple lock); the locks probe is then timed `--cycles` times.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import statistics
+import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
-from dbcore.database import Target, connect
+from dbcore.database import Target, connect, one
 from dbcore.errors import UsageError
+from dbcore.sqlfiles import Queries
 from probes.postgres import PostgresProbes, open_probe_connection
 from probes.sampler import run_cycle
 from queues import schema
+from queues.bench import find_pgbench
 from queues.table_queue import TableQueue
 
 BENCH_QUEUE = "bench.probes"
+PILEUP_SQL = Queries("tui", "bench_pileup.sql")
 
 
 def run_probe_bench(
@@ -31,6 +44,7 @@ def run_probe_bench(
     large_depth: int = 1_000_000,
     idle_connections: int = 50,
     cycles: int = 50,
+    pileup: int = 16,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, object]:
     if small_depth < 10 or large_depth < small_depth or cycles < 1 or idle_connections < 0:
@@ -55,6 +69,7 @@ def run_probe_bench(
             conn.close()
         admin.close()
     small, large = results["small"], results["large"]
+    pile = _locks_pileup(target, pileup, cycles, say) if pileup else None
     return {
         "benchmark": "probes",
         "cycles": cycles,
@@ -70,7 +85,61 @@ def run_probe_bench(
         "probe_ms_p50_large": large.probes,
         "large_depth_reported": large.depth,
         "large_depth_is_estimate": large.estimate,
+        "pileup_sessions": pileup,
+        "pileup_blocked_seen": pile["blocked"] if pile else None,
+        "locks_probe_ms_p50_pileup": pile["p50"] if pile else None,
+        "locks_probe_ms_p95_pileup": pile["p95"] if pile else None,
     }
+
+
+def _locks_pileup(target: Target, clients: int, cycles: int, say: Callable[[str], None]) -> dict[str, object]:
+    """The locks probe's cost while `clients` pgbench sessions wait on one row."""
+    pgbench = find_pgbench()
+    admin = connect(target, application_name="queuetop-bench")
+    holder = connect(target, application_name="queuetop-bench-holder", autocommit=False)
+    workdir = Path(tempfile.mkdtemp(prefix="queuetop-pileup-"))
+    process = None
+    try:
+        admin.execute(PILEUP_SQL["create"])
+        holder.execute(PILEUP_SQL["hold"])  # the transaction stays open: the row is held
+        script = workdir / "update.sql"
+        script.write_text(PILEUP_SQL["pgbench_update"] + "\n")
+        process = subprocess.Popen(
+            [pgbench, "-n", "-f", str(script), "-c", str(clients), "-j", "2", "-T", "600", target.conninfo],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "PGAPPNAME": "queuetop-bench-pileup"},
+        )
+        deadline = time.monotonic() + 60
+        while one(admin.execute(PILEUP_SQL["waiting"]))[0] < clients:
+            if time.monotonic() > deadline or process.poll() is not None:
+                raise RuntimeError("the pgbench clients did not all wait on the held row")
+            time.sleep(0.1)
+        say(f"pile-up: {clients} pgbench clients waiting on one row")
+        probes = PostgresProbes()
+        timings: list[float] = []
+        blocked = 0
+        with open_probe_connection(target) as conn:
+            probes.server(conn)
+            probes.locks(conn)  # warm
+            for _ in range(cycles):
+                started = time.perf_counter()
+                result = probes.locks(conn)
+                timings.append((time.perf_counter() - started) * 1000)
+                blocked = len(result[0])
+        say(f"pile-up: locks probe p50 {statistics.median(timings):.2f} ms, {blocked} blocked seen")
+        return {
+            "p50": round(statistics.median(timings), 3),
+            "p95": round(statistics.quantiles(timings, n=20)[-1], 3) if len(timings) >= 2 else round(timings[0], 3),
+            "blocked": blocked,
+        }
+    finally:
+        holder.rollback()
+        holder.close()
+        if process is not None:
+            process.kill()
+            process.wait(10)
+        admin.execute(PILEUP_SQL["drop"])
+        admin.close()
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _prepare(conn, queue: TableQueue, depth: int) -> None:
