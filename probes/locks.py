@@ -89,20 +89,10 @@ def build_lock_tree(
             continue
         waiting[pid] = {**row, "pid": pid, "blocked_by": blockers, "prepared": gids}
 
+    reached = _roots_by_component(waiting)
+
     def roots_of(pid: int) -> tuple[list[int], set[str], bool]:
-        roots, gids, seen, stack, cycle = [], set(waiting[pid]["prepared"]), {pid}, [pid], False
-        while stack:
-            current = stack.pop()
-            gids |= waiting[current]["prepared"]
-            for blocker in sorted(waiting[current]["blocked_by"], reverse=True):
-                if blocker in waiting:
-                    if blocker in seen:
-                        cycle = cycle or blocker == pid
-                        continue
-                    seen.add(blocker)
-                    stack.append(blocker)
-                elif blocker not in roots:
-                    roots.append(blocker)
+        roots, gids, cycle = reached[pid]
         return sorted(roots), gids, cycle
 
     blocked: list[BlockedSession] = []
@@ -155,6 +145,74 @@ def build_lock_tree(
         for p in prepared
     )
     return tuple(blocked), tuple(roots_found), prepared_found
+
+
+def _roots_by_component(waiting: dict[int, dict]) -> dict[int, tuple[set[int], set[str], bool]]:
+    """For every waiting session: the sessions and prepared transactions at the root of its
+    chains, and whether it is part of a wait cycle. The waits form a graph (waiter -> blocker);
+    its strongly connected components (Tarjan's algorithm, without recursion: a chain may be
+    thousands long) come out blockers first, so each component's roots are its own outside
+    blockers plus the roots of the components it waits on: linear in the waits, where walking
+    every chain from every waiter was cubic in a pile-up (each waiter of a row lock waits for
+    all the waiters queued ahead of it)."""
+    index: dict[int, int] = {}
+    low: dict[int, int] = {}
+    on_stack: set[int] = set()
+    stack: list[int] = []
+    component_of: dict[int, int] = {}
+    results: list[tuple[set[int], set[str], bool]] = []
+    counter = 0
+    for start in sorted(waiting):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(b for b in waiting[start]["blocked_by"] if b in waiting)))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, blockers = work[-1]
+            advanced = False
+            for blocker in blockers:
+                if blocker not in index:
+                    index[blocker] = low[blocker] = counter
+                    counter += 1
+                    stack.append(blocker)
+                    on_stack.add(blocker)
+                    work.append((blocker, iter(sorted(b for b in waiting[blocker]["blocked_by"] if b in waiting))))
+                    advanced = True
+                    break
+                if blocker in on_stack:
+                    low[node] = min(low[node], index[blocker])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:  # node is the head of a component: pop it
+                members = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    members.append(member)
+                    if member == node:
+                        break
+                roots: set[int] = set()
+                gids: set[str] = set()
+                here = len(results)
+                for member in members:
+                    component_of[member] = here
+                for member in members:
+                    gids |= waiting[member]["prepared"]
+                    for blocker in waiting[member]["blocked_by"]:
+                        if blocker not in waiting:
+                            roots.add(blocker)
+                        elif component_of[blocker] != here:  # a component already done: blockers first
+                            before = results[component_of[blocker]]
+                            roots |= before[0]
+                            gids |= before[1]
+                results.append((roots, gids, len(members) > 1))
+    return {pid: results[component_of[pid]] for pid in waiting}
 
 
 def lock_target(row: dict) -> tuple[str | None, str | None]:

@@ -243,8 +243,9 @@ class PostgresProbes:
         query = sql.SQL(LOCKS_SQL["waiting"]).format(wait_start=sql.SQL(wait_start))
         # pg_locks and pg_blocking_pids are not read at one instant: a wait that ended in between
         # has no blockers left and is not reported.
-        waiting_rows = [r for r in conn.execute(query).fetchall() if r["blocked_by"]]
-        prepared = conn.execute(LOCKS_SQL["prepared_xacts"]).fetchall()
+        rows = conn.execute(query).fetchall()
+        prepared = (rows[0]["prepared"] if rows else None) or []
+        waiting_rows = [r for r in rows if r["pid"] is not None and r["blocked_by"]]
         by_prepared: dict[int, set[str]] = {}
         if prepared and any(0 in r["blocked_by"] for r in waiting_rows):
             by_prepared = prepared_blockers(waiting_rows, prepared, conn.execute(LOCKS_SQL["prepared_locks"]).fetchall())

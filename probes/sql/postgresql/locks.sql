@@ -10,48 +10,62 @@
 
 -- name: waiting
 -- {wait_start}: coalesce(l.waitstart, a.state_change) from PostgreSQL 14 (pg_locks.waitstart),
--- a.state_change before it.
+-- a.state_change before it. One statement, one round trip: the prepared transactions come as
+-- a JSON list on the first row (a row with no pid when nobody waits).
 WITH locks AS MATERIALIZED (
     SELECT * FROM pg_locks
 ), here AS (
     SELECT oid FROM pg_database WHERE datname = current_database()
+), prepared AS (
+    -- Transactions prepared for two-phase commit: they keep their locks with no session behind
+    -- them until COMMIT PREPARED or ROLLBACK PREPARED.
+    SELECT json_agg(json_build_object(
+               'gid', p.gid, 'owner', p.owner, 'database', p.database, 'xid', p.transaction::text,
+               'age_s', extract(epoch FROM now() - p.prepared)::float8) ORDER BY p.prepared, p.gid) AS list
+    FROM pg_prepared_xacts p
+), waiting AS (
+    SELECT l.pid, a.leader_pid, pg_blocking_pids(l.pid) AS blocked_by,
+           l.locktype AS lock_type, l.mode,
+           coalesce(d.datname, a.datname) AS database, l.database AS database_oid,
+           l.relation AS relation_oid,
+           CASE WHEN l.relation IS NOT NULL AND l.database IN (0, (SELECT oid FROM here))
+                THEN l.relation::regclass::text END AS relation,
+           l.page, l.tuple, l.virtualxid, l.transactionid::text AS transactionid,
+           l.classid, l.objid, l.objsubid,
+           row_lock.relation AS row_relation_oid, row_lock.name AS row_relation, row_lock.page AS row_page,
+           row_lock.tuple AS row_tuple,
+           held.tables AS held_tables,
+           extract(epoch FROM now() - {wait_start})::float8 AS wait_s,
+           a.state, a.query, a.application_name
+    FROM locks l
+    LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+    LEFT JOIN pg_database d ON d.oid = l.database
+    -- A row wait is a wait for the other transaction's id, which names no relation. The row is
+    -- the tuple lock the waiter was granted before it began to wait (page and tuple: its ctid)...
+    LEFT JOIN LATERAL (
+        SELECT t.relation, t.page, t.tuple,
+               CASE WHEN t.database = (SELECT oid FROM here) THEN t.relation::regclass::text END AS name
+        FROM locks t
+        WHERE l.locktype = 'transactionid'  -- first: other waits skip the scan (a one-time filter)
+          AND t.pid = l.pid AND t.locktype = 'tuple' AND t.granted
+        ORDER BY t.relation, t.page, t.tuple
+        LIMIT 1
+    ) row_lock ON true
+    -- ... or else the tables it holds a row-level lock on (an INSERT waiting on a unique key
+    -- takes no tuple lock): the table when there is one.
+    LEFT JOIN LATERAL (
+        SELECT array_agg(DISTINCT c.oid::regclass::text ORDER BY c.oid::regclass::text) AS tables
+        FROM locks h
+        JOIN pg_class c ON c.oid = h.relation AND c.relkind IN ('r', 'p')
+        WHERE l.locktype = 'transactionid' AND row_lock.relation IS NULL  -- only when no tuple lock named the row
+          AND h.pid = l.pid AND h.granted AND h.locktype = 'relation'
+          AND h.mode IN ('RowExclusiveLock', 'RowShareLock') AND h.database = (SELECT oid FROM here)
+    ) held ON true
+    WHERE NOT l.granted AND l.pid <> pg_backend_pid()
 )
-SELECT l.pid, a.leader_pid, pg_blocking_pids(l.pid) AS blocked_by,
-       l.locktype AS lock_type, l.mode,
-       coalesce(d.datname, a.datname) AS database, l.database AS database_oid,
-       l.relation AS relation_oid,
-       CASE WHEN l.relation IS NOT NULL AND l.database IN (0, (SELECT oid FROM here))
-            THEN l.relation::regclass::text END AS relation,
-       l.page, l.tuple, l.virtualxid, l.transactionid::text AS transactionid,
-       l.classid, l.objid, l.objsubid,
-       row_lock.relation AS row_relation_oid, row_lock.name AS row_relation, row_lock.page AS row_page,
-       row_lock.tuple AS row_tuple,
-       held.tables AS held_tables,
-       extract(epoch FROM now() - {wait_start})::float8 AS wait_s,
-       a.state, a.query, a.application_name
-FROM locks l
-LEFT JOIN pg_stat_activity a ON a.pid = l.pid
-LEFT JOIN pg_database d ON d.oid = l.database
--- A row wait is a wait for the other transaction's id, which names no relation. The row is the
--- tuple lock the waiter was granted before it began to wait (page and tuple: the row's ctid)...
-LEFT JOIN LATERAL (
-    SELECT t.relation, t.page, t.tuple,
-           CASE WHEN t.database = (SELECT oid FROM here) THEN t.relation::regclass::text END AS name
-    FROM locks t
-    WHERE t.pid = l.pid AND t.locktype = 'tuple' AND t.granted
-    ORDER BY t.relation, t.page, t.tuple
-    LIMIT 1
-) row_lock ON l.locktype = 'transactionid'
--- ... or else the tables it holds a row-level lock on (an INSERT waiting on a unique key takes no
--- tuple lock): the table when there is one.
-LEFT JOIN LATERAL (
-    SELECT array_agg(DISTINCT c.oid::regclass::text ORDER BY c.oid::regclass::text) AS tables
-    FROM locks h
-    JOIN pg_class c ON c.oid = h.relation AND c.relkind IN ('r', 'p')
-    WHERE h.pid = l.pid AND h.granted AND h.locktype = 'relation'
-      AND h.mode IN ('RowExclusiveLock', 'RowShareLock') AND h.database = (SELECT oid FROM here)
-) held ON l.locktype = 'transactionid'
-WHERE NOT l.granted AND l.pid <> pg_backend_pid();
+SELECT w.*, CASE WHEN w.pid IS NULL OR row_number() OVER () = 1 THEN prepared.list END AS prepared
+FROM prepared
+LEFT JOIN waiting w ON true;
 
 -- name: sessions
 SELECT pid, leader_pid, state,
@@ -60,17 +74,9 @@ SELECT pid, leader_pid, state,
 FROM pg_stat_activity
 WHERE pid = ANY(%(pids)s::integer[]);
 
--- name: prepared_xacts
--- Transactions prepared for two-phase commit: they keep their locks with no session behind them
--- until COMMIT PREPARED or ROLLBACK PREPARED. Their locks show in pg_locks with no pid, under one
--- virtual transaction per prepared transaction, which also holds the lock on its own xid.
-SELECT p.gid, p.owner, p.database, p.transaction::text AS xid,
-       extract(epoch FROM now() - p.prepared)::float8 AS age_s
-FROM pg_prepared_xacts p
-ORDER BY p.prepared, p.gid;
-
 -- name: prepared_locks
--- The locks prepared transactions hold (asked only when a waiter is blocked by one).
+-- The locks prepared transactions hold (asked only when a waiter is blocked by one). They have no
+-- pid, and one virtual transaction per prepared transaction, which also holds the lock on its xid.
 SELECT l.virtualtransaction, l.locktype AS lock_type, l.mode, l.database, l.relation, l.page, l.tuple,
        l.virtualxid, l.transactionid::text AS transactionid, l.classid, l.objid, l.objsubid
 FROM pg_locks l
