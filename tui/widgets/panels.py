@@ -519,12 +519,14 @@ class LocksPanel(Panel):
                 walk((key, member), frozenset(members))
         shape = tuple(paths)
         count = len(blocked)
-        summary = [f"{count} blocked session(s)", f"{len(roots)} root blocker(s)"]
+        # The summary, fitted like every line: each count whole or left out.
+        summary = [(f"{count} blocked session(s)", "bold red", False)]
+        if cycles:  # the rarest and worst first
+            summary.append((f", {len(cycles)} wait cycle(s)", "bold red", False))
         if prepared:
-            summary.append(f"{len(prepared)} prepared transaction(s)")
-        if cycles:
-            summary.append(f"{len(cycles)} wait cycle(s)")
-        root_label = Text(", ".join(summary) if count else "no blocked sessions", style="bold red" if count else "green")
+            summary.append((f", {len(prepared)} prepared transaction(s)", "bold red", False))
+        summary.append((f", {len(roots)} root blocker(s)", "bold red", False))
+        root_label = fit_segments(summary, width - 2) if count else Text("no blocked sessions", style="green")
         if root_label.plain != str(tree.root.label):
             tree.root.set_label(root_label)
         if shape != self._shape:
