@@ -299,8 +299,10 @@ def blocked_applications(target: Target) -> Iterator[Callable[[], list[str | Non
     application_name of every blocked session, read by the same code as the Locks panel."""
     probes = PostgresProbes()
     with open_probe_connection(target, application_name=f"{APPLICATION_NAME}:scenario") as conn:
-        probes.server(conn)
-        yield lambda: [session.application for session in probes.locks(conn)[0]]
+        here = probes.server(conn).database
+        # pg_locks is the whole server's: only this database's sessions are the scenario's (another
+        # run, or a test in a database of its own, may use the same application name).
+        yield lambda: [session.application for session in probes.locks(conn)[0] if session.database in (None, here)]
 
 
 
