@@ -12,6 +12,7 @@ import os
 import re
 from dataclasses import dataclass
 from typing import Any, TypeAlias, TypeVar, overload
+from urllib.parse import quote, urlencode
 
 import psycopg
 from psycopg import conninfo as pg_conninfo
@@ -33,10 +34,6 @@ MASK = "***"
 # libpq URI schemes; anything of the form `word+driver://` is a SQLAlchemy URL.
 _LIBPQ_SCHEMES = ("postgresql://", "postgres://")
 _SQLALCHEMY_URL = re.compile(r"^[A-Za-z][A-Za-z0-9]*(\+[A-Za-z0-9_]+)?://")
-# key=value: a quoted value, or an unquoted one where backslash escapes a character (libpq).
-_KV_PASSWORD = re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|(?:\\.|[^\s\\])+)", re.IGNORECASE)
-_URI_USERINFO_PASSWORD = re.compile(r"^([A-Za-z][A-Za-z0-9+]*://[^:/@?#]*:)[^@/?#]*@")
-_URI_PASSWORD_PARAM = re.compile(r"([?&]password=)[^&]*", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -56,24 +53,67 @@ class Target:
 
 
 def mask_dsn(dsn: str) -> str:
-    """Return `dsn` with any password replaced by ***, whatever form it is in."""
+    """`dsn` as it may be printed or logged: any password replaced by ***, whatever form the DSN
+    is in. Every DSN queuetop shows goes through here.
+
+    The DSN is read with the parser that will use it (libpq's, through psycopg, for a URI or a
+    key=value string; SQLAlchemy's for a URL), not guessed at with a pattern: a password may
+    hold `?`, `#`, `/`, quotes or backslashes. A DSN with a password is shown rebuilt from what
+    the parser found; one the parser cannot read, or that still looks like it carries a
+    password the parser did not see (`user:pa/ss@host` reads to libpq as host `user`), is
+    shown with everything that could be secret cut out."""
     text = dsn.strip()
-    if text.startswith(_LIBPQ_SCHEMES):
-        # libpq URIs may name several hosts (h1:5432,h2:5433), which SQLAlchemy cannot parse.
-        text = _URI_USERINFO_PASSWORD.sub(rf"\g<1>{MASK}@", text)
-        return _URI_PASSWORD_PARAM.sub(rf"\g<1>{MASK}", text)
-    if _SQLALCHEMY_URL.match(text):
+    if text.startswith(_LIBPQ_SCHEMES) or not _SQLALCHEMY_URL.match(text):
         try:
-            url = make_url(text)
-        except (ArgumentError, ValueError):
-            url = None
-        if url is not None:
-            masked = url.render_as_string(hide_password=True)
-            return _URI_PASSWORD_PARAM.sub(rf"\g<1>{MASK}", masked)
-        # Unparseable URL: blank out whatever sits between "user:" and "@".
-        text = re.sub(r"(://[^:/@]*:)[^@]*@", rf"\g<1>{MASK}@", text)
-        return _URI_PASSWORD_PARAM.sub(rf"\g<1>{MASK}", text)
-    return _KV_PASSWORD.sub(rf"\g<1>{MASK}", text)
+            params = pg_conninfo.conninfo_to_dict(text)
+        except psycopg.Error:
+            return _mask_unread(text)
+        uri = text.startswith(_LIBPQ_SCHEMES)
+        if "password" in params:
+            return _libpq_uri(params) if uri else pg_conninfo.make_conninfo("", **{**params, "password": MASK})
+        return _mask_unread(text) if uri and _userinfo_password(text) else text
+    try:
+        url = make_url(text)
+    except (ArgumentError, ValueError):
+        return _mask_unread(text)
+    if any(key.lower() == "password" for key in url.query):
+        url = url.update_query_dict({key: MASK for key in url.query if key.lower() == "password"})
+    return url.render_as_string(hide_password=True).replace("%2A%2A%2A", MASK)
+
+
+def _userinfo_password(uri: str) -> bool:
+    """Whether a URI has `user:something@` before its host, read the way a person typed it."""
+    rest = uri.split("://", 1)[1]
+    return "@" in rest and ":" in rest.rsplit("@", 1)[0]
+
+
+def _mask_unread(text: str) -> str:
+    """A DSN the parser could not read: keep the scheme and what follows the last @, the user
+    name, and no value of any password parameter."""
+    if "://" in text:
+        scheme, rest = text.split("://", 1)
+        if "@" in rest:
+            userinfo, after = rest.rsplit("@", 1)
+            user = userinfo.split(":", 1)[0]
+            text = f"{scheme}://{user}{':' + MASK if ':' in userinfo else ''}@{after}"
+        return re.sub(r"([?&]password=)[^&]*", rf"\g<1>{MASK}", text, flags=re.IGNORECASE)
+    index = text.lower().find("password")
+    return text if index < 0 else text[:index] + f"password={MASK}"  # the rest may be part of it
+
+
+def _libpq_uri(params: dict[str, Any]) -> str:
+    """A libpq URI rebuilt from its parsed parameters, the password as ***."""
+    hosts = [h for h in str(params.get("host", "")).split(",") if h] if params.get("host") else []
+    ports = str(params.get("port", "")).split(",") if params.get("port") else []
+    sockets = any(h.startswith("/") for h in hosts)
+    netloc = ""
+    if hosts and not sockets:
+        netloc = ",".join(h + (f":{ports[i] if len(ports) > 1 else ports[0]}" if ports else "") for i, h in enumerate(hosts))
+    user = quote(str(params.get("user", "")), safe="")
+    query = {k: str(v) for k, v in params.items()
+             if k not in ("user", "password", "dbname") and (sockets or k not in ("host", "port"))}
+    return (f"postgresql://{user}:{MASK}@{netloc}" + (f"/{quote(str(params['dbname']), safe='')}" if params.get("dbname") else "")
+            + (f"?{urlencode(query, safe='/,')}" if query else ""))
 
 
 def resolve_target(dsn: str | None) -> Target | None:
@@ -135,12 +175,26 @@ def server_options(settings: dict[str, str]) -> str:
     return " ".join(f"-c {key}={value}" for key, value in settings.items())
 
 
-def connection_kwargs(application_name: str, connect_timeout: int, options: dict[str, str] | None) -> dict[str, Any]:
-    """The connection parameters every queuetop session sets (pooled ones too)."""
-    kwargs: dict[str, Any] = {"application_name": application_name[:63], "connect_timeout": connect_timeout}
+def connection_kwargs(application_name: str, connect_timeout: int, options: dict[str, str] | None,
+                      conninfo: str = "") -> dict[str, Any]:
+    """The connection parameters every queuetop session sets (pooled ones too). A connect
+    timeout the DSN (or PGCONNECT_TIMEOUT) sets is the user's and is kept: `connect_timeout`
+    is only the default."""
+    kwargs: dict[str, Any] = {"application_name": application_name[:63]}
+    if not _sets_connect_timeout(conninfo):
+        kwargs["connect_timeout"] = connect_timeout
     if options:
         kwargs["options"] = server_options(options)
     return kwargs
+
+
+def _sets_connect_timeout(conninfo: str) -> bool:
+    if os.environ.get("PGCONNECT_TIMEOUT"):
+        return True
+    try:
+        return "connect_timeout" in pg_conninfo.conninfo_to_dict(conninfo) if conninfo else False
+    except psycopg.Error:
+        return False
 
 
 @overload
@@ -164,7 +218,7 @@ def connect(
     `options` are server settings applied at connection start (statement_timeout, ...), so they
     cost no extra round trip.
     """
-    kwargs = connection_kwargs(application_name, connect_timeout, options)
+    kwargs = connection_kwargs(application_name, connect_timeout, options, target.conninfo)
     if row_factory is not None:
         kwargs["row_factory"] = row_factory
     try:

@@ -10,16 +10,17 @@ import re
 
 from .errors import UsageError
 
-NAME_RULE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,47}$")
+# Matched with fullmatch: `$` alone would let a trailing newline through ("abc\n").
+NAME_RULE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,47}")
 NAME_HELP = "1-48 characters: letters, digits and _ . : - (starting with a letter or digit)"
 
 
 def is_valid_name(name: object) -> bool:
-    return isinstance(name, str) and NAME_RULE.match(name) is not None
+    return isinstance(name, str) and NAME_RULE.fullmatch(name) is not None
 
 
 def check_name(kind: str, name: object) -> str:
     """`name` if it is allowed, else a usage error (exit 2) that says what is."""
-    if not isinstance(name, str) or not NAME_RULE.match(name):
+    if not isinstance(name, str) or not NAME_RULE.fullmatch(name):
         raise UsageError(f"invalid {kind} name {name!r}: use {NAME_HELP}")
     return name

@@ -106,7 +106,7 @@ def parse_config(data: dict, path: Path | None = None) -> Config:
         raise UsageError(f"{where}: [probes] must be a table")
     interval = probes.get("interval", DEFAULT_INTERVAL_S)
     window = probes.get("window", DEFAULT_WINDOW)
-    if not isinstance(interval, (int, float)) or not 0.1 <= interval <= 3600:
+    if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0.1 <= interval <= 3600:  # true is no number
         raise UsageError(f"{where}: probes.interval must be a number of seconds between 0.1 and 3600")
     if not isinstance(window, int) or not 10 <= window <= 100_000:
         raise UsageError(f"{where}: probes.window must be an integer between 10 and 100000")

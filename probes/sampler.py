@@ -146,7 +146,7 @@ class Sampler:
             kwargs={
                 "autocommit": True,
                 "row_factory": dict_row,
-                **connection_kwargs(APPLICATION_NAME, connect_timeout=5, options=PROBE_SETTINGS),
+                **connection_kwargs(APPLICATION_NAME, connect_timeout=5, options=PROBE_SETTINGS, conninfo=target.conninfo),
             },
             name="queuetop-probes",
         )

@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib
 import os
 import random
+import re
 import signal
 import time
 from collections.abc import Callable
@@ -93,7 +94,9 @@ def _parse_one(spec: str) -> Handler:
         return _fail(_number(spec, arg, probability=True))
     if name == "crash" and arg:
         return _crash(_number(spec, arg, probability=True))
-    if "." in name and arg:
+    # module:function, the module plain (`myhandlers`) or dotted (`app.jobs`); the built-in names
+    # above are not modules.
+    if arg and name not in ("noop", "sleep", "fail", "crash") and re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", name):
         try:
             module = importlib.import_module(name)
             func = getattr(module, arg)

@@ -31,10 +31,23 @@ from . import schema
 SCHEMA = "queuetop"
 
 
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON (PostgreSQL refuses it)")
+
+
 def parse_json_body(text: str) -> str:
-    """Validate a JSON body and return it unchanged (bodies are stored exactly as given)."""
+    """Validate a JSON body as PostgreSQL's json type will and return it unchanged (bodies are
+    stored exactly as given). Python's json module accepts NaN and Infinity, which are not JSON;
+    a body from the command line may hold bytes that are not UTF-8 (kept as surrogates); and
+    PostgreSQL text cannot hold a NUL character."""
     try:
-        json.loads(text)
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UsageError("malformed JSON body: not valid UTF-8") from None
+    if "\x00" in text:
+        raise UsageError("malformed JSON body: a NUL character (PostgreSQL text cannot hold one)")
+    try:
+        json.loads(text, parse_constant=_no_constant)
     except (TypeError, ValueError) as exc:
         raise UsageError(f"malformed JSON body: {exc}") from None
     return text

@@ -428,6 +428,129 @@ def test_ring_take_count_is_bounded_and_clamped_to_capacity(db, cli):
     assert cli("engine", "ring", "create", "r2", "--capacity", "3", "--dsn", db.dsn).returncode == 0
     assert cli("engine", "ring", "put", "r2", "--count", "3", "--dsn", db.dsn).returncode == 0
     huge = cli("engine", "ring", "take", "r2", "--count", str(2**31), "--dsn", db.dsn)
-    assert huge.returncode == 2 and huge.stderr.startswith("queuetop: error: --count must be between")
+    assert "must be between 1 and" in assert_error(huge, 2)
     taken = cli("engine", "ring", "take", "r2", "--count", "10000000", "--dsn", db.dsn)
     assert taken.returncode == 0 and taken.stdout.splitlines() == ['{"n": 1}', '{"n": 2}', '{"n": 3}']
+
+
+# -- issue 15: bad input that got through ----------------------------------------------------
+
+
+@pytest.mark.parametrize("body", ["NaN", "Infinity", "-Infinity", "[NaN]", '{"x": Infinity}',
+                                  b'"caf\xe9"'.decode("utf-8", "surrogateescape")],
+                         ids=["nan", "infinity", "-infinity", "nan-in-list", "infinity-in-object", "latin-1-not-utf-8"])
+def test_bodies_postgresql_refuses_are_refused_before_the_queue_exists(db, cli, body):
+    before = db_state(db)
+    result = cli("engine", "enqueue", "fresh", f"--body={body}", "--dsn", db.dsn)  # = : "-Infinity" is no option
+    assert "malformed JSON body" in assert_error(result, 2)
+    assert db_state(db) == before  # and the queue was not created
+
+
+@pytest.mark.parametrize("name", ["abc\n", "a" * 48 + "\n", "abc\r\n"], ids=["newline", "48-and-newline", "crlf"])
+def test_a_name_with_a_trailing_newline_is_refused(db, cli, name):
+    before = db_state(db)
+    result = cli("engine", "enqueue", name, "--dsn", db.dsn)
+    assert "invalid queue name" in assert_error(result, 2)
+    assert db_state(db) == before
+
+
+@pytest.mark.parametrize("args, says", [
+    (("engine", "enqueue", "q", "--count", "99999999999999999999"), "must be between 1 and 100,000,000"),
+    (("engine", "enqueue", "q", "--count", "1e20"), "is not a whole number"),
+    (("snapshot", "--rates", "-1"), "must be between 0 and"),
+    (("engine", "work", "q", "--visibility", "1e13"), "must be more than 0 and at most"),
+    (("engine", "lease", "renew", "l", "--holder", "h", "--ttl", "5", "--token", str(2**63)), "must be between 1 and"),
+    (("engine", "compact", "--group", str(2**63)), "must be between 1 and"),
+    (("engine", "work", "q", "--duration", "nan"), "is not a finite number"),
+], ids=["count-huge", "count-float", "rates-negative", "visibility-huge", "token-past-bigint", "group-past-bigint", "duration-nan"])
+def test_numbers_out_of_range_are_usage_errors(db, cli, args, says):
+    before = db_state(db)
+    result = cli(*args, "--dsn", db.dsn)
+    assert says in assert_error(result, 2)
+    assert db_state(db) == before
+
+
+def test_a_put_larger_than_the_ring_is_refused_at_once(db, cli):
+    with db.connect() as conn:
+        ring.create(conn, "tiny", 5)
+    before = db_state(db)
+    result = cli("engine", "ring", "put", "tiny", "--count", "100000000", "--dsn", db.dsn, timeout=30)
+    assert "can never fit" in assert_error(result, 3)
+    assert db_state(db) == before
+
+
+def test_a_handler_in_a_module_without_a_dot(db, cli, tmp_path):
+    (tmp_path / "qt_plain_handlers.py").write_text("seen = []\n\ndef handle(message):\n    seen.append(message.id)\n")
+    with db.connect() as conn:
+        TableQueue.create(conn, "plain").enqueue_batch(conn, ["{}"] * 3)
+    result = cli("engine", "work", "plain", "--handler", "qt_plain_handlers:handle", "--until-empty", "--dsn", db.dsn,
+                 env={"PYTHONPATH": str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.splitlines()[-1])["processed"] == 3
+
+
+@pytest.mark.parametrize("config, says", [
+    ('[keys]\npaus = "x"\n', "unknown binding id(s) paus"),
+    ('[keys]\npause = "spacebar"\n', "no such key 'spacebar'"),
+    ('[keys]\npause = "q"\n', "key 'q' would run both"),
+    ('[probes]\ninterval = true\n', "probes.interval must be a number"),
+], ids=["unknown-id", "impossible-key", "clash", "interval-true"])
+def test_a_bad_config_stops_the_dashboard_before_it_starts(db, cli, tmp_path, config, says):
+    path = tmp_path / "config.toml"
+    path.write_text(config)
+    result = cli("--config", str(path), "--dsn", db.dsn, "--read-only", timeout=30)
+    assert says in assert_error(result, 2)
+
+
+def test_a_connect_timeout_in_the_dsn_is_kept():
+    from dbcore.database import connection_kwargs
+
+    assert connection_kwargs("queuetop", 10, None, "host=db1 connect_timeout=3")["application_name"] == "queuetop"
+    assert "connect_timeout" not in connection_kwargs("queuetop", 10, None, "host=db1 connect_timeout=3")
+    assert "connect_timeout" not in connection_kwargs("queuetop", 10, None, "postgresql://ops@db1/app?connect_timeout=3")
+    assert connection_kwargs("queuetop", 10, None, "host=db1")["connect_timeout"] == 10
+
+
+def test_ps_never_shows_the_password_of_a_running_command(db, tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from .conftest import REPO, wait_until
+
+    with db.connect() as conn:
+        TableQueue.create(conn, "ps-q")
+    secret = "s3cr3t-in-argv"
+    dsn = f"postgresql://postgres:{secret}@/{db.name}?host={db.server.socket_dir}"  # trust auth: the password is unused
+    process = subprocess.Popen([sys.executable, "-m", "tui", "engine", "work", "ps-q", "--duration", "20", "--dsn", dsn],
+                               cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        cmdline = Path(f"/proc/{process.pid}/cmdline")
+        shown = wait_until(lambda: (text := cmdline.read_bytes().replace(b"\0", b" ").decode()) and "***" in text and text,
+                           timeout=15, what="the process title rewritten")
+        assert secret not in shown and "postgresql://postgres:***@" in shown
+    finally:
+        process.terminate()
+        process.wait(15)
+
+
+def test_the_log_file_is_readable_by_its_owner_only(tmp_path, monkeypatch):
+    import stat
+
+    from tui.app import _log_to_file
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    import logging
+
+    saved = list(logging.getLogger().handlers)
+    try:
+        _log_to_file()
+        [path] = list(tmp_path.rglob("queuetop.log"))
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    finally:
+        root = logging.getLogger()
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+            handler.close()
+        for handler in saved:
+            root.addHandler(handler)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 from platformdirs import user_log_dir
@@ -21,6 +22,9 @@ def run_dashboard(ctx) -> int:
 
     args = ctx.args
     config = load_config(getattr(args, "config", None))
+    from tui.dashboard import check_keymap
+
+    check_keymap(config.keys)  # before anything starts: a bad [keys] table is one line, exit 2
     target = ctx.target  # starts the embedded server when no DSN is given
     interval = args.interval if args.interval != 2.0 else config.interval_s
     if not 0.1 <= interval <= 3600:
@@ -56,6 +60,10 @@ def _log_to_file() -> None:
     root = logging.getLogger()
     for handler in list(root.handlers):
         root.removeHandler(handler)
-    handler = logging.FileHandler(directory / "queuetop.log")
+    path = directory / "queuetop.log"
+    # Only its owner may read it (mode 600): a log line may quote a query or an error message.
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+    path.chmod(0o600)
+    handler = logging.FileHandler(path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root.addHandler(handler)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import os
 import sys
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 import psycopg
@@ -94,15 +95,27 @@ def cmd_engine_init(ctx: Context) -> int:
     return 0
 
 
-def _bodies_from_args(args: argparse.Namespace) -> list[str] | None:
+def _bodies_from_args(args: argparse.Namespace) -> Iterator[str] | None:
+    """The bodies to write, validated now, before anything is written: every --stdin line is
+    read and checked first; --body is checked once and repeated lazily (--count may be large);
+    None: the default bodies."""
     from queues.table_queue import parse_json_body
 
     if args.stdin:
-        bodies = [parse_json_body(line.strip()) for line in sys.stdin if line.strip()]
-        return bodies
+        try:
+            bodies = [parse_json_body(line.strip()) for line in sys.stdin if line.strip()]
+        except UnicodeDecodeError:
+            raise UsageError("malformed JSON body on standard input: not valid UTF-8") from None
+        return iter(bodies)
     if args.body is not None:
-        return [parse_json_body(args.body)] * args.count
+        return itertools.repeat(parse_json_body(args.body), args.count)
     return None
+
+
+def _batches(items: Iterable[str], size: int) -> Iterator[list[str]]:
+    iterator = iter(items)
+    while chunk := list(itertools.islice(iterator, size)):
+        yield chunk
 
 
 def cmd_engine_enqueue(ctx: Context) -> int:
@@ -111,20 +124,17 @@ def cmd_engine_enqueue(ctx: Context) -> int:
 
     args = ctx.args
     check_name("queue", args.queue)
-    if args.count < 1:
-        raise UsageError("--count must be at least 1")
     if args.batch < 1:
         raise UsageError("--batch must be at least 1")
     bodies = _bodies_from_args(args)  # validated before anything is written
     with ctx.engine_connection("enqueue") as conn:
-        queue = TableQueue.create(conn, args.queue)
-        if bodies is None:
-            bodies = list(default_bodies(args.count))
         total = 0
-        # One transaction: a failure half-way leaves nothing enqueued.
+        # One transaction, the queue's creation in it: a failure half-way leaves nothing, not
+        # even a new empty queue. Bodies are made batch by batch: a large --count does not
+        # build them all in memory.
         with conn.transaction():
-            for start in range(0, len(bodies), args.batch):
-                chunk = bodies[start : start + args.batch]
+            queue = TableQueue.create(conn, args.queue)
+            for chunk in _batches(default_bodies(args.count) if bodies is None else bodies, args.batch):
                 if len(chunk) == 1:
                     queue.enqueue(conn, chunk[0])
                     total += 1
@@ -168,21 +178,24 @@ def cmd_ring_create(ctx: Context) -> int:
 
 
 def cmd_ring_put(ctx: Context) -> int:
+    from dbcore.errors import RingFull
     from dbcore.names import check_name
+    from queues.table_queue import default_bodies
 
     args = ctx.args
     check_name("ring", args.name)
-    if args.count < 1:
-        raise UsageError("--count must be at least 1")
-    bodies = _bodies_from_args(args)
-    if bodies is None:
-        from queues.table_queue import default_bodies
-
-        bodies = list(default_bodies(args.count))
-    if any("\n" in body or "\r" in body for body in bodies):
-        # `ring take` prints one body per line, exactly as put: a body must fit on one line.
-        raise UsageError("a ring body must be a single line of JSON (ring take prints one body per line)")
+    source = _bodies_from_args(args)  # validated before anything is written
+    stdin_bodies = list(source) if args.stdin and source is not None else None
+    count = len(stdin_bodies) if stdin_bodies is not None else args.count
     with ctx.engine_connection("ring") as conn:
+        # More than the ring has cells can never fit: refused before any body is built.
+        capacity = rings.describe(conn, args.name).capacity
+        if count > capacity:
+            raise RingFull(f"ring {args.name!r} has {capacity:,} cells: {count:,} message(s) can never fit; refused, nothing written")
+        bodies = stdin_bodies if stdin_bodies is not None else list(default_bodies(count) if source is None else source)
+        if any("\n" in body or "\r" in body for body in bodies):
+            # `ring take` prints one body per line, exactly as put: a body must fit on one line.
+            raise UsageError("a ring body must be a single line of JSON (ring take prints one body per line)")
         first = rings.put(conn, args.name, bodies)
     emit({"ring": args.name, "put": len(bodies), "first_seq": first})
     return 0
@@ -415,7 +428,14 @@ def cmd_dashboard(ctx: Context) -> int:
 # -- parser ---------------------------------------------------------------------------------
 
 
-def _positive_float(text: str) -> float:
+# Bounds that keep every number inside what the engine and PostgreSQL can take (an interval of
+# 1e13 seconds, a bigint past 2**63, a count that would build 10**20 bodies): one line, exit 2.
+MAX_SECONDS = 366 * 24 * 3600.0
+MAX_COUNT = 100_000_000
+BIGINT_MAX = 2**63 - 1
+
+
+def _number(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
@@ -423,6 +443,40 @@ def _positive_float(text: str) -> float:
     if value != value or value in (float("inf"), float("-inf")):
         raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
     return value
+
+
+def _positive_float(text: str) -> float:
+    """More than 0, at most a year's worth of seconds (or a rate as large)."""
+    value = _number(text)
+    if not 0 < value <= MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"{text!r} must be more than 0 and at most {MAX_SECONDS:,.0f}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    """0 or more, at most a year's worth of seconds."""
+    value = _number(text)
+    if not 0 <= value <= MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"{text!r} must be between 0 and {MAX_SECONDS:,.0f}")
+    return value
+
+
+def _int_between(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text!r} must be between {low:,} and {high:,}")
+        return value
+
+    parse.__name__ = "whole number"  # what argparse names in its own messages
+    return parse
+
+
+_count = _int_between(1, MAX_COUNT)
+_bigint = _int_between(0, BIGINT_MAX)
 
 
 def _connection_options(parser: argparse.ArgumentParser, *, top: bool = False) -> None:
@@ -442,7 +496,7 @@ def _leaf(sub: argparse._SubParsersAction, name: str, func: Callable[[Context], 
 
 
 def _body_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--count", type=int, default=1, help="number of messages (default 1)")
+    parser.add_argument("--count", type=_count, default=1, help=f"number of messages (default 1, at most {MAX_COUNT:,})")
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--body", help="JSON body, stored exactly as given (default: {\"n\": i})")
     group.add_argument("--stdin", action="store_true", help="read one JSON body per line from standard input")
@@ -462,7 +516,7 @@ def build_parser() -> ArgumentParser:
     p = _leaf(commands, "snapshot", cmd_snapshot, "run every probe once and print what they saw")
     p.add_argument("--json", action="store_true", help="print the snapshot as one JSON object (version 1)")
     p.add_argument("--config", default=argparse.SUPPRESS, help="TOML file declaring your own queue tables")
-    p.add_argument("--rates", type=_positive_float, default=0.0, metavar="SECONDS",
+    p.add_argument("--rates", type=_non_negative_float, default=0.0, metavar="SECONDS",
                    help="sample twice, SECONDS apart, so that enqueue/dequeue rates are known (default: once, rates null)")
 
     engine = commands.add_parser("engine", help="drive the reference queue engine")
@@ -473,40 +527,40 @@ def build_parser() -> ArgumentParser:
     p = _leaf(engine_sub, "enqueue", cmd_engine_enqueue, "add messages to a queue (created on first use)")
     p.add_argument("queue")
     _body_options(p)
-    p.add_argument("--batch", type=int, default=100, help="messages per INSERT statement (default 100; all in one transaction)")
+    p.add_argument("--batch", type=_bigint, default=100, help="messages per INSERT statement (default 100; all in one transaction)")
 
     p = _leaf(engine_sub, "work", cmd_engine_work, "consume a queue with a pool of workers")
     p.add_argument("queue")
-    p.add_argument("--workers", type=int, default=1, help="maximum degree of parallelism (default 1)")
+    p.add_argument("--workers", type=_bigint, default=1, help="maximum degree of parallelism (default 1)")
     p.add_argument("--handler", default="noop", help="noop | sleep:S | fail:P | crash:P | a,b | module:function (default noop)")
     p.add_argument("--until-empty", action="store_true", help="stop when the queue holds no ready or in-flight message")
     p.add_argument("--duration", type=_positive_float, default=None, help="stop after this many seconds")
-    p.add_argument("--max-attempts", type=int, default=5, help="attempts before a message is dead-lettered (default 5)")
+    p.add_argument("--max-attempts", type=_bigint, default=5, help="attempts before a message is dead-lettered (default 5)")
     p.add_argument("--visibility", type=_positive_float, default=30.0,
                    help="claim mode: seconds a claimed message stays hidden (default 30)")
     p.add_argument("--mode", choices=("claim", "hold-transaction"), default="claim", help="processing mode (default claim)")
-    p.add_argument("--batch", type=int, default=1, help="messages claimed per round trip (default 1)")
+    p.add_argument("--batch", type=_bigint, default=1, help="messages claimed per round trip (default 1)")
     p.add_argument("--poll-interval", type=_positive_float, default=5.0, help="seconds between fallback polls of an idle queue (default 5)")
-    p.add_argument("--retry-delay", type=_positive_float, default=0.0, help="back-off before a retry, doubling per attempt (default 0)")
+    p.add_argument("--retry-delay", type=_non_negative_float, default=0.0, help="back-off before a retry, doubling per attempt (default 0)")
 
     p = _leaf(engine_sub, "compact", cmd_engine_compact, "fold pending status deltas into aggregates now (prints a JSON summary)")
-    p.add_argument("--group", type=int, default=None, metavar="KEY", help="only this group (task id)")
+    p.add_argument("--group", type=_int_between(1, BIGINT_MAX), default=None, metavar="KEY", help="only this group (task id)")
 
     scenario = engine_sub.add_parser("scenario", help="stories played against the database (print one JSON line)")
     scenario_sub = scenario.add_subparsers(title="scenarios", metavar="NAME", required=True, parser_class=ArgumentParser)
     p = _leaf(scenario_sub, "contention", cmd_scenario_contention,
               "hot aggregate rows (naive) against insert-only deltas and a compactor (compacted)")
     p.add_argument("--mode", choices=("naive", "compacted"), required=True, help="naive: hot rows; compacted: deltas")
-    p.add_argument("--submitters", type=int, default=16, help="concurrent answering sessions (default 16)")
+    p.add_argument("--submitters", type=_bigint, default=16, help="concurrent answering sessions (default 16)")
     p.add_argument("--duration", type=_positive_float, default=20.0, help="seconds to run (default 20)")
     p.add_argument("--no-compactor", action="store_true", help="compacted mode without the compacting agent")
-    p.add_argument("--tasks", type=int, default=4, help="tasks answered in parallel (default 4)")
-    p.add_argument("--users", type=int, default=100_000, help="users the tasks reach before the clock starts (default 100000)")
+    p.add_argument("--tasks", type=_bigint, default=4, help="tasks answered in parallel (default 4)")
+    p.add_argument("--users", type=_bigint, default=100_000, help="users the tasks reach before the clock starts (default 100000)")
     p.add_argument("--resubmit-every", type=_positive_float, default=2.0, help="seconds between (re)submissions (default 2)")
     p.add_argument("--submission-seconds", type=_positive_float, default=1.0,
                    help="how long a (re)submission transaction stays open (default 1)")
-    p.add_argument("--submission-users", type=int, default=2000, help="new users per (re)submission (default 2000)")
-    p.add_argument("--submission-batches", type=int, default=10, help="batches per (re)submission (default 10)")
+    p.add_argument("--submission-users", type=_bigint, default=2000, help="new users per (re)submission (default 2000)")
+    p.add_argument("--submission-batches", type=_bigint, default=10, help="batches per (re)submission (default 10)")
     p.add_argument("--compact-every", type=_positive_float, default=0.5, help="compactor interval in seconds (default 0.5)")
     p.add_argument("--sample-every", type=_positive_float, default=0.1, help="seconds between lock samples (default 0.1)")
     p.add_argument("--keep", action="store_true", help="leave the scenario's tasks and rows in the database")
@@ -514,24 +568,24 @@ def build_parser() -> ArgumentParser:
 
     p = _leaf(scenario_sub, "exactly-once", cmd_scenario_exactly_once,
               "messages through an inbox/outbox endpoint with duplicate deliveries and receiver crashes")
-    p.add_argument("--messages", type=int, default=1000, help="messages sent (default 1000)")
-    p.add_argument("--duplicate-rate", type=_positive_float, default=0.2, help="share of messages signalled twice (default 0.2)")
-    p.add_argument("--crash-rate", type=_positive_float, default=0.02,
+    p.add_argument("--messages", type=_bigint, default=1000, help="messages sent (default 1000)")
+    p.add_argument("--duplicate-rate", type=_non_negative_float, default=0.2, help="share of messages signalled twice (default 0.2)")
+    p.add_argument("--crash-rate", type=_non_negative_float, default=0.02,
                    help="chance that a delivery kills its receiving process at a random step (default 0.02)")
     p.add_argument("--variant", choices=("claims", "naive"), default="claims",
                    help="claims: inbox/outbox with claims; naive: check the inbox, then process (default claims)")
-    p.add_argument("--receivers", type=int, default=4, help="receiving processes (default 4)")
+    p.add_argument("--receivers", type=_bigint, default=4, help="receiving processes (default 4)")
     p.add_argument("--visibility", type=_positive_float, default=1.0, help="seconds before a crashed delivery comes back (default 1)")
-    p.add_argument("--seed", type=int, default=None, help="random seed (default: a random one, printed)")
+    p.add_argument("--seed", type=_bigint, default=None, help="random seed (default: a random one, printed)")
     p.add_argument("--keep", action="store_true", help="leave the scenario's rows and signal queue in place")
     p.add_argument("--json", action="store_true", help="print one JSON line")
 
     p = _leaf(scenario_sub, "relay", cmd_scenario_relay, "outbox relays scaled out by a lease, optionally killing the leader")
-    p.add_argument("--relays", type=int, default=3, help="relay processes (default 3)")
-    p.add_argument("--messages", type=int, default=10_000, help="outbox messages written (default 10000)")
+    p.add_argument("--relays", type=_bigint, default=3, help="relay processes (default 3)")
+    p.add_argument("--messages", type=_bigint, default=10_000, help="outbox messages written (default 10000)")
     p.add_argument("--kill-leader", action="store_true", help="SIGKILL the lease holder a third of the way through")
     p.add_argument("--ttl", type=_positive_float, default=2.0, help="the relay lease's TTL in seconds (default 2)")
-    p.add_argument("--batch", type=int, default=100, help="outbox rows per relay transaction (default 100)")
+    p.add_argument("--batch", type=_bigint, default=100, help="outbox rows per relay transaction (default 100)")
     p.add_argument("--rate", type=_positive_float, default=2000.0, help="messages written per second (default 2000)")
     p.add_argument("--keep", action="store_true", help="leave the scenario's queues in place")
     p.add_argument("--json", action="store_true", help="print one JSON line")
@@ -540,13 +594,13 @@ def build_parser() -> ArgumentParser:
     ring_sub = ring.add_subparsers(title="ring commands", metavar="ACTION", required=True, parser_class=ArgumentParser)
     p = _leaf(ring_sub, "create", cmd_ring_create, "create a ring of fixed capacity")
     p.add_argument("name")
-    p.add_argument("--capacity", type=int, required=True)
+    p.add_argument("--capacity", type=_int_between(1, 10_000_000), required=True)
     p = _leaf(ring_sub, "put", cmd_ring_put, "put messages (all or none; exit 3 when full)")
     p.add_argument("name")
     _body_options(p)
     p = _leaf(ring_sub, "take", cmd_ring_take, "take messages in order, printing each body on its own line")
     p.add_argument("name")
-    p.add_argument("--count", type=int, default=1, help="at most this many (default 1)")
+    p.add_argument("--count", type=_count, default=1, help="at most this many (default 1)")
 
     lease = engine_sub.add_parser("lease", help="leases with fencing tokens")
     lease_sub = lease.add_subparsers(title="lease commands", metavar="ACTION", required=True, parser_class=ArgumentParser)
@@ -561,7 +615,8 @@ def build_parser() -> ArgumentParser:
         if with_ttl:
             p.add_argument("--ttl", type=_positive_float, required=True, help="seconds until the lease expires")
         if name != "acquire":
-            p.add_argument("--token", type=int, default=None, help="only if the lease is still held under this fencing token")
+            p.add_argument("--token", type=_int_between(1, BIGINT_MAX), default=None,
+                           help="only if the lease is still held under this fencing token")
 
     demo = commands.add_parser("demo", help="the demo workload of the embedded server")
     demo_sub = demo.add_subparsers(title="demo commands", metavar="ACTION", required=True, parser_class=ArgumentParser)
@@ -575,43 +630,43 @@ def build_parser() -> ArgumentParser:
     bench_sub = bench.add_subparsers(title="benchmarks", metavar="NAME", required=True, parser_class=ArgumentParser)
     p = _leaf(bench_sub, "engine", cmd_bench_engine, "queuetop's dequeue/enqueue against pgbench running the same SQL")
     p.add_argument("--json", action="store_true", help="print one JSON line")
-    p.add_argument("--messages", type=int, default=100_000, help="messages per measured batch run (default 100000)")
-    p.add_argument("--single-messages", type=int, default=10_000, help="messages per measured single-message run (default 10000)")
-    p.add_argument("--concurrency", type=int, default=2, help="clients on both sides (default 2)")
-    p.add_argument("--batch", type=int, default=100, help="batch size for the batch runs (default 100)")
-    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds; medians are reported (default 3)")
+    p.add_argument("--messages", type=_bigint, default=100_000, help="messages per measured batch run (default 100000)")
+    p.add_argument("--single-messages", type=_bigint, default=10_000, help="messages per measured single-message run (default 10000)")
+    p.add_argument("--concurrency", type=_bigint, default=2, help="clients on both sides (default 2)")
+    p.add_argument("--batch", type=_bigint, default=100, help="batch size for the batch runs (default 100)")
+    p.add_argument("--rounds", type=_bigint, default=3, help="interleaved rounds; medians are reported (default 3)")
     p.add_argument("--idle-seconds", type=_positive_float, default=10.0, help="how long to watch an idle queue (default 10)")
 
     p = _leaf(bench_sub, "probes", cmd_bench_probes,
               "a full probe cycle's cost at a small and a large queue depth, and the locks probe's under a pile-up")
     p.add_argument("--json", action="store_true", help="print one JSON line")
-    p.add_argument("--small-depth", type=int, default=1_000, help="messages in the small run (default 1000)")
-    p.add_argument("--large-depth", type=int, default=1_000_000, help="messages in the large run (default 1000000)")
-    p.add_argument("--idle-connections", type=int, default=50, help="idle sessions held open meanwhile (default 50)")
-    p.add_argument("--cycles", type=int, default=50, help="timed cycles per depth; p50/p95 reported (default 50)")
-    p.add_argument("--pileup", type=int, default=16,
+    p.add_argument("--small-depth", type=_bigint, default=1_000, help="messages in the small run (default 1000)")
+    p.add_argument("--large-depth", type=_bigint, default=1_000_000, help="messages in the large run (default 1000000)")
+    p.add_argument("--idle-connections", type=_bigint, default=50, help="idle sessions held open meanwhile (default 50)")
+    p.add_argument("--cycles", type=_bigint, default=50, help="timed cycles per depth; p50/p95 reported (default 50)")
+    p.add_argument("--pileup", type=_bigint, default=16,
                    help="pgbench sessions waiting on one held row while the locks probe is timed; 0 skips it (default 16)")
 
     p = _leaf(bench_sub, "sources", cmd_bench_sources,
               "the queue libraries' probe cost at a small and a large size, against their own monitoring calls")
     p.add_argument("--json", action="store_true", help="print one JSON line")
-    p.add_argument("--small", type=int, default=1_000, help="jobs per library in the small run (default 1000)")
-    p.add_argument("--large", type=int, default=1_000_000, help="jobs per library in the large run (default 1000000)")
-    p.add_argument("--cycles", type=int, default=20, help="timed cycles per size; p50 reported (default 20)")
+    p.add_argument("--small", type=_bigint, default=1_000, help="jobs per library in the small run (default 1000)")
+    p.add_argument("--large", type=_bigint, default=1_000_000, help="jobs per library in the large run (default 1000000)")
+    p.add_argument("--cycles", type=_bigint, default=20, help="timed cycles per size; p50 reported (default 20)")
 
     p = _leaf(bench_sub, "peers", cmd_bench_peers,
               "the engine's dequeue throughput beside PGMQ's and Procrastinate's own, same server and concurrency")
     p.add_argument("--json", action="store_true", help="print one JSON line")
-    p.add_argument("--messages", type=int, default=20_000, help="messages per run (default 20000)")
-    p.add_argument("--concurrency", type=int, default=2, help="consuming sessions (default 2)")
-    p.add_argument("--batch", type=int, default=100, help="messages per claim in the batch runs (default 100)")
-    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds; medians reported (default 3)")
+    p.add_argument("--messages", type=_bigint, default=20_000, help="messages per run (default 20000)")
+    p.add_argument("--concurrency", type=_bigint, default=2, help="consuming sessions (default 2)")
+    p.add_argument("--batch", type=_bigint, default=100, help="messages per claim in the batch runs (default 100)")
+    p.add_argument("--rounds", type=_bigint, default=3, help="interleaved rounds; medians reported (default 3)")
 
     p = _leaf(bench_sub, "tui", cmd_bench_tui, "the dashboard's cost per snapshot and when idle (synthetic data, no database)")
     p.add_argument("--json", action="store_true", help="print one JSON line")
-    p.add_argument("--sessions", type=int, default=500, help="client sessions in each snapshot, most blocked (default 500)")
-    p.add_argument("--queues", type=int, default=50, help="queues in each snapshot (default 50)")
-    p.add_argument("--snapshots", type=int, default=60, help="snapshots applied and timed (default 60)")
+    p.add_argument("--sessions", type=_bigint, default=500, help="client sessions in each snapshot, most blocked (default 500)")
+    p.add_argument("--queues", type=_bigint, default=50, help="queues in each snapshot (default 50)")
+    p.add_argument("--snapshots", type=_bigint, default=60, help="snapshots applied and timed (default 60)")
     p.add_argument("--idle-seconds", type=_positive_float, default=10.0, help="how long to measure idle CPU (default 10)")
     p.add_argument("--warm-up", type=_positive_float, default=15.0, help="seconds before measuring idle CPU (default 15)")
 
@@ -626,6 +681,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="queuetop: %(levelname)s: %(message)s")
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
+    _mask_process_title(argv)
     ctx: Context | None = None
     try:
         args = build_parser().parse_args(argv)
@@ -649,6 +705,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except Exception as exc:
         return _fail(ctx, f"internal error: {type(exc).__name__}: {first_line(exc)} (rerun with --debug for details)", 1, debug)
+
+
+def _mask_process_title(argv: list[str]) -> None:
+    """`ps` shows a process's command line for its whole life: with `--dsn` holding a password,
+    rewrite the title with the DSN masked (setproctitle overwrites the memory ps reads)."""
+    from dbcore.database import mask_dsn
+
+    shown, changed = [], False
+    for index, arg in enumerate(argv):
+        value = arg
+        if index and argv[index - 1] == "--dsn":
+            value = mask_dsn(arg)
+        elif arg.startswith("--dsn="):
+            value = "--dsn=" + mask_dsn(arg[len("--dsn="):])
+        changed = changed or value != arg
+        shown.append(value)
+    if changed:
+        try:
+            import setproctitle
+        except ImportError:  # a dependency: only a broken install lacks it
+            return
+        setproctitle.setproctitle(" ".join([PROG, *shown]))
 
 
 def _fail(ctx: Context | None, message: str, code: int, debug: bool) -> int:

@@ -29,7 +29,7 @@ from textual.notifications import SeverityLevel
 from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Input, Static, Tree
 
-from dbcore.errors import QueuetopError
+from dbcore.errors import QueuetopError, UsageError
 from probes.model import Snapshot
 from probes.sources import QueueDetails
 
@@ -790,3 +790,39 @@ def scenario_summary(result: dict) -> str:
     verdict = "consistent" if result.get("consistent") else "INCONSISTENT"
     return (f"contention {result['mode']}: {result['answers']:,} answers, {result['answers_per_s']:,.0f}/s, "
             f"at most {result['max_blocked_sessions']} blocked, {result['retries']:,} retries, {verdict}")
+
+
+MODIFIERS = {"ctrl", "shift", "alt", "meta", "super", "hyper"}
+
+
+def _key_is_possible(key: str) -> bool:
+    """A key Textual can report: modifiers + a named key (escape, f5, space, up, ...) or a
+    character (a, greater_than_sign, ...)."""
+    from textual.keys import Keys, key_to_character
+
+    *modifiers, base = key.split("+")
+    if not base or any(m not in MODIFIERS for m in modifiers):
+        return False
+    return base in {k.value for k in Keys} or key_to_character(base) is not None
+
+
+def check_keymap(keymap: dict[str, str]) -> None:
+    """The config's [keys] table, refused whole (UsageError, exit 2) unless every binding id
+    exists, every key is one a terminal can send, and no key ends up on two bindings (one of
+    them would be unreachable)."""
+    bindings = {b.id: b for b in QueuetopApp.BINDINGS if isinstance(b, Binding) and b.id}
+    unknown = sorted(set(keymap) - set(bindings))
+    if unknown:
+        raise UsageError(f"config [keys]: unknown binding id(s) {', '.join(unknown)}; the ids are listed by ? in the dashboard")
+    for binding_id, keys in keymap.items():
+        bad = [k for k in keys.split(",") if not _key_is_possible(k.strip())]
+        if bad:
+            raise UsageError(f"config [keys]: {binding_id} = {keys!r}: no such key {bad[0].strip()!r} "
+                             "(e.g. \"space\", \"ctrl+r\", \"f5\", \"x\")")
+    owner: dict[str, str] = {}
+    for binding_id, binding in bindings.items():
+        for key in (keymap.get(binding_id) or binding.key).split(","):
+            key = key.strip()
+            if key in owner:
+                raise UsageError(f"config [keys]: key {key!r} would run both {owner[key]} and {binding_id}")
+            owner[key] = binding_id
