@@ -25,7 +25,7 @@ from dbcore.database import Target, connect
 from dbcore.errors import QueuetopError, UsageError, first_line
 from dbcore.names import check_name
 
-from . import compactor, outbox
+from . import compactor, lifeline, outbox
 from . import lease as leases
 from . import ring as rings
 from .handlers import parse_handler
@@ -327,7 +327,8 @@ class EngineControls:
             # A new holder name per process: a restarted relay must not inherit its dead
             # predecessor's lease (and token) as "already ours".
             holder = f"relay-{slot}.{uuid.uuid4().hex[:4]}"
-            process = context.Process(target=outbox.run_relay_process, args=(self.target, holder, outbox.DEFAULT_LEASE, ttl_s),
+            process = context.Process(target=outbox.run_relay_process,
+                                      args=(self.target, holder, outbox.DEFAULT_LEASE, ttl_s, 100, lifeline.token()),
                                       name=holder, daemon=True)
             process.start()
             activity.processes[holder] = process

@@ -37,6 +37,7 @@ from dbcore.errors import LeaseHeld, QueuetopError
 from dbcore.names import check_name
 
 from . import lease as leases
+from . import lifeline
 from .schema import ENGINE_SQL
 from .table_queue import TableQueue
 
@@ -200,6 +201,9 @@ class _MissingQueues(Exception):
         self.names = names
 
 
-def run_relay_process(target: Target, holder: str, lease: str = DEFAULT_LEASE, ttl_s: float = 5.0, batch: int = 100) -> None:
-    """A relay in a process of its own (multiprocessing target), until it is killed."""
+def run_relay_process(target: Target, holder: str, lease: str = DEFAULT_LEASE, ttl_s: float = 5.0, batch: int = 100,
+                      parent: lifeline.Token | None = None) -> None:
+    """A relay in a process of its own (multiprocessing target), until it is killed, or until
+    `parent` (the dashboard or scenario that started it) is gone."""
+    lifeline.die_with(parent)
     Relay(target, holder, lease=lease, ttl_s=ttl_s, batch=batch).run(threading.Event())

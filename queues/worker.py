@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import random
 import select
 import signal
 import threading
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 import psycopg
 
 from dbcore.database import Executor, Target, connect
-from dbcore.errors import OperationFailed, UsageError, first_line
+from dbcore.errors import OperationFailed, QueuetopError, UsageError, connection_cause, first_line
 
 from .handlers import Handler
 from .hotpath import HotPath
@@ -33,7 +34,51 @@ log = logging.getLogger("queuetop.worker")
 
 MODES = ("claim", "hold-transaction")
 UNTIL_EMPTY_POLL_S = 0.2  # when draining, other sessions' commits (no notification) end the wait
-RECONNECT_GIVE_UP_S = 30.0
+# A lost database is retried for as long as the pool runs: back-off from 0.5 s, doubling, capped
+# at 30 s, with jitter so that many workers do not knock all at once.
+RECONNECT_FIRST_S = 0.5
+RECONNECT_CAP_S = 30.0
+
+
+def reconnect_delay(failures: int) -> float:
+    """How long to wait after `failures` failed attempts in a row (1, 2, ...)."""
+    return min(RECONNECT_CAP_S, RECONNECT_FIRST_S * 2 ** (failures - 1)) * random.uniform(0.8, 1.2)
+
+
+class ConnectionState:
+    """The pool's link to the database, said once per change (lost / back), not once per worker
+    and attempt: a worker pool is a long-running service, and 40 s of outage was 167 lines."""
+
+    def __init__(self, queue: str, workers: int) -> None:
+        self.queue = queue
+        self.workers = workers
+        self._lock = threading.Lock()
+        self._down: set[str] = set()  # who cannot reach the database now: "worker 3", "listener"
+        self._since: float | None = None
+        self._reason = ""
+
+    def lost(self, who: str, exc: BaseException) -> None:
+        with self._lock:
+            first = not self._down
+            self._down.add(who)
+            if first:
+                self._since, self._reason = time.monotonic(), connection_cause(exc)
+                log.warning("queue %s: lost the database (%s); retrying with back-off up to %.0f s",
+                            self.queue, self._reason, RECONNECT_CAP_S)
+
+    def back(self, who: str) -> None:
+        with self._lock:
+            if who not in self._down:
+                return
+            self._down.discard(who)
+            if not self._down and self._since is not None:
+                log.warning("queue %s: the database answers again after %.1f s", self.queue, time.monotonic() - self._since)
+                self._since = None
+
+    @property
+    def down(self) -> int:
+        with self._lock:
+            return len(self._down)
 
 
 @dataclass(slots=True)
@@ -151,6 +196,7 @@ class WorkerPool:
         self._queue: TableQueue | None = None
         # Claim/take statements sent, one slot per worker thread (each writes only its own).
         self._poll_counts = [0] * self.options.workers
+        self._link = ConnectionState(queue_name, self.options.workers)
 
     @property
     def polls(self) -> int:
@@ -241,6 +287,7 @@ class WorkerPool:
         assert self._stop_pipe is not None  # closed only once every thread has ended
         stop_fd = self._stop_pipe[0]
         next_tick = time.monotonic() + interval
+        listener_failures = 0
         while not self._stop.is_set():
             try:
                 if conn is None or conn.closed:
@@ -261,12 +308,17 @@ class WorkerPool:
                     self._waker.wake_one()
                     next_tick = time.monotonic() + interval
             except Exception as exc:  # the listener is an optimisation: fall back to polling
-                log.warning("listener for %s lost its connection: %s", self.queue_name, exc)
+                listener_failures += 1
+                self._link.lost("listener", exc)
                 if conn is not None:
                     conn.close()
                 conn = None
                 self._waker.wake_one()
-                self._stop.wait(interval)
+                self._stop.wait(max(interval, reconnect_delay(listener_failures)))
+                continue
+            if listener_failures:
+                listener_failures = 0
+                self._link.back("listener")
         if conn is not None:
             conn.close()
 
@@ -278,17 +330,20 @@ class WorkerPool:
             self.stop()
 
     def _work_with_reconnect(self, index: int) -> None:
-        lost_since: float | None = None
+        """Work, and when the database is lost (a restart, an outage, max_connections reached)
+        keep trying with capped back-off for as long as the pool runs: the workers that could
+        connect go on meanwhile."""
+        who, failures = f"worker {index}", 0
         while not self._stop.is_set():
             try:
                 conn = connect(self.target, application_name=self._app_name("work"))
-            except Exception:
-                lost_since = lost_since or time.monotonic()
-                if time.monotonic() - lost_since > RECONNECT_GIVE_UP_S:
-                    raise
-                self._stop.wait(1.0)
+            except (psycopg.OperationalError, QueuetopError) as exc:
+                failures += 1
+                self._link.lost(who, exc)
+                self._stop.wait(reconnect_delay(failures))
                 continue
-            lost_since = None
+            failures = 0
+            self._link.back(who)
             try:
                 with conn:
                     if self.options.mode == "claim":
@@ -297,9 +352,8 @@ class WorkerPool:
                         self._hold_loop(conn, index)
                 return
             except psycopg.OperationalError as exc:
-                log.warning("worker for %s lost its connection, reconnecting: %s", self.queue_name, exc)
-                lost_since = time.monotonic()
-                self._stop.wait(0.5)
+                self._link.lost(who, exc)
+                self._stop.wait(reconnect_delay(1))
 
     def _idle(self, conn: Executor, seen_generation: int) -> bool:
         """Nothing to claim: wait for work, or report that --until-empty is satisfied."""

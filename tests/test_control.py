@@ -167,3 +167,61 @@ def test_demo_reset_removes_what_the_demo_and_prompts_made_and_nothing_else(db, 
         assert conn.execute("SELECT count(*) FROM queuetop.meta WHERE key LIKE 'made-by-dashboard:%'").fetchone()[0] == 0
     again = cli("demo", "reset", "--dsn", db.dsn)  # nothing left to remove: still fine
     assert again.returncode == 0 and json.loads(again.stdout)["queues"] == []
+
+
+def _gone(pid: int) -> bool:
+    from pathlib import Path
+
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return True
+    return state in ("Z", "X")  # exited; only waiting to be reaped
+
+
+def test_kill_9_of_the_dashboard_leaves_no_relay_behind(db):
+    """The relays are children of multiprocessing's fork server, not of the dashboard: each
+    watches the process that started it and exits when it is gone; the lease then expires."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from queues.outbox import DEFAULT_LEASE
+
+    from .conftest import REPO
+
+    script = (
+        "import json, time\n"
+        "from dbcore.database import resolve_target\n"
+        "from queues.control import EngineControls\n"
+        f"controls = EngineControls(resolve_target({db.dsn!r}))\n"
+        "activity = controls.start_relays(2, 20.0, ttl_s=2.0)\n"
+        "while len(activity.processes) < 2:\n"
+        "    time.sleep(0.05)\n"
+        "from multiprocessing import forkserver, resource_tracker\n"
+        "helpers = [forkserver._forkserver._forkserver_pid, resource_tracker._resource_tracker._pid]\n"
+        "print(json.dumps([p.pid for p in activity.processes.values()] + [h for h in helpers if h]), flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    dashboard = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        relays = json.loads(dashboard.stdout.readline())  # the two relays, the fork server, its resource tracker
+        assert len(relays) >= 3 and not any(_gone(pid) for pid in relays)
+
+        def lease():
+            with db.connect() as conn:
+                return conn.execute("SELECT holder, expires_at > now() FROM queuetop.leases WHERE name = %s",
+                                    (DEFAULT_LEASE,)).fetchone()
+
+        wait_until(lambda: (row := lease()) is not None and row[1], timeout=20, what="a relay holding the lease")
+        os.kill(dashboard.pid, signal.SIGKILL)
+        dashboard.wait(10)
+        wait_until(lambda: all(_gone(pid) for pid in relays), timeout=10, what="every relay and helper process gone")
+        wait_until(lambda: not lease()[1], timeout=10, what="the lease expired, renewed by no one")
+        wait_until(lambda: engine_sessions(db) == [], timeout=10, what="no relay session left")
+    finally:
+        if dashboard.poll() is None:
+            dashboard.kill()
+        dashboard.stdout.close()

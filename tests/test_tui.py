@@ -884,3 +884,28 @@ async def test_relays_from_the_ui_and_killing_the_leader_moves_the_lease(db):
     with db.connect() as conn:
         assert conn.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'queuetop-relay:%'"
                             ).fetchone()[0] == 0
+
+
+async def test_a_role_without_privileges_gets_the_dashboard_with_notes(db, pg_server):
+    from dbcore.database import resolve_target
+    from tui.app import engine_usable
+
+    role = f"qt_nopriv_{db.name}"
+    with db.connect() as conn:
+        conn.execute(f'CREATE ROLE "{role}" LOGIN')
+        TableQueue.create(conn, "owners-queue")
+    target = resolve_target(pg_server.uri(db.name, user=role))
+    try:
+        ready, note = engine_usable(target)  # this raised "permission denied for schema queuetop" (exit 2)
+        assert not ready and "may not use the queuetop schema" in note
+        app = QueuetopApp(lambda sink: Sampler(target, sink, interval_s=0.3), backend=DatabaseBackend(target), controls_off=note)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await settle(pilot, app, lambda: app.snapshot is not None and app.snapshot.connections is not None,
+                         "a snapshot with what this role can see", 500)
+            assert app.snapshot.extra.get("connected") is True
+            assert "DISCONNECTED" not in str(app.query_one("#status").render())
+            await pilot.press("b")  # an engine action: says why there are no controls
+            assert any("may not use the queuetop schema" in text for _a, _s, text in app.notices)
+    finally:
+        with db.connect() as conn:
+            conn.execute(f'DROP ROLE IF EXISTS "{role}"')

@@ -225,3 +225,40 @@ def test_crash_looping_message_is_dead_lettered_in_claim_mode(db):
     with db.connect() as conn:
         attempts, error = conn.execute("SELECT attempts, last_error FROM queuetop.dead_letters").fetchone()
     assert attempts == 3 and "never completed" in error
+
+
+# -- issue 15: a pool that does not give up -------------------------------------------------
+
+
+def test_more_workers_than_connections_run_with_those_that_connect(db, cli, pg_server):
+    """A role limited to 3 connections, a pool of 6 workers: the pool runs with the workers that
+    got a connection, finishes the queue, exits 0, and says so in a line or two, not one per try."""
+    role = f"qt_limited_work_{db.name}"[:60]
+    with db.connect() as conn:
+        conn.execute(f'CREATE ROLE "{role}" LOGIN CONNECTION LIMIT 3')
+        conn.execute(f'GRANT ALL ON SCHEMA queuetop TO "{role}"')
+        conn.execute(f'GRANT ALL ON ALL TABLES IN SCHEMA queuetop TO "{role}"')
+        conn.execute(f'GRANT ALL ON ALL SEQUENCES IN SCHEMA queuetop TO "{role}"')
+        TableQueue.create(conn, "limited").enqueue_batch(conn, [json.dumps({"n": n}) for n in range(200)])
+        conn.execute(f'GRANT ALL ON queuetop."q_limited" TO "{role}"')
+    try:
+        result = cli("engine", "work", "limited", "--workers", "6", "--until-empty", "--handler", "noop",
+                     "--dsn", pg_server.uri(db.name, user=role), timeout=120)
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout.splitlines()[-1])["processed"] == 200
+        warnings = [line for line in result.stderr.splitlines() if "WARNING" in line]
+        assert 1 <= len(warnings) <= 2, result.stderr  # "lost the database (too many connections ...)", not one per try
+        assert "too many connections" in warnings[0]
+    finally:
+        with db.connect() as conn:
+            conn.execute(f'DROP OWNED BY "{role}"')
+            conn.execute(f'DROP ROLE IF EXISTS "{role}"')
+
+
+def test_reconnect_back_off_is_capped_with_jitter():
+    from queues.worker import RECONNECT_CAP_S, reconnect_delay
+
+    first = [reconnect_delay(1) for _ in range(200)]
+    assert 0.4 <= min(first) and max(first) <= 0.6 and len({round(d, 3) for d in first}) > 10  # jittered
+    assert all(RECONNECT_CAP_S * 0.8 <= reconnect_delay(50) <= RECONNECT_CAP_S * 1.2 for _ in range(50))
+    assert reconnect_delay(3) > reconnect_delay(1) * 2  # doubling (beyond the jitter)

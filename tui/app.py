@@ -6,9 +6,11 @@ import logging
 import os
 from pathlib import Path
 
+import psycopg
 from platformdirs import user_log_dir
 
 from dbcore.database import connect, one
+from dbcore.errors import first_line
 from probes.config import load_config
 from probes.sampler import Sampler
 from queues import schema
@@ -33,10 +35,9 @@ def run_dashboard(ctx) -> int:
         raise UsageError("--interval must be between 0.1 and 3600 seconds")
     _log_to_file()
     controls = demo = None
+    controls_off = None
     if not args.read_only:
-        with connect(target, application_name="queuetop-cli:dashboard") as conn:
-            # Engine controls only where the engine's schema is (queuetop engine init).
-            engine_ready = bool(one(conn.execute(schema.ENGINE_SQL["schema_present"]))[0])
+        engine_ready, controls_off = engine_usable(target)
         if engine_ready:
             controls = EngineControls(target)
             if target.embedded and not args.no_demo:
@@ -48,9 +49,23 @@ def run_dashboard(ctx) -> int:
         demo=demo,
         read_only=args.read_only,
         keymap=config.keys,
+        controls_off=controls_off,
     )
     app.run()
     return 0
+
+
+def engine_usable(target) -> tuple[bool, str | None]:
+    """Whether the engine's controls can work here: its schema installed (queuetop engine init)
+    and usable by this role. A role without privileges still gets the dashboard (every probe
+    shows what it can see); the controls are off, and the reason is what a key press says."""
+    try:
+        with connect(target, application_name="queuetop-cli:dashboard") as conn:
+            if not one(conn.execute(schema.ENGINE_SQL["schema_present"]))[0]:
+                return False, "engine controls are off: the queuetop schema is not installed (queuetop engine init)"
+            return True, None
+    except psycopg.errors.InsufficientPrivilege as exc:
+        return False, f"engine controls are off: this role may not use the queuetop schema ({first_line(exc)})"
 
 
 def _log_to_file() -> None:

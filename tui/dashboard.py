@@ -200,6 +200,7 @@ class QueuetopApp(App[None]):
         demo=None,
         read_only: bool = False,
         keymap: dict[str, str] | None = None,
+        controls_off: str | None = None,
     ) -> None:
         super().__init__()
         self.source = source_factory(self._sink)
@@ -207,6 +208,7 @@ class QueuetopApp(App[None]):
         self.controls = controls
         self.demo = demo
         self.read_only = read_only
+        self.controls_off = controls_off  # why there are no engine controls, when known
         self.paused = False
         self.filter_text = ""
         self.snapshot: Snapshot | None = None
@@ -563,7 +565,7 @@ class QueuetopApp(App[None]):
         if self._refuse_if_read_only(title):
             return
         if self.controls is None:
-            self.notify("engine controls need a database", severity="warning")
+            self.notify(self.controls_off or "engine controls need a database", severity="warning")
             return
 
         if placeholder is None:

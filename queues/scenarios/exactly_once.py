@@ -33,7 +33,7 @@ import psycopg
 from dbcore.database import Target, connect, one
 from dbcore.errors import UsageError
 
-from .. import schema
+from .. import lifeline, schema
 from ..exactly_once import RECEIVE_STEPS, Endpoint, Outgoing, Signal, signal_queue
 from ..table_queue import TableQueue
 
@@ -43,8 +43,10 @@ NAIVE_STEPS = ("claim", "process", "inbox.delete")
 
 
 def _receiver(conninfo: str, endpoint: str, variant: str, crash_rate: float, seed: int, slot: int,
-              deliveries: MutableSequence[int], visibility_s: float) -> None:
-    """One receiving process: claim a signal, handle it, acknowledge it; now and then die."""
+              deliveries: MutableSequence[int], visibility_s: float, parent: lifeline.Token | None = None) -> None:
+    """One receiving process: claim a signal, handle it, acknowledge it; now and then die; and
+    die at once if the scenario's process is gone."""
+    lifeline.die_with(parent)
     rng = random.Random(seed)
     steps = RECEIVE_STEPS if variant == "claims" else NAIVE_STEPS
     doomed: list[str | None] = [None]
@@ -107,7 +109,7 @@ class ExactlyOnceScenario:
                 proc = context.Process(
                     target=_receiver, daemon=True,
                     args=(self.target.conninfo, self.receiver_name, self.variant, self.crash_rate,
-                          self.seed * 1000 + spawned, slot, deliveries, self.visibility_s),
+                          self.seed * 1000 + spawned, slot, deliveries, self.visibility_s, lifeline.token()),
                 )
                 proc.start()
                 processes[slot] = proc

@@ -26,7 +26,7 @@ from dbcore.database import Target, connect, one
 from dbcore.errors import UsageError
 
 from .. import lease as leases
-from .. import outbox, schema
+from .. import lifeline, outbox, schema
 from ..table_queue import TableQueue
 
 log = logging.getLogger("queuetop.scenario.relay")
@@ -69,7 +69,7 @@ class RelayScenario:
             for n in range(self.relays):
                 holder = f"relay-{n + 1}"
                 proc = context.Process(target=outbox.run_relay_process, daemon=True,
-                                       args=(self.target, holder, self.lease, self.ttl_s, self.batch))
+                                       args=(self.target, holder, self.lease, self.ttl_s, self.batch, lifeline.token()))
                 proc.start()
                 processes[holder] = proc
             first_token = None
