@@ -24,6 +24,7 @@ import psycopg
 
 from dbcore.database import Executor, Target, connect
 from dbcore.errors import OperationFailed, QueuetopError, UsageError, connection_cause, first_line
+from dbcore.names import check_name
 
 from .handlers import Handler
 from .hotpath import HotPath
@@ -181,7 +182,7 @@ class WorkerPool:
 
     def __init__(self, target: Target, queue_name: str, handler: Handler, options: WorkOptions) -> None:
         self.target = target
-        self.queue_name = queue_name
+        self.queue_name = check_name("queue", queue_name)  # it goes into application_name
         self.handler = handler
         self.options = options.validate()
         self.summary = WorkSummary()

@@ -145,10 +145,12 @@ def cmd_engine_enqueue(ctx: Context) -> int:
 
 
 def cmd_engine_work(ctx: Context) -> int:
+    from dbcore.names import check_name
     from queues.handlers import parse_handler
     from queues.worker import WorkerPool, WorkOptions
 
     args = ctx.args
+    check_name("queue", args.queue)  # before it goes into a connection's application_name
     handler = parse_handler(args.handler)
     options = WorkOptions(
         workers=args.workers,
