@@ -40,6 +40,9 @@ from .postgres import (
 )
 
 log = logging.getLogger("queuetop.sampler")
+# psycopg_pool warns on every failed attempt, over several lines; the sampler says it once per
+# change instead (and the status line says why).
+logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
 # The pool would log every failed reconnection to stderr (under a dashboard, across the screen);
 # the snapshot says that the database is unreachable instead.
 logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
@@ -203,13 +206,18 @@ class Sampler:
                     if self._server is None:
                         self._server = self.probes.server(conn, label=self.target.masked)
                     result = run_probe(self.probes, name, conn)
+                if not self._connected and self._last_error is not None:
+                    log.warning("the database answers again")
                 self._connected, self._last_error = True, None
             except (PoolTimeout, psycopg.OperationalError) as exc:
                 self._connected = False
                 # The pool's own timeout says only "couldn't get a connection after 0.50 sec";
                 # the reason is what its last attempt to connect was told.
                 cause = self._pool.last_connect_error if isinstance(exc, PoolTimeout) else None
-                self._last_error = cause or connection_cause(exc)
+                reason = cause or connection_cause(exc)
+                if self._connected or reason != self._last_error:  # one line per change, not per probe
+                    log.warning("lost the database: %s; retrying", reason)
+                self._last_error = reason
                 result = (ProbeStatus(elapsed_ms=0.0, error=f"cannot reach the database: {self._last_error}"), None)
             with self._lock:
                 self._results[name] = result
