@@ -50,22 +50,20 @@ class ConnectionState:
     """The pool's link to the database, said once per change (lost / back), not once per worker
     and attempt: a worker pool is a long-running service, and 40 s of outage was 167 lines."""
 
-    def __init__(self, queue: str, workers: int) -> None:
+    def __init__(self, queue: str) -> None:
         self.queue = queue
-        self.workers = workers
         self._lock = threading.Lock()
         self._down: set[str] = set()  # who cannot reach the database now: "worker 3", "listener"
         self._since: float | None = None
-        self._reason = ""
 
     def lost(self, who: str, exc: BaseException) -> None:
         with self._lock:
             first = not self._down
             self._down.add(who)
             if first:
-                self._since, self._reason = time.monotonic(), connection_cause(exc)
+                self._since = time.monotonic()
                 log.warning("queue %s: lost the database (%s); retrying with back-off up to %.0f s",
-                            self.queue, self._reason, RECONNECT_CAP_S)
+                            self.queue, connection_cause(exc), RECONNECT_CAP_S)
 
     def back(self, who: str) -> None:
         with self._lock:
@@ -75,11 +73,6 @@ class ConnectionState:
             if not self._down and self._since is not None:
                 log.warning("queue %s: the database answers again after %.1f s", self.queue, time.monotonic() - self._since)
                 self._since = None
-
-    @property
-    def down(self) -> int:
-        with self._lock:
-            return len(self._down)
 
 
 @dataclass(slots=True)
@@ -197,7 +190,7 @@ class WorkerPool:
         self._queue: TableQueue | None = None
         # Claim/take statements sent, one slot per worker thread (each writes only its own).
         self._poll_counts = [0] * self.options.workers
-        self._link = ConnectionState(queue_name, self.options.workers)
+        self._link = ConnectionState(queue_name)
 
     @property
     def polls(self) -> int:

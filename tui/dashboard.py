@@ -169,7 +169,7 @@ class QueuetopApp(App[None]):
     #compaction { width: 22; min-width: 16; max-width: 30%; }
     #leases { width: 1fr; min-width: 40%; }
     #connections-spark { height: 1; margin: 0 1; }
-    #connections-gauge { height: 1; padding: 0 1; }
+    #connections-summary { height: 1; padding: 0 1; }
     #filter { dock: bottom; display: none; }
     #filter.visible { display: block; }
     """

@@ -81,11 +81,6 @@ def trend(values: list[float], width: int = 12, *, styled: bool = True) -> Text 
     return Text(line, spans=[Span(0, len(spark), "cyan")]) if styled else line
 
 
-def gauge(used: int, capacity: int, width: int = 12) -> Text:
-    """The filling bar and the figures after it."""
-    return Text.assemble(bar(used, capacity, width), f" {used:,}/{capacity:,}")
-
-
 def bar(used: int, capacity: int, width: int = 8) -> Text:
     """A filling bar alone (the figures are a column of their own)."""
     share = 0.0 if capacity <= 0 else min(1.0, used / capacity)

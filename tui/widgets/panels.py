@@ -574,11 +574,11 @@ class ConnectionsPanel(Panel):
     def __init__(self) -> None:
         super().__init__("Connections", id="connections")
         self._history: deque[float] = deque(maxlen=60)
-        self._gauge_text = ""
+        self._summary_text = ""
         self._connections: Connections | None = None
 
     def compose(self):
-        yield Static("", id="connections-gauge")
+        yield Static("", id="connections-summary")
         yield Sparkline([], id="connections-spark")
         yield KeyedTable(self.COLUMNS, id="connections-table")
 
@@ -588,7 +588,7 @@ class ConnectionsPanel(Panel):
             return
         self._history.append(float(c.total))
         self._connections = c
-        self._render_gauge()
+        self._render_summary()
         spark = self.query_one(Sparkline)
         history = list(self._history)
         if spark.data != history:
@@ -607,7 +607,7 @@ class ConnectionsPanel(Panel):
         self.query_one(KeyedTable).sync(rows)
 
 
-    def _render_gauge(self) -> None:
+    def _render_summary(self) -> None:
         c = self._connections
         if c is None:
             return
@@ -618,17 +618,17 @@ class ConnectionsPanel(Panel):
             (f" pid {c.oldest_xact_pid}" if c.oldest_xact_pid else "", "", False),
             (f" · xmin pid {c.xmin_holder_pid}" if c.xmin_holder_pid else "", xmin_style, False),
             (f" {c.xmin_holder_application}" if c.xmin_holder_pid and c.xmin_holder_application else "", xmin_style, True),
-        ], max(10, self.query_one("#connections-gauge", Static).size.width - 2))
+        ], max(10, self.query_one("#connections-summary", Static).size.width - 2))
         # Sessions against max_connections in the title: the lines below are for the rows.
         title = f"Connections {c.total:,}/{c.max:,}" if c.max else f"Connections {c.total:,}"
         if self.border_title != title:
             self.border_title = title
-        if oldest.plain != self._gauge_text:  # repaint only what changed
-            self._gauge_text = oldest.plain
-            self.query_one("#connections-gauge", Static).update(oldest, layout=False)  # fixed height
+        if oldest.plain != self._summary_text:  # repaint only what changed
+            self._summary_text = oldest.plain
+            self.query_one("#connections-summary", Static).update(oldest, layout=False)  # fixed height
 
     def on_resize(self) -> None:
-        self._render_gauge()  # refit the line to the new width
+        self._render_summary()  # refit the line to the new width
         # The history line only where it leaves room for at least three rows.
         self.query_one(Sparkline).display = self.size.height - 2 >= 6
 
