@@ -53,8 +53,7 @@ def prepared_blockers(waiting_rows: Iterable[dict], prepared: Iterable[dict], he
     for lock in held:
         gid = gid_of.get(lock["virtualtransaction"])
         if gid is not None:
-            holders.setdefault(target_of({**lock, "database_oid": lock["database"], "relation_oid": lock["relation"]}),
-                               []).append((gid, lock["mode"]))
+            holders.setdefault(target_of(lock), []).append((gid, lock["mode"]))
     found: dict[int, set[str]] = {}
     for row in waiting_rows:
         if 0 in row["blocked_by"]:

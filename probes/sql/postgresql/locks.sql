@@ -77,7 +77,8 @@ WHERE pid = ANY(%(pids)s::integer[]);
 -- name: prepared_locks
 -- The locks prepared transactions hold (asked only when a waiter is blocked by one). They have no
 -- pid, and one virtual transaction per prepared transaction, which also holds the lock on its xid.
-SELECT l.virtualtransaction, l.locktype AS lock_type, l.mode, l.database, l.relation, l.page, l.tuple,
+-- Named as the waiting statement names a lock's target, so that the two compare column for column.
+SELECT l.virtualtransaction, l.locktype AS lock_type, l.mode, l.database AS database_oid, l.relation AS relation_oid, l.page, l.tuple,
        l.virtualxid, l.transactionid::text AS transactionid, l.classid, l.objid, l.objsubid
 FROM pg_locks l
 WHERE l.pid IS NULL AND l.granted;
