@@ -14,16 +14,30 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Label, Static
 
 
-class HelpScreen(ModalScreen[None]):
-    """Every key, in a box that scrolls (↑ ↓ PgUp PgDn Home End) at any terminal size; its border
-    says how to close it."""
+class ScrollingBoxScreen(ModalScreen[None]):
+    """A box as tall as the screen that scrolls (↑ ↓ PgUp PgDn Home End) at any terminal size,
+    its title on the border and how to close it beneath: the help and the notices log."""
+
+    DEFAULT_CSS = """
+    ScrollingBoxScreen { align: center middle; }
+    ScrollingBoxScreen > VerticalScroll { width: 100%; height: 100%; border: round $accent; background: $surface;
+                                          padding: 0 1; }
+    """
+
+    def scrolling_box(self, box_id: str, title: str, closed_by: str) -> VerticalScroll:
+        box = VerticalScroll(id=box_id)
+        box.border_title = title
+        box.border_subtitle = f"↑↓ PgUp PgDn scroll · {closed_by} closes"
+        return box
+
+
+class HelpScreen(ScrollingBoxScreen):
+    """Every key, with its binding id."""
 
     AUTO_FOCUS = "#help-keys"
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,q,question_mark", "dismiss", "Close", id="help.close")]
     DEFAULT_CSS = """
-    HelpScreen { align: center middle; }
-    HelpScreen > VerticalScroll { width: 100%; max-width: 100; height: 100%; border: round $accent; background: $surface;
-                                  padding: 0 1; }
+    HelpScreen > VerticalScroll { max-width: 100; }
     """
 
     def __init__(self, bindings: list[tuple[str, str, str]]) -> None:
@@ -37,24 +51,19 @@ class HelpScreen(ModalScreen[None]):
         table.add_column("Binding id", style="dim")
         for key, description, binding_id in self._keys:
             table.add_row(key, description, binding_id)
-        box = VerticalScroll(id="help-keys")
-        box.border_title = "queuetop keys"
-        box.border_subtitle = "↑↓ PgUp PgDn scroll · Esc, q or ? closes"
-        with box:
+        with self.scrolling_box("help-keys", "queuetop keys", "Esc, q or ?"):
             yield Label("Remap a key by its id in the config's \\[keys] table.")
             yield Static(table)
 
 
-class NoticesScreen(ModalScreen[None]):
+class NoticesScreen(ScrollingBoxScreen):
     """Every notice of this session (engine actions, scenario summaries, errors), oldest first,
-    scrolled to the newest; its border says how to close it."""
+    scrolled to the newest."""
 
     AUTO_FOCUS = "#notices-log"
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,q,m", "dismiss", "Close", id="notices.close")]
     DEFAULT_CSS = """
-    NoticesScreen { align: center middle; }
-    NoticesScreen > VerticalScroll { width: 100%; max-width: 120; height: 100%; border: round $accent; background: $surface;
-                                     padding: 0 1; }
+    NoticesScreen > VerticalScroll { max-width: 120; }
     """
 
     def __init__(self, notices: list[tuple[str, str, str]]) -> None:
@@ -67,10 +76,7 @@ class NoticesScreen(ModalScreen[None]):
         table.add_column("Notice", overflow="fold")  # wrapped, never cut
         for at, severity, text in self._notices:
             table.add_row(at, Text(text, style=SEVERITY_STYLE.get(severity, "")))
-        box = VerticalScroll(id="notices-log")
-        box.border_title = f"notices ({len(self._notices)})"
-        box.border_subtitle = "↑↓ PgUp PgDn scroll · Esc, q or m closes"
-        with box:
+        with self.scrolling_box("notices-log", f"notices ({len(self._notices)})", "Esc, q or m"):
             yield Static(table if self._notices else Text("nothing yet: engine actions and scenario summaries are logged here"))
 
     def on_mount(self) -> None:
