@@ -421,18 +421,10 @@ def test_help_screen(snap_compare, size):
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
-def test_zoomed_leases(snap_compare, size):
+@pytest.mark.parametrize("panel", ["leases", "queues"])
+def test_zoomed_panel(snap_compare, panel, size):
     async def zoom(pilot):
-        pilot.app.query_one("#leases-table").focus()
-        await pilot.press("z")
-
-    assert snap_compare(sample_app(snapshots=[sample_snapshot(long_names=True)]), terminal_size=size, run_before=zoom)
-
-
-@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
-def test_zoomed_queues(snap_compare, size):
-    async def zoom(pilot):
-        pilot.app.query_one("#queues-table").focus()
+        pilot.app.query_one(f"#{panel}-table").focus()
         await pilot.press("z")
 
     assert snap_compare(sample_app(snapshots=[sample_snapshot(long_names=True)]), terminal_size=size, run_before=zoom)
