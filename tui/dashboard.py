@@ -360,13 +360,15 @@ class QueuetopApp(App[None]):
 
     # -- viewing actions ------------------------------------------------------------------
 
+    @classmethod
+    def bindings_by_id(cls) -> dict[str, Binding]:
+        """Every binding, by the id the config's [keys] table remaps it by."""
+        return {b.id: b for b in cls.BINDINGS if isinstance(b, Binding) and b.id}
+
     def key_for(self, binding_id: str) -> str:
         """The key that runs a binding, as the config's [keys] table may have remapped it."""
-        for binding in self.BINDINGS:
-            assert isinstance(binding, Binding)  # every binding here is a Binding, with an id
-            if binding.id == binding_id:
-                return self._keymap.get(binding_id, binding.key_display or binding.key)
-        return "?"
+        binding = self.bindings_by_id().get(binding_id)
+        return "?" if binding is None else self._keymap.get(binding_id, binding.key_display or binding.key)
 
     def action_help(self) -> None:
         keys = []
@@ -812,7 +814,7 @@ def check_keymap(keymap: dict[str, str]) -> None:
     """The config's [keys] table, refused whole (UsageError, exit 2) unless every binding id
     exists, every key is one a terminal can send, and no key ends up on two bindings (one of
     them would be unreachable)."""
-    bindings = {b.id: b for b in QueuetopApp.BINDINGS if isinstance(b, Binding) and b.id}
+    bindings = QueuetopApp.bindings_by_id()
     unknown = sorted(set(keymap) - set(bindings))
     if unknown:
         raise UsageError(f"config [keys]: unknown binding id(s) {', '.join(unknown)}; the ids are listed by ? in the dashboard")
