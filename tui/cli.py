@@ -95,10 +95,10 @@ def cmd_engine_init(ctx: Context) -> int:
     return 0
 
 
-def _bodies_from_args(args: argparse.Namespace) -> Iterator[str] | None:
+def _bodies_from_args(args: argparse.Namespace) -> list[str] | Iterator[str] | None:
     """The bodies to write, validated now, before anything is written: every --stdin line is
-    read and checked first; --body is checked once and repeated lazily (--count may be large);
-    None: the default bodies."""
+    read and checked first (a list); --body is checked once and repeated lazily (--count may be
+    large); None: the default bodies."""
     from queues.table_queue import parse_json_body
 
     if args.stdin:
@@ -106,7 +106,7 @@ def _bodies_from_args(args: argparse.Namespace) -> Iterator[str] | None:
             bodies = [parse_json_body(line.strip()) for line in sys.stdin if line.strip()]
         except UnicodeDecodeError:
             raise UsageError("malformed JSON body on standard input: not valid UTF-8") from None
-        return iter(bodies)
+        return bodies
     if args.body is not None:
         return itertools.repeat(parse_json_body(args.body), args.count)
     return None
@@ -187,7 +187,7 @@ def cmd_ring_put(ctx: Context) -> int:
     args = ctx.args
     check_name("ring", args.name)
     source = _bodies_from_args(args)  # validated before anything is written
-    stdin_bodies = list(source) if args.stdin and source is not None else None
+    stdin_bodies = source if isinstance(source, list) else None
     count = len(stdin_bodies) if stdin_bodies is not None else args.count
     with ctx.engine_connection("ring") as conn:
         # More than the ring has cells can never fit: refused before any body is built.
