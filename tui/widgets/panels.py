@@ -30,8 +30,8 @@ SHORT_STATES = {"idle in transaction": "idle in xact", "idle in transaction (abo
 
 def fit_segments(segments: list[tuple[str, str, bool]], width: int) -> Text:
     """(text, style, may be shortened) parts, in order, as many as fit `width` whole; a part that
-    may be shortened (a name, a query) is cut with an ellipsis when at least 4 cells are left
-    for it. A figure is whole or absent."""
+    may be shortened (a name, a query) is cut with an ellipsis when at least 8 cells (besides its
+    leading spaces) are left for it. A figure is whole or absent."""
     kept: list[tuple[str, str]] = []
     used = 0
     for text, style, shrinkable in segments:
