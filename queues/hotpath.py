@@ -65,8 +65,12 @@ class HotPath:
     def _check(self, result: pq.abc.PGresult, expected: pq.ExecStatus) -> pq.abc.PGresult:
         if result.status == expected:
             return result
-        if self._pg.status != pq.ConnStatus.OK:
-            raise psycopg.OperationalError(f"connection lost: {self._pg.get_error_message(self._encoding).strip()}")
+        # A lost connection: the status says so, or (an immediate server shutdown, measured) libpq
+        # still says OK and the result is an error the server never sent, with no SQLSTATE. Both
+        # are psycopg's OperationalError, which the worker pool reconnects on.
+        if self._pg.status != pq.ConnStatus.OK or result.error_field(pq.DiagnosticField.SQLSTATE) is None:
+            message = result.error_message.decode(self._encoding, "replace").strip() or self._pg.get_error_message(self._encoding)
+            raise psycopg.OperationalError(message.strip())
         raise errors.error_from_result(result, encoding=self._encoding)
 
     def _exec(self, query_name: str, values: dict[str, bytes], expected: pq.ExecStatus) -> pq.abc.PGresult:

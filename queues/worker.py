@@ -36,9 +36,10 @@ log = logging.getLogger("queuetop.worker")
 MODES = ("claim", "hold-transaction")
 UNTIL_EMPTY_POLL_S = 0.2  # when draining, other sessions' commits (no notification) end the wait
 # A lost database is retried for as long as the pool runs: back-off from 0.5 s, doubling, capped
-# at 30 s, with jitter so that many workers do not knock all at once.
+# at 10 s, with jitter so that many workers do not knock all at once. The first thread that gets
+# through wakes the others, so a pool resumes within one capped back-off of the database's return.
 RECONNECT_FIRST_S = 0.5
-RECONNECT_CAP_S = 30.0
+RECONNECT_CAP_S = 10.0
 
 
 def reconnect_delay(failures: int) -> float:
@@ -53,8 +54,10 @@ class ConnectionState:
     def __init__(self, queue: str) -> None:
         self.queue = queue
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
         self._down: set[str] = set()  # who cannot reach the database now: "worker 3", "listener"
         self._since: float | None = None
+        self._recoveries = 0  # how often a thread that was down got through again
 
     def lost(self, who: str, exc: BaseException) -> None:
         with self._lock:
@@ -70,9 +73,22 @@ class ConnectionState:
             if who not in self._down:
                 return
             self._down.discard(who)
+            self._recoveries += 1
+            self._changed.notify_all()  # the others' back-offs end now: the database answers
             if not self._down and self._since is not None:
                 log.warning("queue %s: the database answers again after %.1f s", self.queue, time.monotonic() - self._since)
                 self._since = None
+
+    def pause(self, seconds: float, stop: threading.Event) -> None:
+        """Wait out a back-off: `seconds`, or less if another thread got through meanwhile or the
+        pool is stopping (stop() calls wake())."""
+        with self._changed:
+            seen = self._recoveries
+            self._changed.wait_for(lambda: stop.is_set() or self._recoveries != seen, timeout=seconds)
+
+    def wake(self) -> None:
+        with self._changed:
+            self._changed.notify_all()
 
 
 @dataclass(slots=True)
@@ -217,6 +233,7 @@ class WorkerPool:
         """Ask every worker to finish the message in hand and exit."""
         self._stop.set()
         self._waker.stop()
+        self._link.wake()
         with self._pipe_lock:
             if self._stop_pipe is not None:
                 with contextlib.suppress(OSError):  # full: a wake-up is pending anyway
@@ -308,7 +325,7 @@ class WorkerPool:
                     conn.close()
                 conn = None
                 self._waker.wake_one()
-                self._stop.wait(max(interval, reconnect_delay(listener_failures)))
+                self._link.pause(max(interval, reconnect_delay(listener_failures)), self._stop)
                 continue
             if listener_failures:
                 listener_failures = 0
@@ -334,7 +351,7 @@ class WorkerPool:
             except (psycopg.OperationalError, QueuetopError) as exc:
                 failures += 1
                 self._link.lost(who, exc)
-                self._stop.wait(reconnect_delay(failures))
+                self._link.pause(reconnect_delay(failures), self._stop)
                 continue
             failures = 0
             self._link.back(who)
@@ -347,7 +364,7 @@ class WorkerPool:
                 return
             except psycopg.OperationalError as exc:
                 self._link.lost(who, exc)
-                self._stop.wait(reconnect_delay(1))
+                self._link.pause(reconnect_delay(1), self._stop)
 
     def _idle(self, conn: Executor, seen_generation: int) -> bool:
         """Nothing to claim: wait for work, or report that --until-empty is satisfied."""

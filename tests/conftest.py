@@ -112,6 +112,25 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 _counter = itertools.count()
 
+# The fault suite's figures (tests/test_faults.py), one dict per fault and mode, shown at the end of the run.
+FAULT_FIGURES: list[dict[str, object]] = []
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if not FAULT_FIGURES:
+        return
+    terminalreporter.write_sep("-", "fault suite")
+    for row in FAULT_FIGURES:
+        more = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in row.items()
+                         if k not in ("fault", "injected", "survived", "messages", "lost", "duplicated"))
+        terminalreporter.write_line(
+            f"{row['fault']}: faults injected {row['injected']}, survived {row['survived']}; messages {row['messages']}, "
+            f"lost {row['lost']}, processed more than once {row['duplicated']}" + (f"; {more}" if more else ""))
+    total = {key: sum(int(row[key]) for row in FAULT_FIGURES) for key in ("injected", "survived", "messages", "lost", "duplicated")}
+    terminalreporter.write_line(
+        f"total: faults injected {total['injected']}, survived {total['survived']}; messages {total['messages']}, "
+        f"lost {total['lost']}, processed more than once {total['duplicated']}")
+
 
 @pytest.fixture
 def db(pg_server: Server, request: pytest.FixtureRequest) -> Iterator[Database]:
