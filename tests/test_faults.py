@@ -24,6 +24,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import psycopg
 import pytest
@@ -124,7 +125,7 @@ class Pool:
     it), its output in files (a pipe nobody reads could block it)."""
 
     _serial = 0
-    started: list[Pool] = []
+    started: ClassVar[list[Pool]] = []  # every pool a test started, killed at its end if still alive
 
     def __init__(self, dsn: str, queue: str, mode: str, record_dir: Path, *args: str, work_s: float = 0.005) -> None:
         Pool._serial += 1
