@@ -4,6 +4,7 @@ with the queuetop schema, and a fresh copy of it for every test that asks for `d
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 import json
 import os
 import subprocess
@@ -112,20 +113,36 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 _counter = itertools.count()
 
-# The fault suite's figures (tests/test_faults.py), one dict per fault and mode, shown at the end of the run.
+# The fault suite's figures (tests/test_faults.py), one dict per fault and mode, shown at the end of the run,
+# with the fuzz test's count of generated command lines (tests/test_fuzz.py).
 FAULT_FIGURES: list[dict[str, object]] = []
+BAD_INPUTS: Counter[str] = Counter()
+
+
+def report_fault(fault: str, *, injected: int, survived: int, messages: int = 0, lost: int = 0, duplicated: int = 0,
+                 **more: object) -> None:
+    """Add one fault's figures to the run's `fault suite` summary."""
+    FAULT_FIGURES.append(dict(fault=fault, injected=injected, survived=survived, messages=messages, lost=lost,
+                              duplicated=duplicated, **more))
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
-    if not FAULT_FIGURES:
+    if not FAULT_FIGURES and not BAD_INPUTS:
         return
     terminalreporter.write_sep("-", "fault suite")
+    if BAD_INPUTS:
+        terminalreporter.write_line(
+            f"generated command lines (test_fuzz): tried {BAD_INPUTS['tried']}, refused cleanly {BAD_INPUTS['refused cleanly']}"
+            f" (one line, the contract's exit code, nothing written), accepted {BAD_INPUTS['accepted']}")
+    if not FAULT_FIGURES:
+        return
     for row in FAULT_FIGURES:
         more = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in row.items()
                          if k not in ("fault", "injected", "survived", "messages", "lost", "duplicated"))
-        terminalreporter.write_line(
-            f"{row['fault']}: faults injected {row['injected']}, survived {row['survived']}; messages {row['messages']}, "
-            f"lost {row['lost']}, processed more than once {row['duplicated']}" + (f"; {more}" if more else ""))
+        messages = (f"; messages {row['messages']}, lost {row['lost']}, processed more than once {row['duplicated']}"
+                    if row["messages"] else "")
+        terminalreporter.write_line(f"{row['fault']}: faults injected {row['injected']}, survived {row['survived']}{messages}"
+                                    + (f"; {more}" if more else ""))
     total = {key: sum(int(row[key]) for row in FAULT_FIGURES) for key in ("injected", "survived", "messages", "lost", "duplicated")}
     terminalreporter.write_line(
         f"total: faults injected {total['injected']}, survived {total['survived']}; messages {total['messages']}, "

@@ -11,7 +11,7 @@ from queues.control import EngineControls
 from queues.demo import Demo
 from queues.table_queue import TableQueue
 
-from .conftest import wait_until
+from .conftest import report_fault, wait_until
 
 
 def engine_sessions(db) -> list[str]:
@@ -179,6 +179,7 @@ def _gone(pid: int) -> bool:
     return state in ("Z", "X")  # exited; only waiting to be reaped
 
 
+@pytest.mark.faults
 def test_kill_9_of_the_dashboard_leaves_no_relay_behind(db):
     """The relays are children of multiprocessing's fork server, not of the dashboard: each
     watches the process that started it and exits when it is gone; the lease then expires."""
@@ -221,6 +222,7 @@ def test_kill_9_of_the_dashboard_leaves_no_relay_behind(db):
         wait_until(lambda: all(_gone(pid) for pid in relays), timeout=10, what="every relay and helper process gone")
         wait_until(lambda: not lease()[1], timeout=10, what="the lease expired, renewed by no one")
         wait_until(lambda: engine_sessions(db) == [], timeout=10, what="no relay session left")
+        report_fault("kill -9 of the dashboard with 2 relays running", injected=1, survived=1, orphans=0)
     finally:
         if dashboard.poll() is None:
             dashboard.kill()

@@ -6,6 +6,7 @@ leaves the database exactly as it was."""
 from __future__ import annotations
 
 import io
+import os
 from contextlib import redirect_stderr, redirect_stdout
 
 from hypothesis import HealthCheck, given, settings
@@ -15,6 +16,7 @@ from queues import ring
 from queues.table_queue import TableQueue
 from tui.cli import main
 
+from .conftest import BAD_INPUTS
 from .test_cli_errors import db_state
 
 # Positional names: one starting with "-" is read as an option (`--debug` rightly prints a
@@ -59,7 +61,8 @@ def run(argv: list[str]) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
-@settings(max_examples=80, deadline=None, derandomize=True,  # the same 80 in CI as here
+# The same 80 in CI as here; QT_FUZZ_EXAMPLES=2000 for a deeper run.
+@settings(max_examples=int(os.environ.get("QT_FUZZ_EXAMPLES") or 80), deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(argv=commands())
 def test_any_command_line_keeps_the_contract(db, argv):
@@ -77,3 +80,5 @@ def test_any_command_line_keeps_the_contract(db, argv):
         assert "Traceback" not in err
         assert code != 1 or "database error" not in err, (argv, err)  # bad input is caught before the database is
         assert db_state(db) == before, argv  # a refused command writes nothing
+    BAD_INPUTS["tried"] += 1
+    BAD_INPUTS["refused cleanly" if code != 0 else "accepted"] += 1
