@@ -4,13 +4,13 @@ with the queuetop schema, and a fresh copy of it for every test that asks for `d
 from __future__ import annotations
 
 import itertools
-from collections import Counter
 import json
 import os
 import subprocess
 import sys
 import time
 import warnings
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
