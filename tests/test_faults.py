@@ -409,7 +409,9 @@ def test_the_pools_outlive_a_server_down_longer_than_any_timeout(fault_server, f
                  extra_deliveries=deliveries.extra_deliveries, resumed_after_s=round(resumed_after, 1))
         assert not deliveries.lost and not deliveries.unknown
         assert _left(fault_db, queues[mode]) == (0, 0)
-        assert summaries[mode]["processed"] >= count
+        # A message is deleted once, so counted at most once; a commit whose reply the outage swallowed
+        # happened but is not counted: at most one per worker (3).
+        assert count - 3 <= summaries[mode]["processed"] <= count, summaries[mode]
         warnings = pools[mode].warnings()
         assert 1 <= len(warnings) <= 4, pools[mode].stderr()  # not one line per attempt over 35 s
         assert "lost the database" in warnings[0] and "answers again after" in warnings[-1], warnings
