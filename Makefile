@@ -18,7 +18,7 @@ PIP_INSTALL := $(PY) -m pip install -qq
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP_INSTALL) --upgrade pip
-	$(PIP_INSTALL) -e '.[test,lint]'
+	$(PIP_INSTALL) -e '.[test,lint,mssql]'
 	touch $(STAMP)
 
 run: $(STAMP)

@@ -48,10 +48,35 @@ def _strip_comment_lines(text: str) -> str:
     return "\n".join(lines).strip()
 
 
+class NamedQuery(str):
+    """A query's text in the default dialect (PostgreSQL: what psycopg sends as it is), which
+    also knows its file and name, so that a session of another dialect runs its own text of the
+    same query (`in_dialect`). Built once per file, when the file is first read."""
+
+    package: str
+    filename: str
+    name: str
+
+    def __new__(cls, text: str, package: str, filename: str, name: str) -> NamedQuery:
+        query = super().__new__(cls, text)
+        query.package, query.filename, query.name = package, filename, name
+        return query
+
+    def in_dialect(self, dialect: str) -> str:
+        """This query's text in `dialect`'s file of the same name."""
+        if dialect == DEFAULT_DIALECT:
+            return str(self)
+        try:
+            return load(self.package, dialect, self.filename)[self.name]
+        except (KeyError, FileNotFoundError):
+            raise KeyError(f"query {self.name!r} has no {dialect} text in {self.package}/sql/{dialect}/{self.filename}") from None
+
+
 @cache
 def load(package: str, dialect: str, filename: str) -> dict[str, str]:
-    """The named queries of `<package>/sql/<dialect>/<filename>`."""
-    return parse_sections(read_script(package, dialect, filename))
+    """The named queries of `<package>/sql/<dialect>/<filename>` (as `NamedQuery` objects)."""
+    sections = parse_sections(read_script(package, dialect, filename))
+    return {name: NamedQuery(text, package, filename, name) for name, text in sections.items()}
 
 
 def read_script(package: str, dialect: str, filename: str) -> str:

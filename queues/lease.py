@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import psycopg
-
+from dbcore.dialect import Session
 from dbcore.errors import LeaseHeld, UsageError
 from dbcore.names import check_name
 
@@ -36,14 +35,14 @@ def _check(name: str, holder: str, ttl_s: float | None = None) -> None:
         raise UsageError("--ttl must be a positive number of seconds")
 
 
-def describe(conn: psycopg.Connection, name: str) -> LeaseState | None:
+def describe(conn: Session, name: str) -> LeaseState | None:
     row = conn.execute(schema.ENGINE_SQL["lease_describe"], {"name": name}).fetchone()
     if row is None:
         return None
     return LeaseState(name=row[0], holder=row[1], token=row[2], expires_in_s=row[4])
 
 
-def _held_elsewhere(conn: psycopg.Connection, name: str, holder: str, verb: str) -> LeaseHeld:
+def _held_elsewhere(conn: Session, name: str, holder: str, verb: str) -> LeaseHeld:
     state = describe(conn, name)
     if state is None or state.holder is None:
         return LeaseHeld(f"cannot {verb} lease {name!r}: it is not held by {holder!r} (it is free)")
@@ -55,7 +54,7 @@ def _held_elsewhere(conn: psycopg.Connection, name: str, holder: str, verb: str)
     return LeaseHeld(f"cannot {verb} lease {name!r}: held by {state.holder!r} (token {state.token}{when})")
 
 
-def acquire(conn: psycopg.Connection, name: str, holder: str, ttl_s: float) -> int:
+def acquire(conn: Session, name: str, holder: str, ttl_s: float) -> int:
     """Take the lease; returns the fencing token. LeaseHeld (exit 4) if another holds it."""
     _check(name, holder, ttl_s)
     row = conn.execute(
@@ -66,7 +65,7 @@ def acquire(conn: psycopg.Connection, name: str, holder: str, ttl_s: float) -> i
     return row[0]
 
 
-def renew(conn: psycopg.Connection, name: str, holder: str, ttl_s: float, token: int | None = None) -> int:
+def renew(conn: Session, name: str, holder: str, ttl_s: float, token: int | None = None) -> int:
     _check(name, holder, ttl_s)
     row = conn.execute(
         schema.ENGINE_SQL["lease_renew"], {"name": name, "holder": holder, "ttl_s": float(ttl_s), "token": token}
@@ -76,7 +75,7 @@ def renew(conn: psycopg.Connection, name: str, holder: str, ttl_s: float, token:
     return row[0]
 
 
-def release(conn: psycopg.Connection, name: str, holder: str, token: int | None = None) -> int:
+def release(conn: Session, name: str, holder: str, token: int | None = None) -> int:
     _check(name, holder)
     row = conn.execute(
         schema.ENGINE_SQL["lease_release"], {"name": name, "holder": holder, "token": token}

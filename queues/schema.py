@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import psycopg
-
 from dbcore import sqlfiles
 from dbcore.database import one
+from dbcore.dialect import Session, dialect_of
 from dbcore.errors import UsageError
 from dbcore.sqlfiles import Queries
 
@@ -18,21 +17,23 @@ INIT_LOCK_KEY = 0x71756575  # "queu"
 ENGINE_SQL = Queries("queues", "queries.sql")
 
 
-def install(conn: psycopg.Connection) -> str:
-    """Install or upgrade the schema; safe to run any number of times, concurrently too."""
-    script = sqlfiles.read_script("queues", "postgresql", "schema.sql")
+def install(conn: Session) -> str:
+    """Install or upgrade the schema, in the session's dialect; safe to run any number of
+    times, concurrently too."""
+    dialect = dialect_of(conn)
+    script = sqlfiles.read_script("queues", dialect.name, "schema.sql")
     with conn.transaction():
         lock_init(conn)
-        conn.execute(script)
+        dialect.run_script(conn, script)
     return SCHEMA_VERSION
 
 
-def lock_init(conn: psycopg.Connection) -> None:
+def lock_init(conn: Session) -> None:
     """Inside a transaction: wait for any other schema change (init, queue creation) to end."""
     conn.execute(ENGINE_SQL["init_lock"], {"key": INIT_LOCK_KEY})
 
 
-def require(conn: psycopg.Connection, *, where: str) -> None:
+def require(conn: Session, *, where: str) -> None:
     """Fail with a clear message (exit 2) when the schema is missing or too old."""
     present = one(conn.execute(ENGINE_SQL["schema_present"]))[0]
     if not present:

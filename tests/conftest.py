@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -158,6 +159,51 @@ def db(pg_server: Server, request: pytest.FixtureRequest) -> Iterator[Database]:
     yield database
     with psycopg.connect(pg_server.admin_uri, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+MSSQL_ENV = "QUEUETOP_MSSQL_DSN"
+# Before each live test on SQL Server: the engine's rows go, the schema stays (the database
+# QUEUETOP_MSSQL_DSN names must be a scratch database; the suite installs the schema there).
+MSSQL_RESET = """
+DELETE FROM queuetop.leases;
+"""
+
+
+@dataclass(frozen=True)
+class EngineDatabase:
+    """A database with the engine's schema in one dialect: the conformance suite's subject.
+    `connect()` opens a session through the dialect seam, as the engine's own commands do."""
+
+    dialect: str
+    dsn: str
+    target: Target
+
+    def connect(self) -> Any:
+        from dbcore.dialect import open_session
+
+        return open_session(self.target, application_name="queuetop-tests")
+
+
+@pytest.fixture(params=["postgresql", "mssql"])
+def engine_db(request: pytest.FixtureRequest) -> Iterator[EngineDatabase]:
+    """The conformance suite runs each test once per dialect: on PostgreSQL always (a fresh
+    database of the embedded server), on SQL Server only when QUEUETOP_MSSQL_DSN names one. No
+    SQL Server runs on this machine or in CI, so there those runs are skipped, saying so."""
+    request.node.add_marker(pytest.mark.conformance)
+    if request.param == "postgresql":
+        db = request.getfixturevalue("db")
+        yield EngineDatabase("postgresql", db.dsn, db.target)
+        return
+    dsn = os.environ.get(MSSQL_ENV)
+    if not dsn:
+        pytest.skip(f"SQL Server live run: no server here; set {MSSQL_ENV}=mssql+pyodbc://… (a scratch database) to run it")
+    target = resolve_target(dsn)
+    assert target is not None and target.dialect == "mssql", f"{MSSQL_ENV} must be an mssql+pyodbc:// URL"
+    database = EngineDatabase("mssql", dsn, target)
+    with database.connect() as session:
+        schema.install(session)
+        session.execute(MSSQL_RESET)
+    yield database
 
 
 @dataclass(frozen=True)

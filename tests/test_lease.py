@@ -1,5 +1,6 @@
-"""Leases against a real PostgreSQL: compare-and-swap acquire on the database clock, fencing
-tokens, expiry takeover, renew and release only by the holder (and under its token)."""
+"""Leases, in every dialect (conformance suite: `engine_db` runs each test on PostgreSQL, and on
+SQL Server when QUEUETOP_MSSQL_DSN is set): compare-and-swap acquire on the database clock,
+fencing tokens, expiry takeover, renew and release only by the holder (and under its token)."""
 
 from __future__ import annotations
 
@@ -31,8 +32,8 @@ def wait_expired(conn, name):
     )
 
 
-def test_acquire_of_a_new_lease_returns_token_1(db):
-    with db.connect() as conn:
+def test_acquire_of_a_new_lease_returns_token_1(engine_db):
+    with engine_db.connect() as conn:
         assert lease.describe(conn, "relay") is None
         assert lease.acquire(conn, "relay", "a", LONG) == 1
         state = lease.describe(conn, "relay")
@@ -40,8 +41,8 @@ def test_acquire_of_a_new_lease_returns_token_1(db):
         assert 0 < state.expires_in_s <= LONG
 
 
-def test_same_holder_reacquiring_keeps_its_token_and_extends(db):
-    with db.connect() as conn:
+def test_same_holder_reacquiring_keeps_its_token_and_extends(engine_db):
+    with engine_db.connect() as conn:
         assert lease.acquire(conn, "relay", "a", 5) == 1
         assert lease.acquire(conn, "relay", "a", LONG) == 1
         state = lease.describe(conn, "relay")
@@ -49,8 +50,8 @@ def test_same_holder_reacquiring_keeps_its_token_and_extends(db):
         assert state.expires_in_s > 5
 
 
-def test_another_holder_is_refused_while_held(db):
-    with db.connect() as conn, db.connect() as other:
+def test_another_holder_is_refused_while_held(engine_db):
+    with engine_db.connect() as conn, engine_db.connect() as other:
         lease.acquire(conn, "relay", "a", LONG)
         with pytest.raises(LeaseHeld, match="held by 'a'"):
             lease.acquire(other, "relay", "b", LONG)
@@ -58,13 +59,13 @@ def test_another_holder_is_refused_while_held(db):
         assert (state.holder, state.token) == ("a", 1)
 
 
-def acquire_race(db, name, contenders=16):
+def acquire_race(engine_db, name, contenders=16):
     barrier = threading.Barrier(contenders)
     results: dict[str, object] = {}
     lock = threading.Lock()
 
     def contend(holder):
-        with db.connect() as conn:
+        with engine_db.connect() as conn:
             try:
                 barrier.wait(timeout=30)
                 outcome: object = lease.acquire(conn, name, holder, LONG)
@@ -88,37 +89,37 @@ def acquire_race(db, name, contenders=16):
     return winners, losers
 
 
-def assert_single_winner(db, name, expected_token):
+def assert_single_winner(engine_db, name, expected_token):
     """Race 16 acquirers: exactly one wins, with `expected_token`, and the table agrees."""
-    winners, losers = acquire_race(db, name)
+    winners, losers = acquire_race(engine_db, name)
     assert len(winners) == 1 and len(losers) == 15
     ((holder, token),) = winners.items()
     assert token == expected_token
-    with db.connect() as conn:
+    with engine_db.connect() as conn:
         state = lease.describe(conn, name)
         assert (state.holder, state.token) == (holder, expected_token)
 
 
-def test_concurrent_acquirers_of_a_new_lease_exactly_one_wins(db):
-    assert_single_winner(db, "relay", 1)
+def test_concurrent_acquirers_of_a_new_lease_exactly_one_wins(engine_db):
+    assert_single_winner(engine_db, "relay", 1)
 
 
-def test_concurrent_takeover_of_an_expired_lease_exactly_one_wins(db):
-    with db.connect() as conn:
+def test_concurrent_takeover_of_an_expired_lease_exactly_one_wins(engine_db):
+    with engine_db.connect() as conn:
         lease.acquire(conn, "relay", "old", SHORT)
         wait_expired(conn, "relay")
-    assert_single_winner(db, "relay", 2)
+    assert_single_winner(engine_db, "relay", 2)
 
 
-def test_concurrent_acquirers_of_a_released_lease_exactly_one_wins(db):
-    with db.connect() as conn:
+def test_concurrent_acquirers_of_a_released_lease_exactly_one_wins(engine_db):
+    with engine_db.connect() as conn:
         lease.acquire(conn, "relay", "old", LONG)
         lease.release(conn, "relay", "old")
-    assert_single_winner(db, "relay", 2)
+    assert_single_winner(engine_db, "relay", 2)
 
 
-def test_expired_lease_is_taken_over_with_next_token(db):
-    with db.connect() as a, db.connect() as b:
+def test_expired_lease_is_taken_over_with_next_token(engine_db):
+    with engine_db.connect() as a, engine_db.connect() as b:
         first = lease.acquire(a, "relay", "a", SHORT)
         with pytest.raises(LeaseHeld):
             lease.acquire(b, "relay", "b", LONG)  # not yet expired
@@ -136,8 +137,8 @@ def test_expired_lease_is_taken_over_with_next_token(db):
         assert lease.describe(a, "relay").holder == "b"
 
 
-def test_fencing_token_grows_strictly_over_handovers(db):
-    with db.connect() as conn:
+def test_fencing_token_grows_strictly_over_handovers(engine_db):
+    with engine_db.connect() as conn:
         tokens = [lease.acquire(conn, "relay", "a", LONG)]
         lease.release(conn, "relay", "a")
         tokens.append(lease.acquire(conn, "relay", "b", SHORT))
@@ -148,8 +149,8 @@ def test_fencing_token_grows_strictly_over_handovers(db):
         assert tokens == [1, 2, 3, 4, 5]
 
 
-def test_renew_and_release_only_by_the_holder(db):
-    with db.connect() as conn:
+def test_renew_and_release_only_by_the_holder(engine_db):
+    with engine_db.connect() as conn:
         token = lease.acquire(conn, "relay", "a", 5)
         with pytest.raises(LeaseHeld, match="held by 'a'"):
             lease.renew(conn, "relay", "b", LONG)
@@ -163,8 +164,8 @@ def test_renew_and_release_only_by_the_holder(db):
         assert lease.describe(conn, "relay").holder is None
 
 
-def test_renew_and_release_with_a_stale_token_are_refused(db):
-    with db.connect() as conn:
+def test_renew_and_release_with_a_stale_token_are_refused(engine_db):
+    with engine_db.connect() as conn:
         stale = lease.acquire(conn, "relay", "a", LONG)
         lease.release(conn, "relay", "a")
         current = lease.acquire(conn, "relay", "a", 5)
@@ -182,8 +183,8 @@ def test_renew_and_release_with_a_stale_token_are_refused(db):
         assert lease.describe(conn, "relay").holder is None
 
 
-def test_expired_lease_not_taken_over_can_be_renewed_by_its_holder(db):
-    with db.connect() as conn:
+def test_expired_lease_not_taken_over_can_be_renewed_by_its_holder(engine_db):
+    with engine_db.connect() as conn:
         token = lease.acquire(conn, "relay", "a", SHORT)
         wait_expired(conn, "relay")
         assert lease.renew(conn, "relay", "a", LONG, token=token) == token
@@ -193,8 +194,8 @@ def test_expired_lease_not_taken_over_can_be_renewed_by_its_holder(db):
             lease.acquire(conn, "relay", "b", LONG)  # held again
 
 
-def test_release_makes_it_free_and_next_acquire_gets_next_token(db):
-    with db.connect() as conn, db.connect() as other:
+def test_release_makes_it_free_and_next_acquire_gets_next_token(engine_db):
+    with engine_db.connect() as conn, engine_db.connect() as other:
         token = lease.acquire(conn, "relay", "a", LONG)
         assert lease.release(conn, "relay", "a") == token
         state = lease.describe(conn, "relay")
@@ -207,8 +208,8 @@ def test_release_makes_it_free_and_next_acquire_gets_next_token(db):
         assert lease.acquire(other, "relay", "b", LONG) == token + 1
 
 
-def test_renew_or_release_of_an_unknown_lease_is_refused(db):
-    with db.connect() as conn:
+def test_renew_or_release_of_an_unknown_lease_is_refused(engine_db):
+    with engine_db.connect() as conn:
         with pytest.raises(LeaseHeld):
             lease.renew(conn, "ghost", "a", LONG)
         with pytest.raises(LeaseHeld):
@@ -220,8 +221,8 @@ def test_renew_or_release_of_an_unknown_lease_is_refused(db):
     "name, holder, ttl",
     [('x"; drop table y; --', "a", 1.0), ("ok", "", 1.0), ("ok", "bad\nholder", 1.0), ("ok", "a", 0.0), ("ok", "a", -1.0)],
 )
-def test_invalid_input_is_a_usage_error_before_sql(db, name, holder, ttl):
-    with db.connect() as conn:
+def test_invalid_input_is_a_usage_error_before_sql(engine_db, name, holder, ttl):
+    with engine_db.connect() as conn:
         with pytest.raises(UsageError):
             lease.acquire(conn, name, holder, ttl)
         assert conn.execute("SELECT count(*) FROM queuetop.leases").fetchone()[0] == 0

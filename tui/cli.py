@@ -15,6 +15,7 @@ from pathlib import Path
 import psycopg
 
 from dbcore.database import ENV_DSN, MASK, Target, connect, resolve_target
+from dbcore.dialect import Session, open_session, translate_error
 from dbcore.errors import QueuetopError, UsageError, first_line
 from queues import __version__, schema
 from queues import lease as leases
@@ -54,8 +55,22 @@ class Context:
             self._target = target
         return self._target
 
+    def session(self, role: str) -> Session:
+        """A session in the target's dialect (the commands that reach SQL Server use this)."""
+        return open_session(self.target, application_name=f"queuetop-cli:{role}")
+
     def connect(self, role: str, **kwargs) -> psycopg.Connection:
         return connect(self.target, application_name=f"queuetop-cli:{role}", **kwargs)
+
+    def engine_session(self, role: str) -> Session:
+        """A session in the target's dialect on a database that carries the engine's schema."""
+        session = self.session(role)
+        try:
+            schema.require(session, where=self.target.masked)
+        except BaseException:
+            session.close()
+            raise
+        return session
 
     def engine_connection(self, role: str) -> psycopg.Connection:
         conn = self.connect(role)
@@ -89,8 +104,8 @@ def emit(obj: object) -> None:
 
 
 def cmd_engine_init(ctx: Context) -> int:
-    with ctx.connect("init") as conn:
-        version = schema.install(conn)
+    with ctx.session("init") as session:
+        version = schema.install(session)
     emit({"schema_version": version, "database": ctx.target.masked})
     return 0
 
@@ -215,7 +230,7 @@ def cmd_ring_take(ctx: Context) -> int:
 
 def cmd_lease_acquire(ctx: Context) -> int:
     args = ctx.args
-    with ctx.engine_connection("lease") as conn:
+    with ctx.engine_session("lease") as conn:
         token = leases.acquire(conn, args.name, args.holder, args.ttl)
     print(token, flush=True)
     return 0
@@ -223,7 +238,7 @@ def cmd_lease_acquire(ctx: Context) -> int:
 
 def cmd_lease_renew(ctx: Context) -> int:
     args = ctx.args
-    with ctx.engine_connection("lease") as conn:
+    with ctx.engine_session("lease") as conn:
         token = leases.renew(conn, args.name, args.holder, args.ttl, args.token)
     print(token, flush=True)
     return 0
@@ -231,7 +246,7 @@ def cmd_lease_renew(ctx: Context) -> int:
 
 def cmd_lease_release(ctx: Context) -> int:
     args = ctx.args
-    with ctx.engine_connection("lease") as conn:
+    with ctx.engine_session("lease") as conn:
         token = leases.release(conn, args.name, args.holder, args.token)
     emit({"lease": args.name, "released": True, "token": token})
     return 0
@@ -691,13 +706,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.func(ctx)
     except QueuetopError as exc:
         return _fail(ctx, str(exc), exc.exit_code, debug)
-    except psycopg.OperationalError as exc:
-        return _fail(ctx, f"database connection failed: {first_line(exc)}", 2, debug)
-    except psycopg.errors.InsufficientPrivilege as exc:
-        # A configuration problem (grant the role what it needs), not a run-time failure.
-        return _fail(ctx, f"missing privilege: {first_line(exc)}", 2, debug)
-    except psycopg.Error as exc:
-        return _fail(ctx, f"database error: {first_line(exc)}", 1, debug)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
@@ -706,6 +714,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 1
     except Exception as exc:
+        # A driver's error: a lost connection (exit 2), a missing privilege (a configuration
+        # problem, exit 2), anything else the database refused (exit 1). See the dialects' translate().
+        error = translate_error(exc, ctx._target if ctx is not None else None)
+        if error is not None:
+            return _fail(ctx, str(error), error.exit_code, debug)
         return _fail(ctx, f"internal error: {type(exc).__name__}: {first_line(exc)} (rerun with --debug for details)", 1, debug)
 
 

@@ -1,0 +1,132 @@
+"""The dialect seam: what differs between PostgreSQL and SQL Server, behind one small interface.
+
+A `Dialect` knows how to open a `Session` on a target, how to quote an identifier, how to turn
+its driver's errors into queuetop's (each with the exit code PRODUCT.md defines), and what it
+can do (`Capabilities`): whether idle consumers can be woken by a notification or must poll,
+whether statements take and return arrays, whether the engine's prepared hot path exists.
+Engine and probe code ask the capability, never the dialect's name.
+
+Both dialects read the same named queries (`Queries`), each from its own directory
+(`<package>/sql/<dialect.name>/`), with the same bind style (`%(name)s`) and the same `{field}`
+identifier slots: a statement is chosen by name and the dialect supplies its text.
+
+- PostgreSQL: the session *is* a psycopg connection. psycopg already has the interface the
+  engine uses (`execute()` returning a cursor, `transaction()`), and the measured hot path
+  (queues/hotpath.py) needs the connection itself.
+- SQL Server: a SQLAlchemy Core connection over pyodbc (dbcore/mssql.py), pooled per target.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from .errors import QueuetopError
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Capabilities:
+    notify: bool  # LISTEN/NOTIFY wakes idle consumers; without it they poll at a bounded, measured cost
+    arrays: bool  # statements take array parameters and return array columns; else JSON text in, rows out
+    prepared_hot_path: bool  # queues/hotpath.py: the claim loop's statements prepared through libpq
+    advisory_locks: bool = True  # an application lock scoped to a transaction (pg_advisory_xact_lock, sp_getapplock)
+    kill_session: bool = True  # cancel / terminate another session (pg_cancel_backend, KILL)
+
+
+class Result(Protocol):
+    """What `Session.execute` returns: psycopg's cursor has exactly this surface."""
+
+    @property
+    def rowcount(self) -> int: ...
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+
+@runtime_checkable
+class Session(Protocol):
+    """One connection as the engine uses it: statements in autocommit unless inside
+    `transaction()`, which commits on success and rolls back on an exception."""
+
+    def execute(self, query: Any, params: Mapping[str, Any] | None = None) -> Any: ...
+
+    def transaction(self) -> AbstractContextManager[Any]: ...
+
+    def close(self) -> None: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, *exc: Any) -> Any: ...
+
+
+class Dialect(Protocol):
+    name: str  # the directory of its .sql files; never a branch in engine or probe code
+    label: str  # how the dashboard names it ("PostgreSQL", "SQL Server")
+    capabilities: Capabilities
+
+    def connect(self, target: Any, *, application_name: str, autocommit: bool = True, connect_timeout: int = 10,
+                options: dict[str, str] | None = None) -> Session: ...
+
+    def quote(self, *parts: str) -> str:
+        """A (schema-qualified) identifier as SQL text."""
+        ...
+
+    def translate(self, exc: BaseException, target: Any) -> QueuetopError | None:
+        """The driver's error as queuetop's (one line, DSN masked), or None when it is not the driver's."""
+        ...
+
+    def run_script(self, session: Any, script: str) -> None:
+        """Run a whole `.sql` script (the schema) on `session`."""
+        ...
+
+
+_DIALECTS: dict[str, Dialect] = {}
+
+
+def dialect_named(name: str) -> Dialect:
+    """The dialect of a target (`Target.dialect`), created on first use: SQL Server's module
+    loads SQLAlchemy's engine machinery, which a PostgreSQL user never pays for."""
+    dialect = _DIALECTS.get(name)
+    if dialect is None:
+        if name == "postgresql":
+            from .postgres import PostgresDialect
+
+            dialect = PostgresDialect()
+        elif name == "mssql":
+            from .mssql import MssqlDialect
+
+            dialect = MssqlDialect()
+        else:
+            raise ValueError(f"no dialect {name!r}")
+        _DIALECTS[name] = dialect
+    return dialect
+
+
+def dialect_of(session: Any) -> Dialect:
+    """The dialect a session speaks: a SQL Server session says so; a psycopg connection is PostgreSQL's."""
+    dialect = getattr(session, "dialect", None)
+    return dialect if dialect is not None else dialect_named("postgresql")
+
+
+def open_session(target: Any, *, application_name: str, autocommit: bool = True, connect_timeout: int = 10,
+                 options: dict[str, str] | None = None) -> Session:
+    """A session on `target`, in its dialect."""
+    return dialect_named(target.dialect).connect(target, application_name=application_name, autocommit=autocommit,
+                                                 connect_timeout=connect_timeout, options=options)
+
+
+def translate_error(exc: BaseException, target: Any = None) -> QueuetopError | None:
+    """A driver's error, from whichever dialect raised it, as queuetop's; None for anything else."""
+    for name in ("postgresql", *[n for n in _DIALECTS if n != "postgresql"]):
+        error = dialect_named(name).translate(exc, target)
+        if error is not None:
+            return error
+    return None
