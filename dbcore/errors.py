@@ -17,6 +17,16 @@ class OperationFailed(QueuetopError):
     exit_code = 1
 
 
+class DatabaseRefused(OperationFailed):
+    """A statement the database refused (exit 1), from a dialect whose driver errors are not
+    psycopg's. `sqlstate` is queuetop's own code where the refusal is the engine's: SQL Server's
+    THROW 50404 in the engine's T-SQL is PostgreSQL's RAISE ... ERRCODE 'QT404' (unknown ring)."""
+
+    def __init__(self, message: str, sqlstate: str | None = None) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+
+
 class UsageError(QueuetopError):
     """Bad arguments or input: malformed JSON, an invalid or unknown name (exit 2)."""
 

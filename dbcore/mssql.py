@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from .dialect import Capabilities
-from .errors import ConnectionFailed, OperationFailed, QueuetopError, UsageError, first_line
+from .errors import ConnectionFailed, DatabaseRefused, QueuetopError, UsageError, first_line
 
 if TYPE_CHECKING:
     import sqlalchemy
@@ -116,7 +116,9 @@ class MssqlDialect:
             return ConnectionFailed(f"database connection failed: {message}")
         if number in _PRIVILEGE_ERRORS:
             return UsageError(f"missing privilege: {message}")
-        return OperationFailed(f"database error: {message}")
+        if number is not None and 50000 <= number < 60000:  # the engine's own THROW: its PostgreSQL code
+            return DatabaseRefused(f"database error: {message}", sqlstate=f"QT{number - 50000:03d}")
+        return DatabaseRefused(f"database error: {message}")
 
 
 class _Buffered:
@@ -188,6 +190,11 @@ class MssqlSession:
             block.commit()
         finally:
             self._depth -= 1
+
+    def cursor(self) -> MssqlSession:
+        """psycopg's `conn.cursor()`, kept by the worker for a connection's life: here the
+        session is its own cursor."""
+        return self
 
     def close(self) -> None:
         self._conn.close()

@@ -73,7 +73,7 @@ class NamedQuery(str):
 
 
 @cache
-def load(package: str, dialect: str, filename: str) -> dict[str, str]:
+def load(package: str, dialect: str, filename: str) -> dict[str, NamedQuery]:
     """The named queries of `<package>/sql/<dialect>/<filename>` (as `NamedQuery` objects)."""
     sections = parse_sections(read_script(package, dialect, filename))
     return {name: NamedQuery(text, package, filename, name) for name, text in sections.items()}
@@ -95,7 +95,7 @@ class Queries:
         self.filename = filename
         self.dialect = dialect
 
-    def __getitem__(self, name: QueryName) -> str:
+    def __getitem__(self, name: QueryName) -> NamedQuery:
         try:
             return load(self.package, self.dialect, self.filename)[name]
         except KeyError:

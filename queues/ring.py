@@ -16,7 +16,8 @@ from datetime import datetime
 import psycopg
 
 from dbcore.database import one
-from dbcore.errors import RingFull, UsageError
+from dbcore.dialect import Session
+from dbcore.errors import DatabaseRefused, RingFull, UsageError
 from dbcore.names import check_name
 
 from . import schema
@@ -41,13 +42,13 @@ class RingItem:
     body: str
 
 
-def _unknown_ring(exc: psycopg.Error, name: str) -> UsageError | None:
+def _unknown_ring(exc: Exception, name: str) -> UsageError | None:
     if getattr(exc, "sqlstate", None) == "QT404":
         return UsageError(f"unknown ring {name!r} (create it with `queuetop engine ring create`)")
     return None
 
 
-def create(conn: psycopg.Connection, name: str, capacity: int) -> RingState:
+def create(conn: Session, name: str, capacity: int) -> RingState:
     """Create a ring of `capacity` cells; re-creating with the same capacity is a no-op."""
     check_name("ring", name)
     if not 1 <= capacity <= MAX_CAPACITY:
@@ -59,19 +60,19 @@ def create(conn: psycopg.Connection, name: str, capacity: int) -> RingState:
     return state
 
 
-def describe(conn: psycopg.Connection, name: str) -> RingState:
+def describe(conn: Session, name: str) -> RingState:
     row = conn.execute(schema.ENGINE_SQL["ring_describe"], {"name": name}).fetchone()
     if row is None:
         raise UsageError(f"unknown ring {name!r} (create it with `queuetop engine ring create`)")
     return RingState(name=row[0], capacity=row[1], refused_total=row[2], used=row[3], head=row[4], tail=row[5])
 
 
-def put(conn: psycopg.Connection, name: str, bodies: Sequence[str]) -> int:
+def put(conn: Session, name: str, bodies: Sequence[str]) -> int:
     """Put all bodies or none (RingFull, exit 3). Returns the first position written."""
     check_name("ring", name)
     try:
         row = one(conn.execute(schema.ENGINE_SQL["ring_put"], {"name": name, "bodies": list(bodies)}))
-    except psycopg.Error as exc:
+    except (psycopg.Error, DatabaseRefused) as exc:  # any dialect's refusal: QT404 is an unknown ring
         raise (_unknown_ring(exc, name) or exc) from None
     if row[0] is None:
         state = describe(conn, name)
@@ -83,13 +84,13 @@ def put(conn: psycopg.Connection, name: str, bodies: Sequence[str]) -> int:
     return row[0]
 
 
-def take(conn: psycopg.Connection, name: str, count: int = 1) -> list[RingItem]:
+def take(conn: Session, name: str, count: int = 1) -> list[RingItem]:
     """Take up to `count` messages in FIFO order (fewer, or none, if the ring holds fewer)."""
     check_name("ring", name)
     if not 1 <= count <= MAX_CAPACITY:
         raise UsageError(f"--count must be between 1 and {MAX_CAPACITY}")
     try:
         rows = conn.execute(schema.ENGINE_SQL["ring_take"], {"name": name, "count": count}).fetchall()
-    except psycopg.Error as exc:
+    except (psycopg.Error, DatabaseRefused) as exc:  # any dialect's refusal: QT404 is an unknown ring
         raise (_unknown_ring(exc, name) or exc) from None
     return [RingItem(seq=r[0], put_at=r[1], body=r[2]) for r in rows]

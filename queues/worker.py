@@ -19,11 +19,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import psycopg
 
 from dbcore.database import Executor, Target, connect
-from dbcore.errors import OperationFailed, QueuetopError, UsageError, connection_cause, first_line
+from dbcore.dialect import dialect_named, open_session
+from dbcore.errors import ConnectionFailed, OperationFailed, QueuetopError, UsageError, connection_cause, first_line
 from dbcore.names import check_name
 
 from .handlers import Handler
@@ -89,6 +91,20 @@ class ConnectionState:
     def wake(self) -> None:
         with self._changed:
             self._changed.notify_all()
+
+
+class PlainPath:
+    """The claim loop's claim and ack through the queue's ordinary statements: for a dialect
+    without a prepared hot path (SQL Server), with HotPath's interface."""
+
+    def __init__(self, conn: Any, queue: TableQueue) -> None:
+        self._conn, self._queue = conn, queue
+
+    def claim(self, *, visibility_s: float, batch: int = 1) -> list[Message]:
+        return self._queue.claim(self._conn, visibility_s=visibility_s, batch=batch)
+
+    def ack(self, messages: list[Message]) -> int:
+        return self._queue.ack_batch(self._conn, messages)
 
 
 @dataclass(slots=True)
@@ -207,6 +223,7 @@ class WorkerPool:
         # Claim/take statements sent, one slot per worker thread (each writes only its own).
         self._poll_counts = [0] * self.options.workers
         self._link = ConnectionState(queue_name)
+        self._capabilities = dialect_named(target.dialect).capabilities  # LISTEN or poll; the hot path or not
 
     @property
     def polls(self) -> int:
@@ -217,7 +234,7 @@ class WorkerPool:
 
     def start(self) -> None:
         # Resolve the queue up front so a bad name fails before any thread starts.
-        with connect(self.target, application_name=self._app_name("work")) as conn:
+        with open_session(self.target, application_name=self._app_name("work")) as conn:
             self._queue = TableQueue.open(conn, self.queue_name)
         listener = threading.Thread(target=self._listen, name=f"listen:{self.queue_name}", daemon=True)
         self._threads.append(listener)
@@ -294,6 +311,9 @@ class WorkerPool:
 
     def _listen(self) -> None:
         interval = UNTIL_EMPTY_POLL_S if self.options.until_empty else self.options.poll_interval_s
+        if not self._capabilities.notify:
+            self._poll(interval)
+            return
         conn: psycopg.Connection | None = None
         assert self._stop_pipe is not None  # closed only once every thread has ended
         stop_fd = self._stop_pipe[0]
@@ -333,6 +353,12 @@ class WorkerPool:
         if conn is not None:
             conn.close()
 
+    def _poll(self, interval: float) -> None:
+        """A dialect with no notification (SQL Server): one worker looks every `interval`
+        seconds, so an idle queue costs one claim statement per interval, however many wait."""
+        while not self._stop.wait(interval):
+            self._waker.wake_one()
+
     def _work(self, index: int) -> None:
         try:
             self._work_with_reconnect(index)
@@ -347,7 +373,7 @@ class WorkerPool:
         who, failures = f"worker {index}", 0
         while not self._stop.is_set():
             try:
-                conn = connect(self.target, application_name=self._app_name("work"))
+                conn = open_session(self.target, application_name=self._app_name("work"))
             except (psycopg.OperationalError, QueuetopError) as exc:
                 failures += 1
                 self._link.lost(who, exc)
@@ -362,7 +388,7 @@ class WorkerPool:
                     else:
                         self._hold_loop(conn, index)
                 return
-            except psycopg.OperationalError as exc:
+            except (psycopg.OperationalError, ConnectionFailed) as exc:  # the connection was lost, in any dialect
                 self._link.lost(who, exc)
                 self._link.pause(reconnect_delay(1), self._stop)
 
@@ -379,12 +405,13 @@ class WorkerPool:
         base = self.options.retry_delay_s
         return 0.0 if base <= 0 else min(base * 2 ** max(0, attempts - 1), 3600.0)
 
-    def _claim_loop(self, conn: psycopg.Connection, index: int) -> None:
+    def _claim_loop(self, conn: Any, index: int) -> None:
         queue, opts = self._queue, self.options
         assert queue is not None
-        # Claims and acks go through prepared libpq calls (see hotpath.py); the rest through one
-        # cursor for the connection's life.
-        hot = HotPath(conn, queue)
+        # Claims and acks go through prepared libpq calls where the dialect has them (see
+        # hotpath.py), through the queue's statements otherwise; the rest through one cursor for
+        # the connection's life (a SQL Server session is its own).
+        hot: HotPath | PlainPath = HotPath(conn, queue) if self._capabilities.prepared_hot_path else PlainPath(conn, queue)
         cur = conn.cursor()
         while not self._stop.is_set():
             seen = self._waker.generation()
@@ -429,7 +456,7 @@ class WorkerPool:
         else:
             self.summary.add(stale_acks=1)
 
-    def _hold_loop(self, conn: psycopg.Connection, index: int) -> None:
+    def _hold_loop(self, conn: Any, index: int) -> None:
         queue, opts = self._queue, self.options
         assert queue is not None
         cur = conn.cursor()

@@ -165,7 +165,16 @@ MSSQL_ENV = "QUEUETOP_MSSQL_DSN"
 # Before each live test on SQL Server: the engine's rows go, the schema stays (the database
 # QUEUETOP_MSSQL_DSN names must be a scratch database; the suite installs the schema there).
 MSSQL_RESET = """
-DELETE FROM queuetop.leases;
+SET NOCOUNT ON;
+DECLARE @drop nvarchar(max) = N'';
+SELECT @drop = @drop + N'DROP TABLE queuetop.' + QUOTENAME(t.name) + N';'
+FROM sys.tables AS t WHERE t.schema_id = SCHEMA_ID(N'queuetop') AND t.name LIKE N'q[_]%';
+EXEC sys.sp_executesql @drop;
+DELETE FROM queuetop.queues; DELETE FROM queuetop.dead_letters; DELETE FROM queuetop.rings;
+DELETE FROM queuetop.leases; DELETE FROM queuetop.tasks; DELETE FROM queuetop.task_status_deltas;
+DELETE FROM queuetop.task_status_naive; DELETE FROM queuetop.compactor_runs; DELETE FROM queuetop.eo_payloads;
+DELETE FROM queuetop.eo_inbox; DELETE FROM queuetop.eo_outbox; DELETE FROM queuetop.eo_effects;
+DELETE FROM queuetop.outbox; DELETE FROM queuetop.subscriptions;
 """
 
 

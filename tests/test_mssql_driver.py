@@ -93,12 +93,15 @@ def test_urls_queuetop_cannot_use_are_usage_errors(cli, url):
     _fails_cleanly(cli, url.format(p=QUOTED), within=10)
 
 
-def test_the_lease_commands_reach_sql_server_through_the_seam(cli):
-    """`engine lease` opens its session through the dialect seam: the driver's own refusal."""
-    line = _fails_cleanly(cli, _url("127.0.0.1:1"), within=10, args=("engine", "lease", "acquire", "relay", "--holder", "a", "--ttl", "5"))
+@pytest.mark.parametrize("args", [("engine", "lease", "acquire", "relay", "--holder", "a", "--ttl", "5"),
+                                  ("engine", "ring", "create", "r", "--capacity", "3"), ("engine", "enqueue", "q"),
+                                  ("engine", "work", "q", "--until-empty")])
+def test_the_engine_commands_on_the_seam_reach_the_driver(cli, args):
+    """These commands open their session through the dialect seam: what stops them is the driver's own refusal."""
+    line = _fails_cleanly(cli, _url("127.0.0.1:1"), within=10, args=args)
     assert "Unable to connect" in line
 
 
 def test_a_command_not_yet_on_the_seam_says_so_in_one_line(cli):
-    line = _fails_cleanly(cli, _url("127.0.0.1:1"), within=10, args=("engine", "ring", "create", "r", "--capacity", "3"))
+    line = _fails_cleanly(cli, _url("127.0.0.1:1"), within=10, args=("engine", "compact"))
     assert "does not reach SQL Server yet" in line

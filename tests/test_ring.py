@@ -1,6 +1,8 @@
-"""Ring buffer semantics against a real PostgreSQL: creation, refusal when full (all or nothing),
-FIFO across wrap-around with byte-exact bodies, concurrent producers and consumers, rolled-back
-and still-open writers, and the no-INSERT/no-DELETE steady state."""
+"""Ring buffer semantics: creation, refusal when full (all or nothing), FIFO across wrap-around
+with byte-exact bodies, concurrent producers and consumers, rolled-back and still-open writers,
+and the no-INSERT/no-DELETE steady state. The tests that take `engine_db` are the conformance
+suite's (PostgreSQL, and SQL Server when QUEUETOP_MSSQL_DSN is set); the others use psycopg's
+own transaction control or PostgreSQL's statistics and run there only."""
 
 from __future__ import annotations
 
@@ -10,20 +12,26 @@ import time
 
 import pytest
 
+from dbcore.dialect import dialect_of
 from dbcore.errors import RingFull, UsageError
 from queues import ring
 
 from .conftest import wait_until
 
+# A ring's cells, read by the tests in each dialect's SQL.
+RING_CELLS = {
+    "postgresql": """SELECT c.cell, c.is_full, c.seq, c.put_at, c.body::text
+                     FROM queuetop.ring_cells c JOIN queuetop.rings r ON r.id = c.ring_id
+                     WHERE r.name = %(name)s ORDER BY c.cell""",
+    "mssql": """SELECT c.cell, c.is_full, c.seq, c.put_at, c.body
+                FROM queuetop.ring_cells AS c JOIN queuetop.rings AS r ON r.id = c.ring_id
+                WHERE r.name = %(name)s ORDER BY c.cell""",
+}
+
 
 def ring_rows(conn, name="r"):
     """Everything a put could change except refused_total: the cells, head and tail."""
-    cells = conn.execute(
-        """SELECT c.cell, c.is_full, c.seq, c.put_at, c.body::text
-           FROM queuetop.ring_cells c JOIN queuetop.rings r ON r.id = c.ring_id
-           WHERE r.name = %s ORDER BY c.cell""",
-        (name,),
-    ).fetchall()
+    cells = [tuple(row) for row in conn.execute(RING_CELLS[dialect_of(conn).name], {"name": name}).fetchall()]
     state = ring.describe(conn, name)
     return cells, state.head, state.tail
 
@@ -69,8 +77,8 @@ def test_create_rejects_out_of_range_capacity(db, capacity):
 # -- full ring: refusal, nothing written ----------------------------------------------------
 
 
-def test_put_until_full_then_refused_with_nothing_written(db):
-    with db.connect() as conn:
+def test_put_until_full_then_refused_with_nothing_written(engine_db):
+    with engine_db.connect() as conn:
         ring.create(conn, "r", 4)
         firsts = [ring.put(conn, "r", [json.dumps({"n": n})]) for n in range(4)]
         assert firsts == [0, 1, 2, 3]
@@ -87,8 +95,8 @@ def test_put_until_full_then_refused_with_nothing_written(db):
         assert [json.loads(i.body)["n"] for i in ring.take(conn, "r", 10)] == [0, 1, 2, 3]
 
 
-def test_multi_put_that_does_not_fit_is_refused_entirely(db):
-    with db.connect() as conn:
+def test_multi_put_that_does_not_fit_is_refused_entirely(engine_db):
+    with engine_db.connect() as conn:
         ring.create(conn, "r", 4)
         ring.put(conn, "r", ['"a"', '"b"'])
         before = ring_rows(conn)
@@ -102,8 +110,8 @@ def test_multi_put_that_does_not_fit_is_refused_entirely(db):
         assert [i.body for i in ring.take(conn, "r", 10)] == ['"a"', '"b"', '"c"', '"d"']
 
 
-def test_put_of_more_than_capacity_is_refused_on_an_empty_ring(db):
-    with db.connect() as conn:
+def test_put_of_more_than_capacity_is_refused_on_an_empty_ring(engine_db):
+    with engine_db.connect() as conn:
         ring.create(conn, "r", 3)
         before = ring_rows(conn)
         with pytest.raises(RingFull):
@@ -112,8 +120,8 @@ def test_put_of_more_than_capacity_is_refused_on_an_empty_ring(db):
         assert ring.describe(conn, "r").used == 0
 
 
-def test_refusal_counter_commits_even_though_the_put_failed(db):
-    with db.connect() as conn, db.connect() as other:
+def test_refusal_counter_commits_even_though_the_put_failed(engine_db):
+    with engine_db.connect() as conn, engine_db.connect() as other:
         ring.create(conn, "r", 1)
         ring.put(conn, "r", ["1"])
         with pytest.raises(RingFull):
@@ -125,8 +133,8 @@ def test_refusal_counter_commits_even_though_the_put_failed(db):
 # -- order and exact bodies -----------------------------------------------------------------
 
 
-def test_fifo_across_several_wraparounds_with_exact_bodies(db):
-    with db.connect() as conn:
+def test_fifo_across_several_wraparounds_with_exact_bodies(engine_db):
+    with engine_db.connect() as conn:
         ring.create(conn, "r", 5)
         chunks = [1, 3, 5, 2, 4, 1, 5, 3, 2, 4, 5, 1]  # 36 messages: 7 trips round 5 cells
         sent, received = [], []
@@ -147,8 +155,8 @@ def test_fifo_across_several_wraparounds_with_exact_bodies(db):
         assert ring.describe(conn, "r").used == 0
 
 
-def test_take_on_empty_ring_returns_nothing(db):
-    with db.connect() as conn:
+def test_take_on_empty_ring_returns_nothing(engine_db):
+    with engine_db.connect() as conn:
         ring.create(conn, "r", 3)
         assert ring.take(conn, "r", 5) == []
         ring.put(conn, "r", ['{"a":  1}'])
@@ -158,8 +166,8 @@ def test_take_on_empty_ring_returns_nothing(db):
         assert ring.describe(conn, "r").head == 1
 
 
-def test_take_returns_at_most_count(db):
-    with db.connect() as conn:
+def test_take_returns_at_most_count(engine_db):
+    with engine_db.connect() as conn:
         ring.create(conn, "r", 8)
         ring.put(conn, "r", [str(n) for n in range(6)])
         assert [i.body for i in ring.take(conn, "r", 4)] == ["0", "1", "2", "3"]
@@ -170,8 +178,8 @@ def test_take_returns_at_most_count(db):
 
 
 @pytest.mark.parametrize("action", ["put", "take", "describe"])
-def test_unknown_ring_is_a_usage_error(db, action):
-    with db.connect() as conn:
+def test_unknown_ring_is_a_usage_error(engine_db, action):
+    with engine_db.connect() as conn:
         ring.create(conn, "other", 2)
         with pytest.raises(UsageError, match="unknown ring 'missing'"):
             if action == "put":
@@ -187,7 +195,8 @@ def test_unknown_ring_is_a_usage_error(db, action):
 
 
 def run_producers_and_consumers(db, *, producers, per_producer, consumers, capacity, extra=()):
-    """Real threads, each with its own connection. Returns every item taken, and errors."""
+    """Real threads, each with its own connection (`db` is any database fixture with connect()).
+    Returns every item taken, and errors."""
     total = producers * per_producer
     taken: list[ring.RingItem] = []
     lock = threading.Lock()
@@ -255,11 +264,11 @@ def check_no_loss_no_duplicate_per_producer_order(taken, producers, per_producer
         assert ks == list(range(per_producer)), f"producer {p} out of order"
 
 
-def test_concurrent_producers_and_consumers_lose_and_duplicate_nothing(db):
-    taken, errors = run_producers_and_consumers(db, producers=4, per_producer=200, consumers=3, capacity=16)
+def test_concurrent_producers_and_consumers_lose_and_duplicate_nothing(engine_db):
+    taken, errors = run_producers_and_consumers(engine_db, producers=4, per_producer=200, consumers=3, capacity=16)
     assert errors == []
     check_no_loss_no_duplicate_per_producer_order(taken, 4, 200)
-    with db.connect() as conn:
+    with engine_db.connect() as conn:
         state = ring.describe(conn, "r")
         assert (state.used, state.head, state.tail) == (0, 800, 800)
         assert ring.take(conn, "r", 16) == []

@@ -104,12 +104,16 @@ def scan() -> Scan:
                 result.bindings[name] = (args[0], args[1])
     # 2. Forwarders: functions with a QueryName parameter, and the file their lookups reach.
     forwarders: dict[str, tuple[str, str] | None] = {}
+    positions: dict[str, int] = {}  # which positional argument of a call is the name (after self)
     functions = [(where, fn) for where, tree in modules for fn in ast.walk(tree)
                  if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and where != LOADER]
     for _where, fn in functions:
         params = [a for a in fn.args.args + fn.args.kwonlyargs if _is_query_name_annotation(a.annotation)]
         if params:
             forwarders[fn.name] = None
+            names = [a.arg for a in fn.args.args]
+            index = names.index(params[0].arg) if params[0].arg in names else 0
+            positions[fn.name] = index - 1 if names and names[0] in ("self", "cls") else index
     for _ in range(len(forwarders) + 1):  # resolve chains (_bound -> statement -> _sql -> ENGINE_SQL)
         for _where, fn in functions:
             if fn.name not in forwarders or forwarders[fn.name] is not None:
@@ -145,8 +149,11 @@ def scan() -> Scan:
                 key, name_node = None, None
                 if isinstance(node, ast.Subscript) and _binding_name(node.value) in result.bindings:
                     key, name_node = result.bindings[_binding_name(node.value)], node.slice
-                elif isinstance(node, ast.Call) and forwarders.get(_binding_name(node.func) or "") and node.args:
-                    key, name_node = forwarders[_binding_name(node.func)], node.args[0]
+                elif isinstance(node, ast.Call) and forwarders.get(_binding_name(node.func) or ""):
+                    index = positions[_binding_name(node.func) or ""]
+                    if len(node.args) <= index:
+                        continue
+                    key, name_node = forwarders[_binding_name(node.func)], node.args[index]
                 if key is None:
                     continue
                 names = _literals(name_node)

@@ -1,5 +1,7 @@
-"""Table queue semantics against a real PostgreSQL: claim/ack, FIFO, stale acks, retries and
-dead letters, hold-transaction mode, batch claims."""
+"""Table queue semantics: claim/ack, FIFO, stale acks, retries and dead letters,
+hold-transaction mode, batch claims. The tests that take `engine_db` are the conformance suite's:
+they run on PostgreSQL, and on SQL Server when QUEUETOP_MSSQL_DSN is set; the rest check
+PostgreSQL's own catalog and run there only."""
 
 from __future__ import annotations
 
@@ -20,8 +22,25 @@ def make_queue(conn, name="jobs", count=0):
     return queue
 
 
-def test_enqueue_claim_ack_roundtrip_keeps_body_exact(db):
-    with db.connect() as conn:
+def queued_ids(conn, queue, count):
+    """The ids of `count` new messages, in order. SQL Server's queue tables share one id sequence,
+    so ids are only known to grow, not to start at 1."""
+    return [queue.enqueue(conn, json.dumps({"n": n})) for n in range(1, count + 1)]
+
+
+# The rows the tests read to check what the engine wrote, in each dialect's SQL.
+DEAD_LETTER_ROW = {
+    "postgresql": "SELECT queue, message_id, attempts, last_error, body::text FROM queuetop.dead_letters",
+    "mssql": "SELECT [queue], message_id, attempts, last_error, body FROM queuetop.dead_letters",
+}
+HEAD_ROW = {
+    "postgresql": "SELECT id, attempts, last_error FROM queuetop.q_jobs ORDER BY id LIMIT 1",
+    "mssql": "SELECT TOP (1) id, attempts, last_error FROM queuetop.q_jobs ORDER BY id",
+}
+
+
+def test_enqueue_claim_ack_roundtrip_keeps_body_exact(engine_db):
+    with engine_db.connect() as conn:
         queue = make_queue(conn)
         body = '{"b":  2, "a": [1, 2]}'
         message_id = queue.enqueue(conn, body)
@@ -32,8 +51,8 @@ def test_enqueue_claim_ack_roundtrip_keeps_body_exact(db):
         assert queue.counts(conn).depth == 0
 
 
-def test_single_consumer_sees_fifo_order(db):
-    with db.connect() as conn:
+def test_single_consumer_sees_fifo_order(engine_db):
+    with engine_db.connect() as conn:
         queue = make_queue(conn, count=50)
         seen = []
         while batch := queue.claim(conn, visibility_s=30, batch=7):
@@ -42,8 +61,8 @@ def test_single_consumer_sees_fifo_order(db):
         assert seen == list(range(1, 51))
 
 
-def test_claimed_message_is_invisible_until_its_deadline(db):
-    with db.connect() as a, db.connect() as b:
+def test_claimed_message_is_invisible_until_its_deadline(engine_db):
+    with engine_db.connect() as a, engine_db.connect() as b:
         queue = make_queue(a, count=1)
         (first,) = queue.claim(a, visibility_s=0.5)
         assert queue.claim(b, visibility_s=30) == []  # hidden while claimed
@@ -51,8 +70,8 @@ def test_claimed_message_is_invisible_until_its_deadline(db):
         assert again[0].id == first.id and again[0].attempts == 2
 
 
-def test_stale_ack_is_rejected_and_message_survives(db):
-    with db.connect() as a, db.connect() as b:
+def test_stale_ack_is_rejected_and_message_survives(engine_db):
+    with engine_db.connect() as a, engine_db.connect() as b:
         queue = make_queue(a, count=1)
         (stale,) = queue.claim(a, visibility_s=0.3)
         (fresh,) = wait_until(lambda: queue.claim(b, visibility_s=30), timeout=5, what="reclaim")
@@ -65,27 +84,29 @@ def test_stale_ack_is_rejected_and_message_survives(db):
         assert queue.counts(a).depth == 0
 
 
-def test_batch_claim_takes_exactly_batch_rows(db):
-    with db.connect() as conn:
-        queue = make_queue(conn, count=100)
+def test_batch_claim_takes_exactly_batch_rows(engine_db):
+    with engine_db.connect() as conn:
+        queue = make_queue(conn)
+        ids = queued_ids(conn, queue, 100)
         claimed = queue.claim(conn, visibility_s=30, batch=10)
-        assert [m.id for m in claimed] == list(range(1, 11))
+        assert [m.id for m in claimed] == ids[:10]
         assert len({m.claim_token for m in claimed}) == 1
         counts = queue.counts(conn)
         assert (counts.in_flight, counts.ready) == (10, 90)
 
 
-def test_skip_locked_lets_concurrent_claimers_pass_each_other(db):
-    with db.connect() as a, db.connect() as b:
-        queue = make_queue(a, count=2)
+def test_skip_locked_lets_concurrent_claimers_pass_each_other(engine_db):
+    with engine_db.connect() as a, engine_db.connect() as b:
+        queue = make_queue(a)
+        ids = queued_ids(a, queue, 2)
         with a.transaction():
-            held = queue.take_held(a)  # row 1 locked by an open transaction
-            (other,) = queue.claim(b, visibility_s=30)  # does not wait, takes row 2
-            assert (held[0].id, other.id) == (1, 2)
+            held = queue.take_held(a)  # the first row locked by an open transaction
+            (other,) = queue.claim(b, visibility_s=30)  # does not wait, takes the second
+            assert (held[0].id, other.id) == (ids[0], ids[1])
 
 
-def test_retry_then_dead_letter_records_last_error_and_attempts(db):
-    with db.connect() as conn:
+def test_retry_then_dead_letter_records_last_error_and_attempts(engine_db):
+    with engine_db.connect() as conn:
         queue = make_queue(conn, count=1)
         for attempt in (1, 2):
             (m,) = queue.claim(conn, visibility_s=30)
@@ -93,15 +114,13 @@ def test_retry_then_dead_letter_records_last_error_and_attempts(db):
             assert queue.release_for_retry(conn, m, f"boom {attempt}")
         (m,) = queue.claim(conn, visibility_s=30)
         assert queue.dead_letter_claimed(conn, m, "boom 3")
-        row = conn.execute(
-            "SELECT queue, message_id, attempts, last_error, body::text FROM queuetop.dead_letters"
-        ).fetchone()
-        assert row == ("jobs", m.id, 3, "boom 3", '{"n": 1}')
+        row = conn.execute(DEAD_LETTER_ROW[engine_db.dialect]).fetchone()
+        assert tuple(row) == ("jobs", m.id, 3, "boom 3", '{"n": 1}')
         assert queue.counts(conn).depth == 0 and queue.counts(conn).dead == 1
 
 
-def test_retry_delay_hides_message_until_backoff_ends(db):
-    with db.connect() as conn:
+def test_retry_delay_hides_message_until_backoff_ends(engine_db):
+    with engine_db.connect() as conn:
         queue = make_queue(conn, count=1)
         (m,) = queue.claim(conn, visibility_s=30)
         queue.release_for_retry(conn, m, "later", delay_s=0.5)
@@ -111,14 +130,15 @@ def test_retry_delay_hides_message_until_backoff_ends(db):
         wait_until(lambda: queue.claim(conn, visibility_s=30), timeout=5, what="back-off end")
 
 
-def test_hold_transaction_failure_requeues_under_same_id(db):
-    with db.connect() as conn:
-        queue = make_queue(conn, count=3)
+def test_hold_transaction_failure_requeues_under_same_id(engine_db):
+    with engine_db.connect() as conn:
+        queue = make_queue(conn)
+        ids = queued_ids(conn, queue, 3)
         with conn.transaction():
             (m,) = queue.take_held(conn)
             queue.requeue_held(conn, m, "nope")
-        row = conn.execute("SELECT id, attempts, last_error FROM queuetop.q_jobs ORDER BY id LIMIT 1").fetchone()
-        assert row == (1, 1, "nope")
+        row = conn.execute(HEAD_ROW[engine_db.dialect]).fetchone()
+        assert tuple(row) == (ids[0], 1, "nope")
         # Rolled back: the message is simply back, untouched.
         with pytest.raises(ZeroDivisionError):
             with conn.transaction():
@@ -127,10 +147,10 @@ def test_hold_transaction_failure_requeues_under_same_id(db):
         assert queue.counts(conn).depth == 3
 
 
-def test_unknown_queue_is_a_usage_error(db):
+def test_unknown_queue_is_a_usage_error(engine_db):
     from dbcore.errors import UsageError
 
-    with db.connect() as conn, pytest.raises(UsageError, match="unknown queue"):
+    with engine_db.connect() as conn, pytest.raises(UsageError, match="unknown queue"):
         TableQueue.open(conn, "missing")
 
 

@@ -142,7 +142,7 @@ def cmd_engine_enqueue(ctx: Context) -> int:
     if args.batch < 1:
         raise UsageError("--batch must be at least 1")
     bodies = _bodies_from_args(args)  # validated before anything is written
-    with ctx.engine_connection("enqueue") as conn:
+    with ctx.engine_session("enqueue") as conn:
         total = 0
         # One transaction, the queue's creation in it: a failure half-way leaves nothing, not
         # even a new empty queue. Bodies are made batch by batch: a large --count does not
@@ -178,7 +178,7 @@ def cmd_engine_work(ctx: Context) -> int:
         poll_interval_s=args.poll_interval,
         retry_delay_s=args.retry_delay,
     ).validate()
-    with ctx.engine_connection("work"):
+    with ctx.engine_session("work"):
         pass  # fail fast (exit 2) on a missing schema before threads start
     pool = WorkerPool(ctx.target, args.queue, handler, options)
     summary = pool.run()
@@ -188,7 +188,7 @@ def cmd_engine_work(ctx: Context) -> int:
 
 def cmd_ring_create(ctx: Context) -> int:
     args = ctx.args
-    with ctx.engine_connection("ring") as conn:
+    with ctx.engine_session("ring") as conn:
         state = rings.create(conn, args.name, args.capacity)
     emit({"ring": state.name, "capacity": state.capacity, "used": state.used})
     return 0
@@ -204,7 +204,7 @@ def cmd_ring_put(ctx: Context) -> int:
     source = _bodies_from_args(args)  # validated before anything is written
     stdin_bodies = source if isinstance(source, list) else None
     count = len(stdin_bodies) if stdin_bodies is not None else args.count
-    with ctx.engine_connection("ring") as conn:
+    with ctx.engine_session("ring") as conn:
         # More than the ring has cells can never fit: refused before any body is built.
         capacity = rings.describe(conn, args.name).capacity
         if count > capacity:
@@ -220,7 +220,7 @@ def cmd_ring_put(ctx: Context) -> int:
 
 def cmd_ring_take(ctx: Context) -> int:
     args = ctx.args
-    with ctx.engine_connection("ring") as conn:
+    with ctx.engine_session("ring") as conn:
         items = rings.take(conn, args.name, args.count)
     for item in items:
         sys.stdout.write(item.body + "\n")
