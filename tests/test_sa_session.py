@@ -1,0 +1,102 @@
+"""The SQL Server session's own logic, run for real: `MssqlSession` is SQLAlchemy Core with
+psycopg's surface (autocommit per statement outside `transaction()`, a transaction that commits
+or rolls back, nested blocks as savepoints, rows read before the commit, list parameters as
+JSON, `%(name)s` placeholders bound through `text()`). None of that is specific to SQL Server,
+so these tests drive the wrapper over a SQLAlchemy engine on the suite's real PostgreSQL.
+They say nothing about SQL Server itself: its statements are checked by tests/test_mssql_sql.py
+and tests/test_mssql_compile.py, and run only in the live suite (docs/mssql.md)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
+
+from dbcore.mssql import MssqlDialect, MssqlSession
+
+
+class _PostgresBind(MssqlDialect):
+    """SQL Server's bind step (`%(x)s` as `:x`, other colons escaped), kept; PostgreSQL's quoting."""
+
+    def quote(self, *parts: str) -> str:
+        return ".".join('"' + p.replace('"', '""') + '"' for p in parts)
+
+
+@pytest.fixture
+def session(db) -> Iterator[MssqlSession]:
+    engine = sa.create_engine(sa.engine.URL.create("postgresql+psycopg", username="postgres", database=db.name,
+                                                   query={"host": db.server.socket_dir}), poolclass=sa.pool.NullPool)
+    with engine.connect() as conn:
+        yield MssqlSession(_PostgresBind(), conn, db.target)
+    engine.dispose()
+
+
+def _count(db) -> int:
+    with db.connect() as other:  # another session: sees only what was committed
+        return other.execute("SELECT count(*) FROM t").fetchone()[0]
+
+
+@pytest.fixture
+def table(db) -> None:
+    with db.connect() as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, note text)")
+
+
+def test_a_statement_outside_a_transaction_is_committed_at_once(db, table, session):
+    result = session.execute("INSERT INTO t VALUES (%(id)s, %(note)s)", {"id": 1, "note": "a"})
+    assert result.rowcount == 1
+    assert _count(db) == 1  # another session sees it: committed
+
+
+def test_rows_are_read_before_the_commit_and_outlive_it(db, table, session):
+    session.execute("INSERT INTO t VALUES (1, 'a'), (2, 'b')")
+    result = session.execute("SELECT id, note FROM t ORDER BY id")
+    assert result.fetchone() == (1, "a")
+    assert result.fetchall() == [(2, "b")]
+    assert result.fetchone() is None
+
+
+def test_a_transaction_commits_on_success_and_rolls_back_on_an_exception(db, table, session):
+    with session.transaction():
+        session.execute("INSERT INTO t VALUES (1, 'a')")
+        assert _count(db) == 0  # not yet committed
+    assert _count(db) == 1
+    with pytest.raises(ZeroDivisionError), session.transaction():
+        session.execute("INSERT INTO t VALUES (2, 'b')")
+        raise ZeroDivisionError
+    assert _count(db) == 1
+
+
+def test_a_nested_block_is_a_savepoint(db, table, session):
+    with session.transaction():
+        session.execute("INSERT INTO t VALUES (1, 'outer')")
+        with pytest.raises(ValueError), session.transaction():
+            session.execute("INSERT INTO t VALUES (2, 'inner')")
+            raise ValueError
+        session.execute("INSERT INTO t VALUES (3, 'after')")
+    assert [r[0] for r in session.execute("SELECT id FROM t ORDER BY id").fetchall()] == [1, 3]
+
+
+def test_a_failed_statement_outside_a_transaction_leaves_the_session_usable(db, table, session):
+    session.execute("INSERT INTO t VALUES (1, 'a')")
+    with pytest.raises(Exception, match=r"duplicate key|database error"):
+        session.execute("INSERT INTO t VALUES (1, 'again')")
+    session.execute("INSERT INTO t VALUES (2, 'b')")  # rolled back, not stuck in an aborted transaction
+    assert _count(db) == 2
+
+
+def test_list_parameters_go_as_json_text_and_colons_in_literals_stay(db, table, session):
+    row = session.execute("SELECT %(ids)s::text AS ids, '12:30:00' AS at, 'a::b' AS s, 'x%%' AS p", {"ids": [1, 2, 3]}).fetchone()
+    assert json.loads(row[0]) == [1, 2, 3]
+    assert row[1:] == ("12:30:00", "a::b", "x%")
+
+
+def test_a_named_query_runs_its_own_dialects_text(db, session):
+    """A NamedQuery resolves by name in the session's dialect: here `mssql`'s file, whose
+    schema_present text is T-SQL, so PostgreSQL must refuse it: the proof that it was picked."""
+    from queues.schema import ENGINE_SQL
+
+    with pytest.raises(Exception, match="database error"):
+        session.execute(ENGINE_SQL["schema_present"])
