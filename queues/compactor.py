@@ -25,7 +25,8 @@ from datetime import UTC, datetime
 import psycopg
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from dbcore.database import Target, connect, one
+from dbcore.database import Target, one
+from dbcore.dialect import Session, open_session
 from dbcore.errors import QueuetopError, UsageError
 
 from . import schema
@@ -57,41 +58,41 @@ class CompactionResult:
 # -- writers and readers --------------------------------------------------------------------
 
 
-def create_task(conn: psycopg.Connection, title: str) -> int:
+def create_task(conn: Session, title: str) -> int:
     return one(conn.execute(schema.ENGINE_SQL["task_create"], {"title": title}))[0]
 
 
-def submit(conn: psycopg.Connection, task_id: int, users: list[int]) -> int:
+def submit(conn: Session, task_id: int, users: list[int]) -> int:
     """The task reaches `users`; returns how many were new to it."""
     row = conn.execute(schema.ENGINE_SQL["task_submit"], {"task_id": task_id, "users": users}).fetchone()
     return int(row[0]) if row else 0
 
 
-def answer(conn: psycopg.Connection, task_id: int, user_id: int) -> bool:
+def answer(conn: Session, task_id: int, user_id: int) -> bool:
     """The user answers; False if the task never reached them or they already answered."""
     rows = conn.execute(schema.ENGINE_SQL["task_answer"], {"task_id": task_id, "user_id": user_id}).fetchall()
     return bool(rows)
 
 
-def ensure_task(conn: psycopg.Connection, title: str) -> int:
+def ensure_task(conn: Session, title: str) -> int:
     """The oldest task of that title, created if there is none."""
     row = conn.execute(schema.ENGINE_SQL["task_by_title"], {"title": title}).fetchone()
     return row[0] if row else create_task(conn, title)
 
 
-def reach_new_users(conn: psycopg.Connection, task_id: int, count: int) -> int:
+def reach_new_users(conn: Session, task_id: int, count: int) -> int:
     """A resubmission: the task reaches `count` users it has not reached yet."""
     users = [row[0] for row in conn.execute(schema.ENGINE_SQL["task_next_users"], {"task_id": task_id, "count": count})]
     return submit(conn, task_id, users)
 
 
-def answer_some(conn: psycopg.Connection, task_id: int, count: int) -> int:
+def answer_some(conn: Session, task_id: int, count: int) -> int:
     """Up to `count` of the task's pending users answer; returns how many did."""
     users = [row[0] for row in conn.execute(schema.ENGINE_SQL["task_pending_users"], {"task_id": task_id, "limit": count})]
     return sum(answer(conn, task_id, user) for user in users)
 
 
-def status_counts(conn: psycopg.Connection, task_id: int) -> dict[str, int]:
+def status_counts(conn: Session, task_id: int) -> dict[str, int]:
     rows = conn.execute(schema.ENGINE_SQL["task_status_counts"], {"task_id": task_id}).fetchall()
     return {status: int(count) for status, count in rows if count}
 
@@ -99,7 +100,7 @@ def status_counts(conn: psycopg.Connection, task_id: int) -> dict[str, int]:
 # -- the compacting agent -------------------------------------------------------------------
 
 
-def compact(conn: psycopg.Connection, group: int | None = None, *, record: bool = True) -> CompactionResult:
+def compact(conn: Session, group: int | None = None, *, record: bool = True) -> CompactionResult:
     """Fold every group with pending deltas (or just `group`), each in its own transaction."""
     started = time.perf_counter()
     if group is not None:
@@ -149,7 +150,7 @@ class CompactorAgent:
         self.runs = 0
         self.rows_folded = 0
         self.errors = 0
-        self._conn: psycopg.Connection | None = None  # kept between runs; reopened after a failure
+        self._conn: Session | None = None  # kept between runs; reopened after a failure
         self._scheduler = BackgroundScheduler(
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None}, timezone=UTC
         )
@@ -166,7 +167,7 @@ class CompactorAgent:
     def run_once(self) -> CompactionResult | None:
         try:
             if self._conn is None or self._conn.closed:
-                self._conn = connect(self.target, application_name=self.application_name)
+                self._conn = open_session(self.target, application_name=self.application_name)
             self.last = compact(self._conn)
         except (psycopg.Error, QueuetopError) as exc:
             self.errors += 1

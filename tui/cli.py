@@ -350,7 +350,7 @@ def cmd_engine_compact(ctx: Context) -> int:
     from queues.compactor import compact
 
     group = ctx.args.group
-    with ctx.engine_connection("compact") as conn:
+    with ctx.engine_session("compact") as conn:
         result = compact(conn, group)
     emit(result.as_dict())
     return 0
