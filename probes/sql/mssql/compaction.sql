@@ -28,16 +28,20 @@ WITH pending AS (
 ), ranked AS (
     SELECT b.task_id, b.n, ROW_NUMBER() OVER (ORDER BY b.n DESC, b.task_id) AS position
     FROM by_group AS b
+), items AS (
+    -- Each top group as a JSON object; the title is read for those only.
+    SELECT r.n, r.position,
+           CASE WHEN r.position <= @top_n
+                THEN (SELECT r.task_id AS [group],
+                             (SELECT t.title FROM queuetop.tasks AS t WHERE t.id = r.task_id) AS title,
+                             r.n AS pending_deltas
+                      FOR JSON PATH, WITHOUT_ARRAY_WRAPPER, INCLUDE_NULL_VALUES) END AS item
+    FROM ranked AS r
 )
-SELECT @pending = ISNULL(SUM(g.n), 0),
+SELECT @pending = ISNULL(SUM(i.n), 0),
        @groups = COUNT_BIG(*),
-       @top_groups = N'[' + ISNULL(STRING_AGG(
-           CASE WHEN g.position <= @top_n
-                THEN CONVERT(nvarchar(max), CONCAT(N'{"group": ', g.task_id,
-                     N', "title": ', ISNULL(N'"' + STRING_ESCAPE(t.title, 'json') + N'"', N'null'),
-                     N', "pending_deltas": ', g.n, N'}')) END, N', ') WITHIN GROUP (ORDER BY g.position), N'') + N']'
-FROM ranked AS g
-LEFT JOIN queuetop.tasks AS t ON t.id = g.task_id AND g.position <= @top_n;
+       @top_groups = N'[' + ISNULL(STRING_AGG(CONVERT(nvarchar(max), i.item), N', ') WITHIN GROUP (ORDER BY i.position), N'') + N']'
+FROM items AS i;
 SELECT @pending AS pending_deltas, @groups AS groups, @top_groups AS top_groups,
        r.last_run_at, r.last_duration_ms, r.last_rows_folded, r.runs_total
 FROM (SELECT 1 AS one) AS o

@@ -66,14 +66,14 @@ WHERE s.session_id = CONVERT(int, %(pid)s);
 SELECT TOP (1000) l.resource_type AS locktype,
        l.request_mode AS mode,
        CONVERT(bit, CASE WHEN l.request_status = N'GRANT' THEN 1 ELSE 0 END) AS granted,
-       CASE WHEN l.resource_type = N'APPLICATION' THEN CONCAT(N'applock ', COALESCE(an.name, l.resource_description))
+       CASE WHEN l.resource_type = N'APPLICATION' THEN CONCAT(N'applock ', COALESCE(an.name, ad.description))
             WHEN l.resource_type = N'DATABASE' THEN DB_NAME(l.resource_database_id)
             WHEN o.object_id IS NOT NULL
             THEN CONCAT(COALESCE(OBJECT_SCHEMA_NAME(o.object_id, l.resource_database_id) + N'.'
                                  + OBJECT_NAME(o.object_id, l.resource_database_id), CONCAT(N'object ', o.object_id)),
                         CASE WHEN l.resource_type <> N'OBJECT' THEN CONCAT(N' ', RTRIM(l.resource_description)) END)
             ELSE CONCAT(DB_NAME(l.resource_database_id), N': ', RTRIM(l.resource_description)) END AS relation,
-       CASE WHEN l.resource_type = N'XACT' THEN l.resource_description END AS transactionid,
+       CASE WHEN l.resource_type = N'XACT' THEN RTRIM(l.resource_description) END AS transactionid,
        CONVERT(bigint, NULL) AS classid,
        CONVERT(bigint, NULL) AS objid,
        CONVERT(int, NULL) AS objsubid
@@ -85,14 +85,15 @@ CROSS APPLY (
            END AS object_id
 ) AS o
 CROSS APPLY (
-    SELECT CHARINDEX(N':', l.resource_description) AS first_colon,
-           CHARINDEX(N'(:', REVERSE(l.resource_description)) AS hash_from_end
+    SELECT RTRIM(l.resource_description) AS description,
+           CHARINDEX(N':', l.resource_description) AS first_colon,
+           CHARINDEX(N'(:', REVERSE(RTRIM(l.resource_description))) AS hash_from_end
 ) AS ad
 CROSS APPLY (
     SELECT CASE WHEN l.resource_type = N'APPLICATION' AND ad.first_colon > 1 AND ad.hash_from_end > 0
-                     AND LEN(l.resource_description) - ad.hash_from_end > ad.first_colon
-                THEN SUBSTRING(l.resource_description, ad.first_colon + 1,
-                               LEN(l.resource_description) - ad.hash_from_end - ad.first_colon - 1) END AS bracketed
+                     AND LEN(ad.description) - ad.hash_from_end > ad.first_colon
+                THEN SUBSTRING(ad.description, ad.first_colon + 1,
+                               LEN(ad.description) - ad.hash_from_end - ad.first_colon - 1) END AS bracketed
 ) AS ab
 CROSS APPLY (
     SELECT CASE WHEN LEFT(ab.bracketed, 1) = N'[' AND RIGHT(ab.bracketed, 1) = N']'

@@ -32,8 +32,9 @@
 --   deferred recovery transaction) is kept as it is. The session itself is left out.
 -- - lock_type: sys.dm_tran_locks.resource_type as SQL Server names it: KEY (a row of an index),
 --   RID (a row of a heap), PAGE, OBJECT (a table), HOBT, APPLICATION (sp_getapplock: the
---   analogue of an advisory lock), XACT (a transaction, with optimized locking: the analogue of
---   PostgreSQL's transactionid), DATABASE, METADATA, ...
+--   analogue of an advisory lock), XACT (a transaction: with optimized locking, in Azure SQL
+--   Database and SQL Server 2025, a writer waits for the transaction that holds the row, as in
+--   PostgreSQL's transactionid wait), DATABASE, METADATA, ...
 -- - mode: request_mode (S, U, X, IS, IU, IX, SIX, Sch-S, Sch-M, RangeS-U, ...).
 -- - database, database_oid: the lock's database (name, database_id).
 -- - relation_oid: the object_id of the table: resource_associated_entity_id of an OBJECT lock;
@@ -42,9 +43,9 @@
 -- - relation: `schema.table` (OBJECT_SCHEMA_NAME/OBJECT_NAME with the lock's database_id, so an
 --   OBJECT lock of another database is named too, where this login may see it); for a row or
 --   page lock whose table this login cannot name (another database's, or one it may not see)
---   `<database>:hobt <hobt_id>`; for an application lock
---   `applock <resource name>` (the name as sp_getapplock got it, cut to its first 32 characters
---   by SQL Server), followed by ` (<principal>)` unless it is scoped to `public`.
+--   `<database>:hobt <hobt_id>`; for an application lock `applock <resource name>` (the name as
+--   sp_getapplock got it, cut to its first 32 characters by SQL Server), followed by
+--   ` (<principal>)` unless it is scoped to `public`.
 -- - page, tuple, virtualxid, classid, objid, objsubid, row_relation_oid, row_relation,
 --   row_page, row_tuple: NULL. SQL Server names a row by a hash of its key or by
 --   file:page:slot (resource_description), not by PostgreSQL's ctid, and an application lock by
@@ -93,9 +94,10 @@ WITH lock_waits AS (
            lw.resource_database_id AS database_oid,
            o.object_id AS relation_oid,
            CASE WHEN lw.resource_type = N'APPLICATION'
-                THEN CONCAT(N'applock ', COALESCE(an.name, lw.resource_description),
+                THEN CONCAT(N'applock ', COALESCE(an.name, ad.description),
                             CASE WHEN an.principal_id <> 0
-                                 THEN CONCAT(N' (', COALESCE(CASE WHEN lw.resource_database_id = DB_ID() THEN USER_NAME(an.principal_id) END,
+                                 THEN CONCAT(N' (', COALESCE(CASE WHEN lw.resource_database_id = DB_ID()
+                                                                  THEN USER_NAME(an.principal_id) END,
                                                              CONCAT(N'principal ', an.principal_id)), N')') END)
                 WHEN o.object_id IS NOT NULL
                 THEN OBJECT_SCHEMA_NAME(o.object_id, lw.resource_database_id) + N'.' + OBJECT_NAME(o.object_id, lw.resource_database_id)
@@ -105,7 +107,7 @@ WITH lock_waits AS (
            CONVERT(bigint, NULL) AS page,
            CONVERT(int, NULL) AS tuple,
            CONVERT(nvarchar(64), NULL) AS virtualxid,
-           CASE WHEN lw.resource_type = N'XACT' THEN lw.resource_description END AS transactionid,
+           CASE WHEN lw.resource_type = N'XACT' THEN RTRIM(lw.resource_description) END AS transactionid,
            CONVERT(bigint, NULL) AS classid,
            CONVERT(bigint, NULL) AS objid,
            CONVERT(int, NULL) AS objsubid,
@@ -138,14 +140,15 @@ WITH lock_waits AS (
     -- characters>]:(<hash>)`: the name is what lies between the first colon and the last `:(`,
     -- without its brackets. Anything else is shown whole.
     CROSS APPLY (
-        SELECT CHARINDEX(N':', lw.resource_description) AS first_colon,
-               CHARINDEX(N'(:', REVERSE(lw.resource_description)) AS hash_from_end
+        SELECT RTRIM(lw.resource_description) AS description,
+               CHARINDEX(N':', lw.resource_description) AS first_colon,
+               CHARINDEX(N'(:', REVERSE(RTRIM(lw.resource_description))) AS hash_from_end
     ) AS ad
     CROSS APPLY (
         SELECT CASE WHEN lw.resource_type = N'APPLICATION' AND ad.first_colon > 1 AND ad.hash_from_end > 0
-                         AND LEN(lw.resource_description) - ad.hash_from_end > ad.first_colon
-                    THEN SUBSTRING(lw.resource_description, ad.first_colon + 1,
-                                   LEN(lw.resource_description) - ad.hash_from_end - ad.first_colon - 1) END AS bracketed,
+                         AND LEN(ad.description) - ad.hash_from_end > ad.first_colon
+                    THEN SUBSTRING(ad.description, ad.first_colon + 1,
+                                   LEN(ad.description) - ad.hash_from_end - ad.first_colon - 1) END AS bracketed,
                CASE WHEN lw.resource_type = N'APPLICATION' AND ad.first_colon > 1
                     THEN TRY_CONVERT(int, LEFT(lw.resource_description, ad.first_colon - 1)) END AS principal_id
     ) AS ab
@@ -258,7 +261,7 @@ OPTION (MAXDOP 1);
 -- scoped to (USER_NAME in this database, `principal <id>` in another); owner_type: TRANSACTION
 -- or SESSION; granted: 1 held, 0 waiting; wait_s: how long a waiting request has waited.
 SELECT CONVERT(int, l.request_session_id) AS pid,
-       COALESCE(an.name, l.resource_description) AS resource,
+       COALESCE(an.name, ad.description) AS resource,
        CASE WHEN an.principal_id IS NOT NULL
             THEN COALESCE(CASE WHEN l.resource_database_id = DB_ID() THEN USER_NAME(an.principal_id) END,
                           CONCAT(N'principal ', an.principal_id)) END AS principal,
@@ -272,14 +275,15 @@ FROM sys.dm_tran_locks AS l
 LEFT JOIN sys.dm_os_waiting_tasks AS wt ON wt.resource_address = l.lock_owner_address
 LEFT JOIN sys.dm_exec_sessions AS s ON s.session_id = l.request_session_id
 CROSS APPLY (
-    SELECT CHARINDEX(N':', l.resource_description) AS first_colon,
-           CHARINDEX(N'(:', REVERSE(l.resource_description)) AS hash_from_end
+    SELECT RTRIM(l.resource_description) AS description,
+           CHARINDEX(N':', l.resource_description) AS first_colon,
+           CHARINDEX(N'(:', REVERSE(RTRIM(l.resource_description))) AS hash_from_end
 ) AS ad
 CROSS APPLY (
     SELECT CASE WHEN ad.first_colon > 1 AND ad.hash_from_end > 0
-                     AND LEN(l.resource_description) - ad.hash_from_end > ad.first_colon
-                THEN SUBSTRING(l.resource_description, ad.first_colon + 1,
-                               LEN(l.resource_description) - ad.hash_from_end - ad.first_colon - 1) END AS bracketed,
+                     AND LEN(ad.description) - ad.hash_from_end > ad.first_colon
+                THEN SUBSTRING(ad.description, ad.first_colon + 1,
+                               LEN(ad.description) - ad.hash_from_end - ad.first_colon - 1) END AS bracketed,
            CASE WHEN ad.first_colon > 1 THEN TRY_CONVERT(int, LEFT(l.resource_description, ad.first_colon - 1)) END AS principal_id
 ) AS ab
 CROSS APPLY (

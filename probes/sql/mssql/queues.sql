@@ -11,9 +11,10 @@
 --   counters live in the metadata cache: they start at zero when the table's metadata is loaded
 --   (in practice at startup for a busy table), may restart after DDL or when an idle table's
 --   entry is evicted, and count statements that were rolled back. NULL when they cannot be read:
---   without VIEW DATABASE STATE (or CONTROL on the table), or while the table's metadata is not
---   cached. The function is called once per table (a NULL object id would be every table of
---   the database), so the cost follows the number of queues, not the size of the database.
+--   without VIEW DATABASE STATE (2022: or VIEW DATABASE PERFORMANCE STATE), or while the
+--   table's metadata is not cached. The function is called once per table (a NULL object id
+--   would be every table of the database), so the cost follows the number of queues, not the
+--   size of the database.
 -- - n_live_tup: the table's row count, approximate: sys.dm_db_partition_stats.row_count (index
 --   0 or 1), or sys.partitions.rows (the same count, readable with SELECT on the table alone)
 --   without VIEW DATABASE STATE.
