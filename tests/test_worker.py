@@ -94,6 +94,40 @@ def test_failures_are_retried_then_dead_lettered(db, mode):
     assert all(r[1].startswith("HandlerFailure: fail:1.0 handler failed") for r in rows)
 
 
+def test_without_notification_an_idle_pool_polls_once_per_interval_and_claims_through_plain_statements(db, monkeypatch):
+    """SQL Server's way of working (no LISTEN/NOTIFY, no prepared hot path), run on PostgreSQL
+    by turning those capabilities off: the pool's own behaviour, not SQL Server's cost. 8 idle
+    workers at a 0.5 s poll interval send about 2 claims a second, not 16, with no listener
+    session; a message is taken within about one interval; claims and acks go through the
+    queue's ordinary statements."""
+    import queues.worker
+    from dbcore.dialect import Capabilities
+    from dbcore.postgres import PostgresDialect
+
+    monkeypatch.setattr(PostgresDialect, "capabilities", Capabilities(notify=False, arrays=True, prepared_hot_path=False))
+
+    def no_hot_path(*_args):
+        raise AssertionError("the prepared hot path was used")
+
+    monkeypatch.setattr(queues.worker, "HotPath", no_hot_path)
+    fill(db, "jobs", 0)
+    recorder = Recorder()
+    pool = WorkerPool(db.target, "jobs", recorder, WorkOptions(workers=8, poll_interval_s=0.5))
+    with running(pool), db.connect() as conn:
+        wait_until(lambda: count_sessions(conn, "queuetop-work:claim:jobs", "idle") == 8, what="8 idle workers")
+        assert count_sessions(conn, "queuetop-listen:%", "idle") == 0  # nobody listens
+        polls_before, t0 = pool.polls, time.monotonic()
+        threading.Event().wait(4.0)  # the measurement window itself, not a synchronisation
+        claims_per_s = (pool.polls - polls_before) / (time.monotonic() - t0)
+        assert 1.0 <= claims_per_s <= 3.0, claims_per_s
+        queue = TableQueue.open(conn, "jobs")
+        started = time.monotonic()
+        message_id = queue.enqueue(conn, '{"polled": 1}')
+        wait_until(lambda: recorder.ids == [message_id], timeout=10, what="the message taken by a poll")
+        assert time.monotonic() - started < 0.5 + 1.5  # one interval, and some slack for a loaded machine
+        wait_until(lambda: queue.counts(conn).depth == 0, timeout=10, what="the ack")
+
+
 def test_idle_workers_wake_on_notify_not_on_poll(db):
     fill(db, "jobs", 0)
     pool = WorkerPool(db.target, "jobs", parse_handler("noop"), WorkOptions(workers=4, poll_interval_s=60))
