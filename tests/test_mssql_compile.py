@@ -18,6 +18,9 @@ from .conftest import REPO
 
 DIALECT = MssqlDialect()
 ENGINE = sqlfiles.load("queues", "mssql", "queries.sql")
+PROBE_FILES = sorted(p.relative_to(REPO / "probes" / "sql" / "mssql").as_posix()
+                     for p in (REPO / "probes" / "sql" / "mssql").rglob("*.sql"))
+PROBES = {f"{file}:{name}": text for file in PROBE_FILES for name, text in sqlfiles.load("probes", "mssql", file).items()}
 
 
 def _compiled(statement: str) -> sa.engine.Compiled:
@@ -34,6 +37,19 @@ def test_every_engine_statement_binds_its_parameters_as_pyodbc_markers(name):
     assert list(compiled.positiontup or []) == names, name
     assert str(compiled).count("?") >= len(names)
     assert "%(" not in str(compiled) and "%%" not in str(compiled)
+
+
+@pytest.mark.parametrize("name", sorted(PROBES))
+def test_every_probe_statement_binds_its_parameters_as_pyodbc_markers(name):
+    statement = PROBES[name].format(table="[queuetop].[q_x]")  # the probes fill {table} with str.format
+    compiled = _compiled(statement)
+    assert list(compiled.positiontup or []) == sqlfiles.PLACEHOLDER.findall(statement), name
+    assert "%(" not in str(compiled)
+
+
+def test_the_probe_files_are_all_here():
+    assert {"locks.sql", "connections.sql", "queues.sql", "server.sql", "sources/reference.sql"} <= set(PROBE_FILES)
+    assert len(PROBES) >= 25
 
 
 def test_colons_in_literals_are_not_taken_for_parameters():
