@@ -87,6 +87,17 @@ class Dialect(Protocol):
         """Run a whole `.sql` script (the schema) on `session`."""
         ...
 
+    def format(self, query: str, **identifiers: tuple[str, ...]) -> Any:
+        """`query` (a named query) in this dialect, its `{field}` slots filled with quoted
+        identifiers (`table=("queuetop", "q_jobs")`): what a session of this dialect executes."""
+        ...
+
+    def open_probe_session(self, target: Any, *, application_name: str, settings: dict[str, str]) -> Any:
+        """A session for the probes: autocommit, short lock and statement timeouts, rows as
+        dictionaries keyed by column name. `settings` are PostgreSQL's (PROBE_SETTINGS); a dialect
+        without them applies its own equivalents."""
+        ...
+
 
 _DIALECTS: dict[str, Dialect] = {}
 

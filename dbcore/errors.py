@@ -33,6 +33,13 @@ class UsageError(QueuetopError):
     exit_code = 2
 
 
+class MissingPrivilege(UsageError):
+    """The role may not do or see this (exit 2: grant it, or use another role). `sqlstate` is
+    PostgreSQL's code for it, whichever database said so."""
+
+    sqlstate = "42501"
+
+
 class ConnectionFailed(QueuetopError):
     """The database could not be reached or refused us (exit 2)."""
 

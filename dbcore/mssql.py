@@ -29,7 +29,8 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from .dialect import Capabilities
-from .errors import ConnectionFailed, DatabaseRefused, QueuetopError, UsageError, first_line
+from .errors import ConnectionFailed, DatabaseRefused, MissingPrivilege, QueuetopError, UsageError, first_line
+from .sqlfiles import NamedQuery, read_script
 
 if TYPE_CHECKING:
     import sqlalchemy
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
     from .database import Target
 
 DEFAULT_LOGIN_TIMEOUT_S = 10
+PROBE_QUERY_TIMEOUT_S = 2  # PostgreSQL's probes have a 2,000 ms statement_timeout
+
 # The URL keys queuetop reads itself and does not pass to the driver.
 OWN_KEYS = ("connect_timeout",)
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s")
@@ -96,6 +99,26 @@ class MssqlDialect:
         text = _PLACEHOLDER.sub(r":\1", text)
         return text.replace("%%", "%")
 
+    def format(self, query: str, **identifiers: tuple[str, ...]) -> str:
+        text = query.in_dialect(self.name) if isinstance(query, NamedQuery) else query
+        return text.format(**{field: self.quote(*parts) for field, parts in identifiers.items()})
+
+    def open_probe_session(self, target: Target, *, application_name: str, settings: dict[str, str]) -> MssqlSession:
+        """A probe session: autocommit (no implicit transaction around a probe's SELECT), a 100 ms
+        lock timeout, low deadlock priority, a 2 s query timeout (pyodbc's, whole seconds), rows as
+        dictionaries. SQL Server has no read-only session: the probes' T-SQL is SELECT only
+        (tests/test_mssql_probes_sql.py) and the login's grants do the rest."""
+        from sqlalchemy import exc as sa_exc
+
+        engine = self._engine(target, application_name[:128], DEFAULT_LOGIN_TIMEOUT_S)
+        try:
+            conn = engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+            conn.exec_driver_sql(read_script("dbcore", "mssql", "probe_session.sql"))
+            conn.connection.dbapi_connection.timeout = PROBE_QUERY_TIMEOUT_S  # type: ignore[union-attr]
+        except sa_exc.DBAPIError as exc:
+            raise ConnectionFailed(f"cannot connect to {target.masked}: {_scrubbed(_driver_message(exc), target)}") from None
+        return MssqlSession(self, conn, target, dict_rows=True, autocommit=True)
+
     def run_script(self, session: MssqlSession, script: str) -> None:
         """A schema script: batches separated by a line `-- batch`, each run on its own (T-SQL's
         `GO` is a client convention that ODBC does not know)."""
@@ -112,10 +135,16 @@ class MssqlDialect:
             return None
         state, number = _sqlstate(exc), _native_error(exc)
         message = _scrubbed(_driver_message(exc), target)
+        # A statement's timeouts are the statement's failure, not the connection's; each carries
+        # PostgreSQL's code for the same thing, which the probes explain (probes/postgres.py).
+        if state == "HYT00":  # pyodbc's query timeout (at login it is the login timeout: connect() says so)
+            return DatabaseRefused(f"statement timeout: {message}", sqlstate="57014")
+        if number == 1222:  # SET LOCK_TIMEOUT expired
+            return DatabaseRefused(f"lock timeout: {message}", sqlstate="55P03")
         if state.startswith(_CONNECTION_STATES):
             return ConnectionFailed(f"database connection failed: {message}")
         if number in _PRIVILEGE_ERRORS:
-            return UsageError(f"missing privilege: {message}")
+            return MissingPrivilege(f"missing privilege: {message}")
         if number is not None and 50000 <= number < 60000:  # the engine's own THROW: its PostgreSQL code
             return DatabaseRefused(f"database error: {message}", sqlstate=f"QT{number - 50000:03d}")
         return DatabaseRefused(f"database error: {message}")
@@ -144,11 +173,14 @@ class _Buffered:
 class MssqlSession:
     """One pooled SQLAlchemy connection, with psycopg's surface: `execute()` and `transaction()`."""
 
-    def __init__(self, dialect: MssqlDialect, conn: sqlalchemy.Connection, target: Target) -> None:
+    def __init__(self, dialect: MssqlDialect, conn: sqlalchemy.Connection, target: Target, *, dict_rows: bool = False,
+                 autocommit: bool = False) -> None:
         self.dialect = dialect
         self.target = target
         self._conn = conn
         self._depth = 0
+        self._dict_rows = dict_rows  # the probes read columns by name
+        self._autocommit = autocommit  # the connection itself is in AUTOCOMMIT: nothing to commit
 
     def execute(self, query: Any, params: Mapping[str, Any] | None = None) -> _Buffered:
         from sqlalchemy import text
@@ -158,12 +190,14 @@ class MssqlSession:
                   for key, value in (params or {}).items()}
         try:
             result = self._conn.execute(text(self.dialect.bind(text_sql)), values)
-            rows = [tuple(row) for row in result.fetchall()] if result.returns_rows else []
+            rows: list[Any] = []
+            if result.returns_rows:
+                rows = [dict(row._mapping) for row in result] if self._dict_rows else [tuple(row) for row in result]
             buffered = _Buffered(rows, result.rowcount)
-            if self._depth == 0:
+            if self._depth == 0 and not self._autocommit:
                 self._conn.commit()
         except Exception as exc:
-            if self._depth == 0 and not self._conn.closed:
+            if self._depth == 0 and not self._autocommit and not self._conn.closed:
                 self._conn.rollback()
             error = self.dialect.translate(exc, self.target)
             if error is None:

@@ -8,6 +8,7 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.rows import dict_row
 
 from .database import Target, connect
 from .dialect import Capabilities
@@ -29,6 +30,12 @@ class PostgresDialect:
 
     def run_script(self, session: psycopg.Connection[Any], script: str) -> None:
         session.execute(script)  # psycopg sends a parameterless script as one simple query
+
+    def format(self, query: str, **identifiers: tuple[str, ...]) -> sql.Composed:
+        return sql.SQL(query).format(**{field: sql.Identifier(*parts) for field, parts in identifiers.items()})
+
+    def open_probe_session(self, target: Target, *, application_name: str, settings: dict[str, str]) -> psycopg.Connection[Any]:
+        return connect(target, application_name=application_name, options=settings, row_factory=dict_row)
 
     def translate(self, exc: BaseException, target: Target | None) -> QueuetopError | None:
         if isinstance(exc, psycopg.OperationalError):

@@ -8,19 +8,20 @@ sampler records the reason and the other probes go on.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import psycopg
 from psycopg import sql
-from psycopg.rows import dict_row
 
-from dbcore.database import DictRow, Target, connect, one
-from dbcore.errors import first_line
+from dbcore.database import DictRow, Target, one
+from dbcore.dialect import dialect_named
+from dbcore.errors import DatabaseRefused, MissingPrivilege, first_line
 from dbcore.sqlfiles import Queries
 
 from .config import Config
@@ -85,8 +86,11 @@ ProbeConnection: TypeAlias = psycopg.Connection[DictRow]
 
 def open_probe_connection(target: Target, *, application_name: str = APPLICATION_NAME) -> ProbeConnection:
     """A session that cannot hurt the monitored database: read-only, autocommit, short
-    statement and lock timeouts, and a name that says whose it is."""
-    return connect(target, application_name=application_name, options=PROBE_SETTINGS, row_factory=dict_row)
+    statement and lock timeouts, and a name that says whose it is (in the target's dialect:
+    PROBE_SETTINGS on PostgreSQL, their equivalents on SQL Server)."""
+    session: ProbeConnection = dialect_named(target.dialect).open_probe_session(
+        target, application_name=application_name, settings=PROBE_SETTINGS)
+    return session
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +110,7 @@ class PostgresProbes:
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or Config()
         self._previous: dict[str, _Counters] = {}
-        self.sources = sources_for(self.config)
+        self.sources = sources_for(self.config, self.dialect)
         self._tables_asked: set[str] = set()  # what the sources' detect() asked the last time
         self._server: ServerInfo | None = None
         self._version_num = 0
@@ -140,7 +144,7 @@ class PostgresProbes:
                     if detection is None:
                         continue
                     figures.extend((source, f) for f in source.sample(conn, detection))
-                except psycopg.Error as exc:
+                except PROBE_FAILURES as exc:
                     problems.append(f"{source.name}: {describe_error(exc)}")
                     unread.append(source.name)
         self._tables_asked = set(known)
@@ -159,7 +163,9 @@ class PostgresProbes:
 
     def _queue_sample(self, source: QueueSource, f: QueueFigures, st: DictRow | None, now: float) -> QueueSample:
         enq = deq = None
-        if st is not None and f.rates_from is not None:
+        # No counters this cycle (SQL Server's operational stats need VIEW DATABASE STATE and
+        # restart when a table's metadata leaves the cache): no rate, rather than a wrong one.
+        if st is not None and f.rates_from is not None and st["n_tup_ins"] is not None and st["n_tup_del"] is not None:
             key = f"{source.name}:{f.name}"
             current = _Counters(now, st["n_tup_ins"], st["n_tup_del"], f.depth if not f.depth_is_estimate else None)
             previous = self._previous.get(key)
@@ -230,7 +236,7 @@ class PostgresProbes:
                 pending_is_estimate=row["pending_deltas"] >= COMPACTION_COUNT_CAP,
                 by_group=tuple(
                     CompactionGroup(group=g["group"], title=g["title"], pending_deltas=g["pending_deltas"])
-                    for g in row["top_groups"]
+                    for g in json_value(row["top_groups"])
                 ),
             ),
         )
@@ -311,13 +317,25 @@ def _latest(a: datetime | None, b: datetime | None) -> datetime | None:
     return max(values) if values else None
 
 
-def describe_error(exc: psycopg.Error) -> str:
+def json_value(value: Any) -> Any:
+    """A column that is an array (or JSON decoded by psycopg) on PostgreSQL and JSON text on SQL
+    Server, which has no arrays: as Python values either way."""
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def describe_error(exc: Exception) -> str:
     """One line for a failed probe statement, saying what the operator can do about it."""
     line = first_line(exc)
-    if isinstance(exc, psycopg.errors.LockNotAvailable):
+    # By SQLSTATE, which psycopg's errors carry and SQL Server's are given (dbcore/mssql.py).
+    code = getattr(exc, "sqlstate", None)
+    if code == "55P03":  # lock_not_available
         return f"skipped: lock timeout ({LOCK_TIMEOUT_MS} ms), the table is locked by another session ({line})"
-    if isinstance(exc, psycopg.errors.QueryCanceled):
+    if code == "57014":  # query_canceled
         return f"skipped: statement timeout ({STATEMENT_TIMEOUT_MS} ms) reached"
-    if isinstance(exc, psycopg.errors.InsufficientPrivilege):
+    if code == "42501":  # insufficient_privilege
         return f"no privilege: {line}"
     return line
+
+
+# What a probe statement's failure can be, in any dialect: the probe reports it and the others go on.
+PROBE_FAILURES = (psycopg.Error, DatabaseRefused, MissingPrivilege)

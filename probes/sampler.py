@@ -10,6 +10,7 @@ the sink (the dashboard posts it to its event loop; the sink must not block).
 
 from __future__ import annotations
 
+import importlib
 import logging
 import threading
 import time
@@ -30,6 +31,7 @@ from .config import Config
 from .model import ProbeStatus, ServerInfo, Snapshot
 from .postgres import (
     APPLICATION_NAME,
+    PROBE_FAILURES,
     PROBE_NAMES,
     PROBE_SETTINGS,
     LockPicture,
@@ -61,7 +63,7 @@ def run_probe(probes: PostgresProbes, name: str, conn: ProbeConnection) -> tuple
         result = getattr(probes, name)(conn)
         error = probes.notes.pop(name, None)  # what it could not see, when it saw the rest
         unread = probes.unread.pop(name, ())
-    except psycopg.Error as exc:
+    except PROBE_FAILURES as exc:
         result, error, unread = None, describe_error(exc), ("all",)
     return ProbeStatus(elapsed_ms=(time.perf_counter() - started) * 1000, error=error, unread=unread), result
 
@@ -88,10 +90,21 @@ def compose(server: ServerInfo, results: dict[str, tuple[ProbeStatus, object]], 
     )
 
 
+# The probes of each dialect, by module and class (SQL Server's are PostgreSQL's logic on its DMVs).
+PROBES_BY_DIALECT = {"postgresql": ("probes.postgres", "PostgresProbes"), "mssql": ("probes.mssql", "MssqlProbes")}
+
+
+def probes_for(target: Target, config: Config | None = None) -> PostgresProbes:
+    """The probes of the target's dialect, loaded on first use."""
+    module, name = PROBES_BY_DIALECT[target.dialect]
+    cls: type[PostgresProbes] = getattr(importlib.import_module(module), name)
+    return cls(config)
+
+
 def run_cycle(target: Target, config: Config | None = None, *, probes: PostgresProbes | None = None,
               conn: ProbeConnection | None = None) -> Snapshot:
     """Every probe once, in turn, on one probe session (opened here unless given)."""
-    probes = probes or PostgresProbes(config)
+    probes = probes or probes_for(target, config)
     session = conn or open_probe_connection(target)
     try:
         server = probes.server(session, label=target.masked)

@@ -95,7 +95,7 @@ def test_urls_queuetop_cannot_use_are_usage_errors(cli, url):
 
 @pytest.mark.parametrize("args", [("engine", "lease", "acquire", "relay", "--holder", "a", "--ttl", "5"),
                                   ("engine", "ring", "create", "r", "--capacity", "3"), ("engine", "enqueue", "q"),
-                                  ("engine", "work", "q", "--until-empty"), ("engine", "compact")])
+                                  ("engine", "work", "q", "--until-empty"), ("engine", "compact"), ("snapshot", "--json")])
 def test_the_engine_commands_on_the_seam_reach_the_driver(cli, args):
     """These commands open their session through the dialect seam: what stops them is the driver's own refusal."""
     line = _fails_cleanly(cli, _url("127.0.0.1:1"), within=10, args=args)
@@ -103,5 +103,5 @@ def test_the_engine_commands_on_the_seam_reach_the_driver(cli, args):
 
 
 def test_a_command_not_yet_on_the_seam_says_so_in_one_line(cli):
-    line = _fails_cleanly(cli, _url("127.0.0.1:1"), within=10, args=("snapshot", "--json"))
+    line = _fails_cleanly(cli, _url("127.0.0.1:1"), within=10, args=("demo", "reset", "--force"))
     assert "does not reach SQL Server yet" in line

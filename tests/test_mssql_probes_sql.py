@@ -817,3 +817,12 @@ def test_no_select_star():
     assert [key for key, text in MSSQL_SECTIONS.items() if _select_star(text)] == []
     assert _select_star("SELECT * FROM t") and _select_star("SELECT TOP (1) * FROM t") and _select_star("SELECT w.* FROM w")
     assert not _select_star("SELECT COUNT(*) AS n, COUNT_BIG(*) AS m FROM t")
+
+
+def test_the_probe_session_setup_parses_and_only_sets_session_options(linter: Linter):
+    """dbcore/sql/mssql/probe_session.sql, run when a probe session opens: three SETs, nothing else."""
+    text = sqlfiles.read_script("dbcore", "mssql", "probe_session.sql")
+    parse = Parse(linter, text)
+    assert parse.ok, parse.problems
+    statements = [s.strip() for s in _code(text).split(";") if s.strip()]
+    assert statements == ["SET LOCK_TIMEOUT 100", "SET DEADLOCK_PRIORITY LOW", "SET TRANSACTION ISOLATION LEVEL READ COMMITTED"]

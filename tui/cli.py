@@ -415,14 +415,14 @@ def cmd_snapshot(ctx: Context) -> int:
     import time as _time
 
     from probes.config import load_config
-    from probes.postgres import PostgresProbes, open_probe_connection
-    from probes.sampler import run_cycle
+    from probes.postgres import open_probe_connection
+    from probes.sampler import probes_for, run_cycle
     from tui.report import render
 
     args = ctx.args
     config = load_config(getattr(args, "config", None))
     target = ctx.target
-    probes = PostgresProbes(config)
+    probes = probes_for(target, config)
     with open_probe_connection(target) as conn:
         snapshot = run_cycle(target, probes=probes, conn=conn)
         if args.rates:

@@ -30,6 +30,8 @@ def source_classes() -> dict[str, type[QueueSource]]:
     return {cls.name: cls for cls in sorted(found, key=lambda c: (c.order, c.name))}
 
 
-def sources_for(config: Config) -> list[QueueSource]:
-    """The sources to sample: all of them but those the config disables."""
-    return [cls(config) for name, cls in source_classes().items() if name not in config.disabled_sources]
+def sources_for(config: Config, dialect: str = "postgresql") -> list[QueueSource]:
+    """The sources to sample in a database of `dialect`: all of those that have its SQL, but
+    those the config disables."""
+    return [cls(config) for name, cls in source_classes().items()
+            if name not in config.disabled_sources and dialect in cls.dialects]

@@ -111,6 +111,9 @@ class QueueSource:
     order: ClassVar[int] = 50  # where its rows come in the snapshot (lower first)
     options: ClassVar[tuple[str, ...]] = ()  # what `[sources.<name>]` may set (e.g. schema)
     default_schema: ClassVar[str] = "public"  # where the library keeps its tables unless told otherwise
+    # The databases whose dialect has this source's SQL (probes/sql/<dialect>/sources/): the
+    # PostgreSQL libraries are PostgreSQL's only; the engine's own sources are in both.
+    dialects: ClassVar[tuple[str, ...]] = ("postgresql",)
 
     def __init__(self, config: Config) -> None:
         self.config = config

@@ -20,6 +20,7 @@ class Inboxes(QueueSource):
     name = "inbox"
     kind = "inbox"
     order = 30
+    dialects = ("postgresql", "mssql")
 
     def detect(self, conn: ProbeConnection) -> Detection | None:
         return Detection(schema="queuetop") if has_table(conn, "queuetop.eo_inbox") else None

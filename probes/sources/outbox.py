@@ -21,6 +21,7 @@ class Outbox(QueueSource):
     name = "outbox"
     kind = "outbox"
     order = 20
+    dialects = ("postgresql", "mssql")
 
     def detect(self, conn: ProbeConnection) -> Detection | None:
         return Detection(schema="queuetop") if has_table(conn, "queuetop.outbox") else None

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import psycopg
-from psycopg import sql
 
 from dbcore.database import one
+from dbcore.dialect import dialect_of
+from dbcore.errors import DatabaseRefused, MissingPrivilege
 from dbcore.sqlfiles import Queries
 
 from .base import Detection, QueueDetails, QueueFigures, QueueSource, has_table
@@ -24,6 +25,7 @@ class ReferenceQueues(QueueSource):
     name = "reference"
     kind = "reference"
     order = 10
+    dialects = ("postgresql", "mssql")
 
     def detect(self, conn: ProbeConnection) -> Detection | None:
         return Detection(schema="queuetop") if has_table(conn, "queuetop.queues") else None
@@ -32,12 +34,12 @@ class ReferenceQueues(QueueSource):
         window = self.config.window
         out = []
         for entry in conn.execute(REFERENCE_SQL["registry"]).fetchall():
-            table = sql.Identifier(entry["schema_name"], entry["table_name"])
-            figures = QueueFigures(name=entry["name"], table=table.as_string(conn), relid=entry["relid"], rates_from="deletes")
+            dialect, parts = dialect_of(conn), (entry["schema_name"], entry["table_name"])
+            figures = QueueFigures(name=entry["name"], table=dialect.quote(*parts), relid=entry["relid"], rates_from="deletes")
             try:
-                head = one(conn.execute(sql.SQL(REFERENCE_SQL["head_window"]).format(table=table), {"window": window + 1}))
+                head = one(conn.execute(dialect.format(REFERENCE_SQL["head_window"], table=parts), {"window": window + 1}))
                 dead = one(conn.execute(REFERENCE_SQL["dead_letters"], {"queue": entry["name"], "cap": DEAD_COUNT_CAP}))
-            except psycopg.Error as exc:
+            except (psycopg.Error, DatabaseRefused, MissingPrivilege) as exc:
                 from ..postgres import describe_error
 
                 figures.error = describe_error(exc)
@@ -63,8 +65,8 @@ class ReferenceQueues(QueueSource):
         row = conn.execute(REFERENCE_SQL["table_of"], {"queue": name}).fetchone()
         if row is None:
             return QueueDetails()
-        table = sql.Identifier(row["schema_name"], row["table_name"])
-        head = conn.execute(sql.SQL(REFERENCE_SQL["head"]).format(table=table), {"limit": HEAD_ROWS}).fetchall()
+        table = dialect_of(conn).format(REFERENCE_SQL["head"], table=(row["schema_name"], row["table_name"]))
+        head = conn.execute(table, {"limit": HEAD_ROWS}).fetchall()
         dead = conn.execute(REFERENCE_SQL["dead_head"], {"queue": name, "limit": HEAD_ROWS}).fetchall()
         return QueueDetails(head=head, dead=dead)
 
