@@ -95,16 +95,16 @@ class TableQueue:
             return cls(name, existing[0])
         with conn.transaction():
             schema.lock_init(conn)
-            conn.execute(queue._text(conn, "create_queue_table"))
+            conn.execute(queue.statement_for(conn, "create_queue_table"))
             if dialect_of(conn).capabilities.notify:  # the trigger only feeds LISTEN/NOTIFY
-                conn.execute(queue._text(conn, "create_queue_trigger"))
+                conn.execute(queue.statement_for(conn, "create_queue_trigger"))
             conn.execute(schema.ENGINE_SQL["register_queue"], {"name": name, "table_name": queue.table_name})
         return queue
 
     def drop(self, conn: Session) -> None:
         """Remove the queue: its table and its registration (scenarios clean up with this)."""
         with conn.transaction():
-            conn.execute(self._text(conn, "drop_queue_table"))
+            conn.execute(self.statement_for(conn, "drop_queue_table"))
             conn.execute(schema.ENGINE_SQL["unregister_queue"], {"name": self.name})
 
     def purge_dead_letters(self, conn: Executor) -> int:
@@ -149,7 +149,7 @@ class TableQueue:
             text = cache[query_name] = self._sql(query_name).as_string(None)
         return text
 
-    def _text(self, conn: Any, query_name: QueryName) -> Any:
+    def statement_for(self, conn: Any, query_name: QueryName) -> Any:
         """`query_name` bound to this queue's table, in the dialect `conn` speaks: PostgreSQL's
         exact text (`_bound`, as the benchmarks measured it), or another dialect's own text of
         the query with the table's name quoted its way (cached as well)."""
@@ -177,10 +177,10 @@ class TableQueue:
     # -- producing ------------------------------------------------------------------------
 
     def enqueue(self, conn: Executor, body: str) -> int:
-        return one(conn.execute(self._text(conn, "enqueue"), {"body": body}))[0]
+        return one(conn.execute(self.statement_for(conn, "enqueue"), {"body": body}))[0]
 
     def enqueue_batch(self, conn: Executor, bodies: Sequence[str]) -> int:
-        cur = conn.execute(self._text(conn, "enqueue_batch"), {"bodies": list(bodies)})
+        cur = conn.execute(self.statement_for(conn, "enqueue_batch"), {"bodies": list(bodies)})
         return cur.rowcount
 
     # -- claim mode -----------------------------------------------------------------------
@@ -189,11 +189,11 @@ class TableQueue:
         token = new_claim_token()
         params = {"token": token, "visibility_s": float(visibility_s), "batch": batch}
         if batch == 1:
-            row = conn.execute(self._text(conn, "claim_one"), params).fetchone()
+            row = conn.execute(self.statement_for(conn, "claim_one"), params).fetchone()
             if row is None:
                 return []
             return [Message(id=row[0], attempts=row[1], enqueued_at=row[2], body=row[3], claim_token=token)]
-        ids, attempts, enqueued_ats, bodies = one(conn.execute(self._text(conn, "claim_batch"), params))
+        ids, attempts, enqueued_ats, bodies = one(conn.execute(self.statement_for(conn, "claim_batch"), params))
         if not ids:
             return []
         if not dialect_of(conn).capabilities.arrays:  # one row of JSON arrays, in the same order
@@ -203,7 +203,7 @@ class TableQueue:
 
     def ack(self, conn: Executor, message: Message) -> bool:
         """Delete a processed message; False when our claim was lost (stale ack, rejected)."""
-        cur = conn.execute(self._text(conn, "ack_one"), {"id": message.id, "token": message.claim_token})
+        cur = conn.execute(self.statement_for(conn, "ack_one"), {"id": message.id, "token": message.claim_token})
         return cur.rowcount == 1
 
     def ack_batch(self, conn: Executor, messages: Sequence[Message]) -> int:
@@ -213,19 +213,19 @@ class TableQueue:
         if len(messages) == 1:
             return int(self.ack(conn, messages[0]))
         token = messages[0].claim_token
-        cur = conn.execute(self._text(conn, "ack_batch"), {"ids": [m.id for m in messages], "token": token})
+        cur = conn.execute(self.statement_for(conn, "ack_batch"), {"ids": [m.id for m in messages], "token": token})
         return cur.rowcount
 
     def release_for_retry(self, conn: Executor, message: Message, error: str, *, delay_s: float = 0.0) -> bool:
         cur = conn.execute(
-            self._text(conn, "release_for_retry"),
+            self.statement_for(conn, "release_for_retry"),
             {"id": message.id, "token": message.claim_token, "error": error[:2000], "delay_s": float(delay_s)},
         )
         return cur.rowcount == 1
 
     def dead_letter_claimed(self, conn: Executor, message: Message, error: str) -> bool:
         cur = conn.execute(
-            self._text(conn, "dead_letter_claimed"),
+            self.statement_for(conn, "dead_letter_claimed"),
             {"id": message.id, "token": message.claim_token, "queue": self.name, "error": error[:2000]},
         )
         return cur.rowcount == 1
@@ -233,12 +233,12 @@ class TableQueue:
     # -- hold-transaction mode (call inside conn.transaction()) ----------------------------
 
     def take_held(self, conn: Executor, *, batch: int = 1) -> list[Message]:
-        rows = conn.execute(self._text(conn, "take_held"), {"batch": batch}).fetchall()
+        rows = conn.execute(self.statement_for(conn, "take_held"), {"batch": batch}).fetchall()
         return [Message(id=r[0], attempts=r[1], enqueued_at=r[2], body=r[3]) for r in sorted(rows)]
 
     def requeue_held(self, conn: Executor, message: Message, error: str, *, delay_s: float = 0.0) -> None:
         conn.execute(
-            self._text(conn, "requeue_held"),
+            self.statement_for(conn, "requeue_held"),
             {
                 "id": message.id,
                 "enqueued_at": message.enqueued_at,
@@ -251,7 +251,7 @@ class TableQueue:
 
     def dead_letter_held(self, conn: Executor, message: Message, error: str) -> None:
         conn.execute(
-            self._text(conn, "dead_letter_held"),
+            self.statement_for(conn, "dead_letter_held"),
             {
                 "queue": self.name,
                 "id": message.id,
@@ -265,10 +265,10 @@ class TableQueue:
     # -- inspection -----------------------------------------------------------------------
 
     def has_messages(self, conn: Executor) -> bool:
-        return bool(one(conn.execute(self._text(conn, "queue_has_messages")))[0])
+        return bool(one(conn.execute(self.statement_for(conn, "queue_has_messages")))[0])
 
     def counts(self, conn: Executor) -> QueueCounts:
-        row = one(conn.execute(self._text(conn, "queue_counts"), {"queue": self.name}))
+        row = one(conn.execute(self.statement_for(conn, "queue_counts"), {"queue": self.name}))
         return QueueCounts(depth=row[0], ready=row[1], in_flight=row[2], dead=row[3])
 
 
