@@ -59,7 +59,7 @@ _PRIVILEGE_ERRORS = (229, 230, 262, 297, 300)
 class MssqlDialect:
     name = "mssql"
     label = "SQL Server"
-    capabilities = Capabilities(notify=False, arrays=False, prepared_hot_path=False)
+    capabilities = Capabilities(notify=False, arrays=False, prepared_hot_path=False, driver_pools=True)
 
     def __init__(self) -> None:
         self._engines: dict[tuple[str, str, int], sqlalchemy.Engine] = {}

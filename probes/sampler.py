@@ -14,7 +14,8 @@ import importlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
 
@@ -25,7 +26,8 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from dbcore.database import Target, connection_kwargs
-from dbcore.errors import connection_cause
+from dbcore.dialect import dialect_named
+from dbcore.errors import ConnectionFailed, connection_cause
 
 from .config import Config
 from .model import ProbeStatus, ServerInfo, Snapshot
@@ -134,6 +136,36 @@ class ExplainingPool(ConnectionPool[PooledConnection]):
         self.last_connect_error = None
         return conn
 
+class SessionPerUse:
+    """Probe sessions for a dialect without a psycopg pool (SQL Server): a session opened for
+    each probe run and closed after it. The driver's own pool (SQLAlchemy's) keeps the network
+    connections, so opening costs the session's setup statement, not a login. Same surface as
+    ExplainingPool, as far as the sampler uses it."""
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self.last_connect_error: str | None = None
+
+    def open(self, wait: bool = False) -> None:
+        pass
+
+    def close(self, timeout: float | None = None) -> None:
+        pass
+
+    @contextmanager
+    def connection(self, timeout: float | None = None) -> Iterator[ProbeConnection]:
+        try:
+            session = open_probe_connection(self.target)
+        except ConnectionFailed as exc:
+            self.last_connect_error = str(exc).removeprefix(f"cannot connect to {self.target.masked}: ")
+            raise
+        self.last_connect_error = None
+        try:
+            yield session
+        finally:
+            session.close()
+
+
 class Sampler:
     """The probes on a schedule, feeding complete snapshots to `sink`."""
 
@@ -142,7 +174,7 @@ class Sampler:
         self.sink = sink
         self.config = config or Config()
         self.interval_s = interval_s or self.config.interval_s
-        self.probes = PostgresProbes(self.config)
+        self.probes = probes_for(target, self.config)
         self._results: dict[str, tuple[ProbeStatus, object]] = {}
         self._server: ServerInfo | None = None
         self._running = 0
@@ -150,7 +182,10 @@ class Sampler:
         self._lock = threading.Lock()
         self._connected = False
         self._last_error: str | None = None
-        self._pool = ExplainingPool(
+        # A driver that pools its own connections (SQLAlchemy's, for SQL Server) gets a session per
+        # probe run; psycopg's connections come from a psycopg pool.
+        driver_pools = dialect_named(target.dialect).capabilities.driver_pools
+        self._pool: ExplainingPool[Any] | SessionPerUse = SessionPerUse(target) if driver_pools else ExplainingPool(
             target.conninfo,
             min_size=1,
             max_size=MAX_PROBE_SESSIONS,
@@ -222,11 +257,11 @@ class Sampler:
                 if not self._connected and self._last_error is not None:
                     log.warning("the database answers again")
                 self._connected, self._last_error = True, None
-            except (PoolTimeout, psycopg.OperationalError) as exc:
+            except (PoolTimeout, psycopg.OperationalError, ConnectionFailed) as exc:
                 self._connected = False
                 # The pool's own timeout says only "couldn't get a connection after 0.50 sec";
                 # the reason is what its last attempt to connect was told.
-                cause = self._pool.last_connect_error if isinstance(exc, PoolTimeout) else None
+                cause = self._pool.last_connect_error if isinstance(exc, (PoolTimeout, ConnectionFailed)) else None
                 reason = cause or connection_cause(exc)
                 if self._connected or reason != self._last_error:  # one line per change, not per probe
                     log.warning("lost the database: %s; retrying", reason)
@@ -249,7 +284,7 @@ class Sampler:
                 self._emit(results)
 
     def _emit(self, results: dict[str, tuple[ProbeStatus, object]]) -> None:
-        server = self._server or ServerInfo(dialect="postgresql", version=None, database=None, label=self.target.masked)
+        server = self._server or ServerInfo(dialect=self.target.dialect, version=None, database=None, label=self.target.masked)
         snapshot = compose(server, results, {"connected": self._connected, "connection_error": self._last_error})
         try:
             self.sink(snapshot)

@@ -105,3 +105,24 @@ def test_the_engine_commands_on_the_seam_reach_the_driver(cli, args):
 def test_a_command_not_yet_on_the_seam_says_so_in_one_line(cli):
     line = _fails_cleanly(cli, _url("127.0.0.1:1"), within=10, args=("demo", "reset", "--force"))
     assert "does not reach SQL Server yet" in line
+
+
+def test_the_dashboards_sampler_on_an_unreachable_sql_server_says_why():
+    """The dashboard's sampler (probes on a schedule) reaches SQL Server through the seam too:
+    against a closed port its snapshots say disconnected, in the driver's words, password masked."""
+    from dbcore.database import resolve_target
+    from probes.sampler import Sampler
+
+    from .conftest import wait_until
+
+    snapshots = []
+    sampler = Sampler(resolve_target(_url("127.0.0.1:1")), snapshots.append, interval_s=0.2)
+    sampler.start()
+    try:
+        snap = wait_until(lambda: snapshots and snapshots[-1], timeout=20, what="a snapshot")
+    finally:
+        sampler.stop()
+    assert snap.extra["connected"] is False and snap.server.dialect == "mssql"
+    assert snap.extra["connection_error"].startswith("Unable to connect"), snap.extra
+    assert snap.probes["locks"].error == f"cannot reach the database: {snap.extra['connection_error']}"
+    assert PASSWORD not in repr(snap) and QUOTED not in repr(snap)

@@ -10,7 +10,7 @@ import psycopg
 from platformdirs import user_log_dir
 
 from dbcore.database import connect, one
-from dbcore.errors import first_line
+from dbcore.errors import UsageError, first_line
 from probes.config import load_config
 from probes.sampler import Sampler
 from queues import schema
@@ -66,6 +66,8 @@ def engine_usable(target) -> tuple[bool, str | None]:
             return True, None
     except psycopg.errors.InsufficientPrivilege as exc:
         return False, f"engine controls are off: this role may not use the queuetop schema ({first_line(exc)})"
+    except UsageError as exc:  # a database the controls do not reach yet (SQL Server): the probes still run
+        return False, f"engine controls are off: {exc}"
 
 
 def _log_to_file() -> None:
