@@ -188,13 +188,17 @@ def _own_nodes(fn: ast.AST):
 
 
 def _sql_files() -> dict[tuple[str, str], dict[str, str]]:
+    """Every file the code looks names up in: PostgreSQL's, and the files only another dialect
+    has (a SQL Server library's source, bound with `Queries(..., dialect="mssql")`). A file that
+    mirrors PostgreSQL's is checked against it by that dialect's own tests (same names)."""
     files = {}
     for package in SQL_PACKAGES:
-        root = REPO / package / "sql" / "postgresql"
-        for path in sorted(root.rglob("*.sql")):
-            name = path.relative_to(root).as_posix()
-            if (package, name) not in SCRIPTS:
-                files[(package, name)] = sqlfiles.load(package, "postgresql", name)
+        for dialect_dir in sorted((REPO / package / "sql").iterdir()):
+            for path in sorted(dialect_dir.rglob("*.sql")):
+                name = path.relative_to(dialect_dir).as_posix()
+                if (package, name) not in SCRIPTS and (dialect_dir.name == "postgresql" or (package, name) not in files
+                                                       and not (REPO / package / "sql" / "postgresql" / name).exists()):
+                    files[(package, name)] = sqlfiles.load(package, dialect_dir.name, name)
     return files
 
 
