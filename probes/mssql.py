@@ -15,14 +15,47 @@ checked statically and compiled, and the live suite runs it when QUEUETOP_MSSQL_
 
 from __future__ import annotations
 
+import time
+from dataclasses import replace
 from typing import Any
 
+from dbcore.sqlfiles import Queries
+
+from .config import Config
 from .locks import build_lock_tree
-from .postgres import LOCKS_SQL, LockPicture, PostgresProbes, ProbeConnection, json_value
+from .model import QueueSample
+from .postgres import LOCKS_SQL, PROBE_FAILURES, LockPicture, PostgresProbes, ProbeConnection, describe_error, json_value
+
+# SQL Server's own sections of the queues probe's file (ghost records).
+MSSQL_QUEUES_SQL = Queries("probes", "queues.sql", dialect="mssql")
+# sys.dm_db_index_physical_stats reads pages (SAMPLED: about 1 % of them, all of a small table):
+# each queue table's ghost records are read at most every 10 minutes, and one table per cycle.
+GHOST_REFRESH_S = 600.0
 
 
 class MssqlProbes(PostgresProbes):
     dialect = "mssql"
+
+    def __init__(self, config: Config | None = None) -> None:
+        super().__init__(config)
+        self._ghosts: dict[str, tuple[float, int | None]] = {}  # table -> (read at, ghost records)
+
+    def queues(self, conn: ProbeConnection) -> tuple[QueueSample, ...]:
+        """PostgreSQL's queue probe, and the dead-tuple analogue, ghost records, on a slow
+        schedule: `dead_tuples` carries the clustered index's ghost records as last read."""
+        samples = super().queues(conn)
+        now = time.monotonic()
+        due = [q.table for q in samples if q.table and now - self._ghosts.get(q.table, (-GHOST_REFRESH_S, None))[0] >= GHOST_REFRESH_S]
+        if due:
+            table = due[0]
+            try:
+                rows = conn.execute(MSSQL_QUEUES_SQL["ghost_records"], {"table": table}).fetchall()
+                clustered = [r for r in rows if r["index_id"] in (0, 1)]  # the heap or the clustered index: the rows themselves
+                self._ghosts[table] = (now, sum(r["ghost_record_count"] or 0 for r in clustered) if clustered else None)
+            except PROBE_FAILURES as exc:
+                self._ghosts[table] = (now, None)
+                self.notes["queues"] = "; ".join(filter(None, [self.notes.get("queues"), f"ghost records: {describe_error(exc)}"]))
+        return tuple(replace(q, dead_tuples=self._ghosts[q.table][1]) if q.table in self._ghosts else q for q in samples)
 
     def locks(self, conn: ProbeConnection) -> LockPicture:
         rows: list[dict[str, Any]] = []

@@ -93,15 +93,18 @@ def scan() -> Scan:
                     and isinstance(stmt.targets[0], ast.Name) for stmt in tree.body
                 )
                 args = [a.value if isinstance(a, ast.Constant) else None for a in node.args]
-                if not parent_ok or len(args) != 2 or None in args:
+                dialects = [k.value.value for k in node.keywords if k.arg == "dialect" and isinstance(k.value, ast.Constant)]
+                if not parent_ok or len(args) != 2 or None in args or len(dialects) != len(node.keywords):
                     result.problems.append(f"{where}:{node.lineno}: Queries(...) must be a module-level NAME = "
-                                           "Queries('package', 'file.sql') with literal arguments")
+                                           "Queries('package', 'file.sql'[, dialect='...']) with literal arguments")
                     continue
                 stmt = next(s for s in tree.body if isinstance(s, ast.Assign) and s.value is node)
                 name = stmt.targets[0].id
-                if name in result.bindings and result.bindings[name] != tuple(args):
+                # A binding to another dialect's file (its own sections) is that file: "mssql:queues.sql".
+                file = args[1] if not dialects or dialects[0] == "postgresql" else f"{dialects[0]}:{args[1]}"
+                if name in result.bindings and result.bindings[name] != (args[0], file):
                     result.problems.append(f"{where}: {name} is bound to two different files")
-                result.bindings[name] = (args[0], args[1])
+                result.bindings[name] = (args[0], file)
     # 2. Forwarders: functions with a QueryName parameter, and the file their lookups reach.
     forwarders: dict[str, tuple[str, str] | None] = {}
     positions: dict[str, int] = {}  # which positional argument of a call is the name (after self)
@@ -188,18 +191,29 @@ def _own_nodes(fn: ast.AST):
 
 
 def _sql_files() -> dict[tuple[str, str], dict[str, str]]:
-    """Every file the code looks names up in: PostgreSQL's, and the files only another dialect
-    has (a SQL Server library's source, bound with `Queries(..., dialect="mssql")`). A file that
-    mirrors PostgreSQL's is checked against it by that dialect's own tests (same names)."""
+    """Every file of named queries: PostgreSQL's as (package, "file.sql"), another dialect's as
+    (package, "mssql:file.sql"). A section of another dialect's file that PostgreSQL's file of the
+    same name also has is reached through PostgreSQL's binding (a session runs its own dialect's
+    text of the name); one only it has must be reached through a binding to that dialect's file."""
     files = {}
     for package in SQL_PACKAGES:
         for dialect_dir in sorted((REPO / package / "sql").iterdir()):
             for path in sorted(dialect_dir.rglob("*.sql")):
                 name = path.relative_to(dialect_dir).as_posix()
-                if (package, name) not in SCRIPTS and (dialect_dir.name == "postgresql" or (package, name) not in files
-                                                       and not (REPO / package / "sql" / "postgresql" / name).exists()):
-                    files[(package, name)] = sqlfiles.load(package, dialect_dir.name, name)
+                if (package, name) in SCRIPTS:
+                    continue
+                key = name if dialect_dir.name == "postgresql" else f"{dialect_dir.name}:{name}"
+                files[(package, key)] = sqlfiles.load(package, dialect_dir.name, name)
     return files
+
+
+# Sections written ahead of the code that will read them, each with its reason. Exact: a section
+# that gets used must leave this list (test_every_section_of_every_file_is_used checks both ways).
+NOT_YET_USED = {
+    ("probes", "mssql:locks.sql"): {"applocks"},  # every application lock, held or waited for: the Locks panel's next view
+    ("probes", "mssql:connections.sql"): {"version_store"},  # the version store's size, beside the oldest snapshot transaction
+    ("probes", "mssql:server.sql"): {"permission_check"},  # what the login can see: notes before the probes fail
+}
 
 
 # -- the loader ----------------------------------------------------------------------------
@@ -240,9 +254,13 @@ def test_every_query_named_in_the_code_exists_in_its_file():
 
 def test_every_section_of_every_file_is_used():
     result, files = scan(), _sql_files()
-    unused = {f"{pkg}/{file}": sorted(set(queries) - result.uses.get((pkg, file), set()))
-              for (pkg, file), queries in files.items()}
-    assert {k: v for k, v in unused.items() if v} == {}
+    unused = {}
+    for (pkg, file), queries in files.items():
+        used = result.uses.get((pkg, file), set()) | result.uses.get((pkg, file.partition(":")[2]), set())
+        left = set(queries) - used
+        if left != NOT_YET_USED.get((pkg, file), set()):
+            unused[f"{pkg}/{file}"] = sorted(left)
+    assert unused == {}
 
 
 def test_the_scan_sees_each_way_the_code_names_a_query():

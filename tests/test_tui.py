@@ -901,3 +901,25 @@ async def test_a_role_without_privileges_gets_the_dashboard_with_notes(db, pg_se
     finally:
         with db.connect() as conn:
             conn.execute(f'DROP ROLE IF EXISTS "{role}"')
+
+
+async def test_the_panels_speak_the_databases_words():
+    """A SQL Server snapshot: the Queues panel says ghost records and statistics where PostgreSQL
+    has dead tuples and vacuum, and a sleeping session with an open transaction is the culprit
+    the Locks panel marks, as `idle in transaction` is."""
+    from dataclasses import replace
+
+    from probes.model import ServerInfo
+
+    base = sample_snapshot(step=0)
+    mssql = replace(base, server=ServerInfo(dialect="mssql", version="16.0", database="app", label="sample"),
+                    blockers=tuple(replace(b, state="sleeping, open transaction") for b in base.blockers))
+    app = sample_app(snapshots=[base])
+    async with app.run_test(size=(160, 45)) as pilot:
+        table = app.query_one("#queues-table", KeyedTable)
+        await settle(pilot, app, lambda: "Dead tup" in [str(c.label) for c in table.columns.values()], "PostgreSQL's words")
+        app.apply_snapshot(mssql)
+        await settle(pilot, app, lambda: {"Ghosts", "Stats upd"} <= {str(c.label) for c in table.columns.values()}, "SQL Server's words")
+        assert "Dead tup" not in {str(c.label) for c in table.columns.values()}
+        root = app.query_one(Tree).root.children[0]
+        assert "sleeping, open xact" in str(root.label) and "bold red" in str(root.label.spans)

@@ -8,7 +8,7 @@ shortened, and then with an ellipsis."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Self, cast
 
 from rich.cells import cell_len
@@ -142,10 +142,23 @@ class KeyedTable(DataTable):
         column = self._spec[index]
         return min(max(column.min_width, cell_len(column.label)), self._widths[index])
 
-    def _refit(self) -> bool:
-        """Re-layout if what fits changed: rebuild the columns and rows. True if it did."""
+    def relabel(self, labels: Mapping[str, str]) -> None:
+        """New header words for some columns (the database's own: ghost records on SQL Server,
+        where PostgreSQL has dead tuples); the columns are laid out again."""
+        changed = False
+        for index, column in enumerate(self._spec):
+            label = labels.get(column.key)
+            if label is not None and label != column.label:
+                self._spec[index] = replace(column, label=label)
+                self._widths[index] = max(self._widths[index], cell_len(label))
+                changed = True
+        if changed and self.is_mounted:
+            self._refit(force=True)
+
+    def _refit(self, force: bool = False) -> bool:
+        """Re-layout if what fits changed (or `force`): rebuild the columns and rows. True if it did."""
         visible, text_widths = self._fit()
-        if visible == self._visible and text_widths == self._text_widths:
+        if visible == self._visible and text_widths == self._text_widths and not force:
             return False
         hidden = tuple(self._spec[i].label for i in range(len(self._spec)) if i not in visible)
         self._visible, self._text_widths = visible, text_widths

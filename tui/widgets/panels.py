@@ -25,7 +25,11 @@ SOURCE_SUFFIX = {"reference": "", "outbox": ""}
 
 
 # The tree's labels are one line each: the long session states said short.
-SHORT_STATES = {"idle in transaction": "idle in xact", "idle in transaction (aborted)": "idle in xact (aborted)"}
+SHORT_STATES = {"idle in transaction": "idle in xact", "idle in transaction (aborted)": "idle in xact (aborted)",
+                "sleeping, open transaction": "sleeping, open xact"}
+# A session that holds a transaction open and does nothing: the classic root blocker, in each
+# database's words (PostgreSQL's state; SQL Server's sleeping session with an open transaction).
+CULPRIT_STATES = frozenset({"idle in transaction", "sleeping, open transaction"})
 
 
 def fit_segments(segments: list[tuple[str, str, bool]], width: int) -> Text:
@@ -159,8 +163,17 @@ class QueuesPanel(Panel):
         ("source", "source"), ("depth", "depth ↓"), ("oldest", "oldest ready ↓"), ("dead", "dead ↓"), ("name", "name"),
     )
 
+    # The table-health columns in each database's words: PostgreSQL's dead tuples and last
+    # (auto)vacuum; SQL Server's ghost records (read on a slow schedule) and the last update of
+    # the table's statistics (it has no vacuum).
+    WORDS: ClassVar[dict[str, dict[str, str]]] = {
+        "postgresql": {"bloat": "Dead tup", "vacuum": "Vacuumed"},
+        "mssql": {"bloat": "Ghosts", "vacuum": "Stats upd"},  # STATS_DATE of the clustered index
+    }
+
     def __init__(self) -> None:
         super().__init__("Queues", id="queues")
+        self._dialect = "postgresql"
         self.history: dict[str, deque[float]] = {}
         self._rendered: dict[str, tuple[object, tuple]] = {}  # key -> (facts, cells)
         self._last_read: dict[str, tuple[QueueSample, datetime]] = {}  # key -> the last sample of it, and when
@@ -217,6 +230,10 @@ class QueuesPanel(Panel):
         stale = self._stale(snapshot)
         stale_keys = {f"{q.source}:{q.name}" for q in stale}
         table = self.query_one(KeyedTable)
+        dialect = snapshot.server.dialect if snapshot.server is not None else self._dialect
+        if dialect != self._dialect and dialect in self.WORDS:
+            self._dialect = dialect
+            table.relabel(self.WORDS[dialect])
         trend_shown = "trend" in table.shown_columns()
         ordered = self._ordered(snapshot.queues + tuple(stale))
         # Only the rows on screen (and a few either side) are formatted anew: with 500 queues,
@@ -454,7 +471,7 @@ class LocksPanel(Panel):
             r = roots[pid]
             return fit(1, [
                 (f"{pid} ", "bold", False),
-                (SHORT_STATES.get(r.state or "?", r.state or "?"), "bold red" if r.state == "idle in transaction" else "yellow", False),
+                (SHORT_STATES.get(r.state or "?", r.state or "?"), "bold red" if r.state in CULPRIT_STATES else "yellow", False),
                 (f"  blocks {r.blocked_count}", "", False), (f"  xact {fmt.seconds(r.xact_age_s)}", "", False),
                 (f"  {r.application or '-'}", "cyan", True), (f"  {fmt.one_line(r.query, 200)}", "", True),
             ])
@@ -601,7 +618,7 @@ class ConnectionsPanel(Panel):
             entries.sort(key=lambda e: (e[1] or "").lower())
         rows: dict[str, tuple[object, ...]] = {}
         for what, name, n in entries:
-            label = Text(SHORT_STATES.get(name, name), style="bold red" if name == "idle in transaction" else "") \
+            label = Text(SHORT_STATES.get(name, name), style="bold red" if name in CULPRIT_STATES else "") \
                 if what == "state" else (name or "(none)")
             rows[f"{what}:{name}"] = (fmt.count(n), what, label)
         self.query_one(KeyedTable).sync(rows)

@@ -53,7 +53,9 @@ SELECT t.relid,
            AS n_live_tup,
        CONVERT(bigint, NULL) AS n_dead_tup,
        CONVERT(datetime2(6), NULL) AS last_vacuum,
-       CONVERT(datetime2(6), NULL) AS last_autovacuum
+       -- No vacuum on SQL Server: its maintenance analogue, the clustered index's (or heap's)
+       -- statistics last updated (auto-update or UPDATE STATISTICS), shown as "Stats upd".
+       CONVERT(datetime2(6), STATS_DATE(t.relid, 1)) AS last_autovacuum
 FROM (SELECT DISTINCT TRY_CONVERT(int, j.[value]) AS relid FROM OPENJSON(@relids) AS j) AS t
 LEFT JOIN OPENJSON(@counters) WITH (relid int, inserted bigint, deleted bigint, live bigint) AS c ON c.relid = t.relid
 WHERE t.relid IS NOT NULL;
