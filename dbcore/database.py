@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, TypeAlias, TypeVar, overload
+from typing import Any, Protocol, TypeAlias, TypeVar, overload
 from urllib.parse import quote, urlencode
 
 import psycopg
@@ -25,8 +25,10 @@ from .errors import ConnectionFailed, OperationFailed, UsageError, first_line
 DictRow: TypeAlias = dict[str, Any]
 Row = TypeVar("Row")
 # What a statement runs on: a connection, or a cursor kept for a connection's life (the worker's
-# loop). Both have execute(), which returns a cursor.
-Executor: TypeAlias = psycopg.Connection[Any] | psycopg.Cursor[Any]
+# loop), or a SQL Server session (dbcore/mssql.py). Each has execute(), which returns a cursor
+# (or a cursor's surface: fetchone, fetchall, rowcount, iteration).
+class Executor(Protocol):
+    def execute(self, query: Any, params: Any = None, /) -> Any: ...
 
 ENV_DSN = "QUEUETOP_DSN"
 MASK = "***"

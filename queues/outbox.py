@@ -32,7 +32,8 @@ from collections.abc import Callable
 
 import psycopg
 
-from dbcore.database import Target, connect, one
+from dbcore.database import Target, one
+from dbcore.dialect import Session, open_session
 from dbcore.errors import LeaseHeld, QueuetopError
 from dbcore.names import check_name
 
@@ -54,17 +55,17 @@ class StaleLease(QueuetopError):
 # -- the service's side: in the caller's transaction -----------------------------------------
 
 
-def send(conn: psycopg.Connection, queue: str, body: str) -> int:
+def send(conn: Session, queue: str, body: str) -> int:
     check_name("queue", queue)
     return one(conn.execute(ENGINE_SQL["outbox_write"], {"kind": "send", "destination": queue, "body": body}))[0]
 
 
-def publish(conn: psycopg.Connection, topic: str, body: str) -> int:
+def publish(conn: Session, topic: str, body: str) -> int:
     check_name("topic", topic)
     return one(conn.execute(ENGINE_SQL["outbox_write"], {"kind": "publish", "destination": topic, "body": body}))[0]
 
 
-def write_orders(conn: psycopg.Connection, first: int, last: int, queue: str, topic: str) -> None:
+def write_orders(conn: Session, first: int, last: int, queue: str, topic: str) -> None:
     """The demo service of the relay scenario and the dashboard: orders `first` to `last - 1`,
     in one transaction, alternately sent to `queue` and published to `topic`."""
     with conn.transaction():
@@ -76,7 +77,7 @@ def write_orders(conn: psycopg.Connection, first: int, last: int, queue: str, to
                 send(conn, queue, body)
 
 
-def subscribe(conn: psycopg.Connection, topic: str, queue: str) -> None:
+def subscribe(conn: Session, topic: str, queue: str) -> None:
     check_name("topic", topic)
     TableQueue.create(conn, queue)
     conn.execute(ENGINE_SQL["subscribe"], {"topic": topic, "queue": queue})
@@ -106,14 +107,16 @@ class Relay:
             try:
                 # A relay session is never idle inside a transaction unless its process stalled:
                 # then the server ends the session, and the locks of its batch with it.
-                with connect(self.target, application_name=f"queuetop-relay:{self.holder}",
-                             options={"idle_in_transaction_session_timeout": str(int(self.ttl_s * 2000))}) as conn:
+                # (SQL Server has no such timeout: a stalled relay's batch keeps its row locks until
+                # its session ends, and the new leader's outbox_take passes them with READPAST.)
+                with open_session(self.target, application_name=f"queuetop-relay:{self.holder}",
+                                  options={"idle_in_transaction_session_timeout": str(int(self.ttl_s * 2000))}) as conn:
                     self._serve(conn, stop)
             except (psycopg.Error, QueuetopError) as exc:  # the database went away, a queue vanished...
                 log.warning("%s: %s; reconnecting", self.holder, exc)
                 stop.wait(min(1.0, self.ttl_s / 4))
 
-    def _serve(self, conn: psycopg.Connection, stop: threading.Event) -> None:
+    def _serve(self, conn: Session, stop: threading.Event) -> None:
         while not stop.is_set():
             if self.token is None and not self._take(conn):
                 stop.wait(min(1.0, self.ttl_s / 4))  # standby
@@ -133,7 +136,7 @@ class Relay:
                 if moved == 0:
                     stop.wait(self.idle_s)
 
-    def _take(self, conn: psycopg.Connection) -> bool:
+    def _take(self, conn: Session) -> bool:
         try:
             self.token = leases.acquire(conn, self.lease, self.holder, self.ttl_s)
         except LeaseHeld:
@@ -142,7 +145,7 @@ class Relay:
         log.info("%s: took lease %s, token %s", self.holder, self.lease, self.token)
         return True
 
-    def _renew(self, conn: psycopg.Connection) -> bool:
+    def _renew(self, conn: Session) -> bool:
         try:
             leases.renew(conn, self.lease, self.holder, self.ttl_s, self.token)
             return True
@@ -150,7 +153,7 @@ class Relay:
             self.token = None
             return False
 
-    def relay_batch(self, conn: psycopg.Connection) -> int:
+    def relay_batch(self, conn: Session) -> int:
         """One fenced transaction; returns how many outbox rows it moved (StaleLease: none)."""
         if self.token is None:
             raise StaleLease(f"{self.holder} holds no lease")
@@ -164,7 +167,7 @@ class Relay:
                     self._queues[name] = TableQueue.create(conn, name)
         return 0
 
-    def _relay_batch(self, conn: psycopg.Connection) -> int:
+    def _relay_batch(self, conn: Session) -> int:
         with conn.transaction():
             # Select and lock in the DELETE: rows held by another relay's open batch (a stalled
             # ex-leader) are skipped, and the next ones taken, so the new leader never waits.

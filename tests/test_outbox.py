@@ -1,6 +1,7 @@
-"""The transactional outbox and its relays against a real PostgreSQL: the recipient list, one
-relay at a time under a lease, a relay paused past its lease refused by the fence, a killed
-leader's job finished by a standby (real processes)."""
+"""The transactional outbox and its relays: the recipient list, one relay at a time under a
+lease, a relay paused past its lease refused by the fence, a killed leader's job finished by a
+standby (real processes). The tests that take `engine_db` are the conformance suite's
+(PostgreSQL, and SQL Server when QUEUETOP_MSSQL_DSN is set)."""
 
 from __future__ import annotations
 
@@ -41,44 +42,44 @@ def test_messages_exist_only_if_the_business_change_committed(db):
     assert backlog(db) == 1
 
 
-def test_publish_goes_to_every_subscriber_and_send_to_one_queue(db):
-    with db.connect() as conn:
+def test_publish_goes_to_every_subscriber_and_send_to_one_queue(engine_db):
+    with engine_db.connect() as conn:
         outbox.subscribe(conn, "orders.created", "ob-billing")
         outbox.subscribe(conn, "orders.created", "ob-shipping")
         outbox.publish(conn, "orders.created", '{"order": 1}')
         outbox.send(conn, "ob-direct", '{"order": 2}')
         outbox.publish(conn, "nobody.listens", '{"order": 3}')
-        relay = Relay(db.target, "r1", lease="ob-relay", ttl_s=30)
+        relay = Relay(engine_db.target, "r1", lease="ob-relay", ttl_s=30)
         relay.token = leases.acquire(conn, "ob-relay", "r1", 30)
         assert relay.relay_batch(conn) == 3
-    assert backlog(db) == 0
-    billing, shipping, direct = (envelopes(db, q) for q in ("ob-billing", "ob-shipping", "ob-direct"))
+    assert backlog(engine_db) == 0
+    billing, shipping, direct = (envelopes(engine_db, q) for q in ("ob-billing", "ob-shipping", "ob-direct"))
     assert [e["body"] for e in billing] == [e["body"] for e in shipping] == [{"order": 1}]
     assert [e["body"] for e in direct] == [{"order": 2}]
     assert {e["token"] for e in billing + shipping + direct} == {relay.token}
 
 
-def test_two_relays_at_once_one_relays(db):
-    with db.connect() as conn:
+def test_two_relays_at_once_one_relays(engine_db):
+    with engine_db.connect() as conn:
         for n in range(500):
             outbox.send(conn, "ob-once", json.dumps({"n": n}))
     stop = threading.Event()
-    relays = [Relay(db.target, f"r{i}", lease="ob-relay", ttl_s=5, batch=50) for i in range(2)]
+    relays = [Relay(engine_db.target, f"r{i}", lease="ob-relay", ttl_s=5, batch=50) for i in range(2)]
     threads = [threading.Thread(target=r.run, args=(stop,)) for r in relays]
     for t in threads:
         t.start()
     try:
-        wait_until(lambda: backlog(db) == 0, timeout=30, what="the outbox relayed")
+        wait_until(lambda: backlog(engine_db) == 0, timeout=30, what="the outbox relayed")
     finally:
         stop.set()
         for t in threads:
             t.join(10)
     assert sorted(r.terms for r in relays) == [0, 1]  # one leader, one standby
-    assert sorted(e["body"]["n"] for e in envelopes(db, "ob-once")) == list(range(500))
+    assert sorted(e["body"]["n"] for e in envelopes(engine_db, "ob-once")) == list(range(500))
 
 
-def test_relay_paused_past_its_lease_is_fenced_off(db):
-    with db.connect() as conn:
+def test_relay_paused_past_its_lease_is_fenced_off(engine_db):
+    with engine_db.connect() as conn:
         for n in range(20):
             outbox.send(conn, "ob-fenced", json.dumps({"n": n}))
     paused, resume = threading.Event(), threading.Event()
@@ -88,11 +89,11 @@ def test_relay_paused_past_its_lease_is_fenced_off(db):
             paused.set()
             assert resume.wait(20)
 
-    stale = Relay(db.target, "stale", lease="ob-relay", ttl_s=0.5, batch=5, hook=stall)
+    stale = Relay(engine_db.target, "stale", lease="ob-relay", ttl_s=0.5, batch=5, hook=stall)
     outcome = []
 
     def stale_batch():
-        with db.connect() as conn:
+        with engine_db.connect() as conn:
             stale.token = leases.acquire(conn, "ob-relay", "stale", 0.5)
             try:
                 stale.relay_batch(conn)
@@ -104,8 +105,8 @@ def test_relay_paused_past_its_lease_is_fenced_off(db):
     thread.start()
     assert paused.wait(10)
     # The lease expires; a new relay takes it (its token is higher) and relays what it can see.
-    fresh = Relay(db.target, "fresh", lease="ob-relay", ttl_s=30, batch=5)
-    with db.connect() as conn:
+    fresh = Relay(engine_db.target, "fresh", lease="ob-relay", ttl_s=30, batch=5)
+    with engine_db.connect() as conn:
         fresh.token = wait_until(lambda: _try_acquire(conn, "fresh"), timeout=10, what="the takeover")
         assert fresh.token == stale.token + 1
         # The 5 oldest rows are locked by the stale relay's open batch: stepped over, not waited for.
@@ -113,9 +114,9 @@ def test_relay_paused_past_its_lease_is_fenced_off(db):
     resume.set()
     thread.join(10)
     assert outcome == ["fenced"]  # its batch rolled back: nothing it wrote is kept
-    with db.connect() as conn:
+    with engine_db.connect() as conn:
         assert fresh.relay_batch(conn) == 5  # the rows the stale relay had taken come back
-    published = envelopes(db, "ob-fenced")
+    published = envelopes(engine_db, "ob-fenced")
     assert sorted(e["body"]["n"] for e in published) == list(range(20))
     assert {e["token"] for e in published} == {fresh.token}
 
