@@ -33,6 +33,7 @@ class Capabilities:
     prepared_hot_path: bool  # queues/hotpath.py: the claim loop's statements prepared through libpq
     advisory_locks: bool = True  # an application lock scoped to a transaction (pg_advisory_xact_lock, sp_getapplock)
     kill_session: bool = True  # cancel / terminate another session (pg_cancel_backend, KILL)
+    binary_params: bool = False  # psycopg's `%(x)b`: parameters sent in binary (the engine's measured PostgreSQL text)
     driver_pools: bool = False  # the driver keeps a pool of connections itself (SQLAlchemy's), so sessions are cheap to reopen
 
 

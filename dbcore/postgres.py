@@ -18,7 +18,7 @@ from .errors import ConnectionFailed, OperationFailed, QueuetopError, UsageError
 class PostgresDialect:
     name = "postgresql"
     label = "PostgreSQL"
-    capabilities = Capabilities(notify=True, arrays=True, prepared_hot_path=True)
+    capabilities = Capabilities(notify=True, arrays=True, prepared_hot_path=True, binary_params=True)
 
     def connect(self, target: Target, *, application_name: str, autocommit: bool = True, connect_timeout: int = 10,
                 options: dict[str, str] | None = None) -> psycopg.Connection[Any]:

@@ -24,7 +24,7 @@ from dbcore.database import Executor, one
 from dbcore.dialect import Session, dialect_of
 from dbcore.errors import UsageError
 from dbcore.names import check_name
-from dbcore.sqlfiles import DEFAULT_DIALECT, PLACEHOLDER, QueryName
+from dbcore.sqlfiles import PLACEHOLDER, QueryName
 
 from . import schema
 
@@ -150,18 +150,17 @@ class TableQueue:
         return text
 
     def statement_for(self, conn: Any, query_name: QueryName) -> Any:
-        """`query_name` bound to this queue's table, in the dialect `conn` speaks: PostgreSQL's
-        exact text (`_bound`, as the benchmarks measured it), or another dialect's own text of
-        the query with the table's name quoted its way (cached as well)."""
+        """`query_name` bound to this queue's table, in the dialect `conn` speaks: psycopg's text
+        with binary parameters (`_bound`, as the benchmarks measured it), or another dialect's
+        own text of the query with the table's name quoted its way (cached as well)."""
         dialect = dialect_of(conn)
-        if dialect.name == DEFAULT_DIALECT:
+        if dialect.capabilities.binary_params:
             return self._bound(query_name)
         cache = self.__dict__.setdefault("_dialect_statements", {})
         key = (dialect.name, query_name)
         text = cache.get(key)
         if text is None:
-            text = cache[key] = schema.ENGINE_SQL[query_name].in_dialect(dialect.name).format(
-                table=dialect.quote(SCHEMA, self.table_name))
+            text = cache[key] = dialect.format(schema.ENGINE_SQL[query_name], table=(SCHEMA, self.table_name))
         return text
 
     def _bound(self, query_name: QueryName) -> str:
