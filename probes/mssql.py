@@ -19,15 +19,18 @@ import time
 from dataclasses import replace
 from typing import Any
 
+from dbcore.database import one
+from dbcore.errors import MissingPrivilege
 from dbcore.sqlfiles import Queries
 
 from .config import Config
 from .locks import build_lock_tree
-from .model import QueueSample
+from .model import Connections, QueueSample, ServerInfo
 from .postgres import LOCKS_SQL, PROBE_FAILURES, LockPicture, PostgresProbes, ProbeConnection, describe_error, json_value
 
-# SQL Server's own sections of the queues probe's file (ghost records).
+# SQL Server's own sections of the probes' files (ghost records; what the login may see).
 MSSQL_QUEUES_SQL = Queries("probes", "queues.sql", dialect="mssql")
+MSSQL_SERVER_SQL = Queries("probes", "server.sql", dialect="mssql")
 # sys.dm_db_index_physical_stats reads pages (SAMPLED: about 1 % of them, all of a small table):
 # each queue table's ghost records are read at most every 10 minutes, and one table per cycle.
 GHOST_REFRESH_S = 600.0
@@ -39,6 +42,23 @@ class MssqlProbes(PostgresProbes):
     def __init__(self, config: Config | None = None) -> None:
         super().__init__(config)
         self._ghosts: dict[str, tuple[float, int | None]] = {}  # table -> (read at, ghost records)
+        self._sees_server_state: bool | None = None  # VIEW SERVER STATE, or its 2022 / Azure SQL equivalents
+
+    def server(self, conn: ProbeConnection, label: str | None = None) -> ServerInfo:
+        info = super().server(conn, label)
+        self._sees_server_state = bool(one(conn.execute(MSSQL_SERVER_SQL["permission_check"]))["sees_server_state"])
+        return info
+
+    def _require_server_state(self, what: str) -> None:
+        """Without VIEW SERVER STATE the session DMVs show this login's own sessions only: an
+        empty lock tree would say "nothing blocked" untruthfully, so the probe says why instead."""
+        if self._sees_server_state is False:
+            raise MissingPrivilege(f"this login lacks VIEW SERVER STATE (SQL Server 2022: VIEW SERVER PERFORMANCE STATE; "
+                                   f"Azure SQL Database: VIEW DATABASE STATE): {what} cannot be read")
+
+    def connections(self, conn: ProbeConnection) -> Connections:
+        self._require_server_state("other sessions and transactions")
+        return super().connections(conn)
 
     def queues(self, conn: ProbeConnection) -> tuple[QueueSample, ...]:
         """PostgreSQL's queue probe, and the dead-tuple analogue, ghost records, on a slow
@@ -58,6 +78,7 @@ class MssqlProbes(PostgresProbes):
         return tuple(replace(q, dead_tuples=self._ghosts[q.table][1]) if q.table in self._ghosts else q for q in samples)
 
     def locks(self, conn: ProbeConnection) -> LockPicture:
+        self._require_server_state("blocked sessions")
         rows: list[dict[str, Any]] = []
         for row in conn.execute(LOCKS_SQL["waiting"]).fetchall():
             rows.append({**row, "blocked_by": json_value(row["blocked_by"]) or [], "held_tables": json_value(row["held_tables"]),

@@ -212,7 +212,6 @@ def _sql_files() -> dict[tuple[str, str], dict[str, str]]:
 NOT_YET_USED = {
     ("probes", "mssql:locks.sql"): {"applocks"},  # every application lock, held or waited for: the Locks panel's next view
     ("probes", "mssql:connections.sql"): {"version_store"},  # the version store's size, beside the oldest snapshot transaction
-    ("probes", "mssql:server.sql"): {"permission_check"},  # what the login can see: notes before the probes fail
 }
 
 
