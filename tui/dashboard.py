@@ -319,7 +319,7 @@ class QueuetopApp(App[None]):
             if failed and connected:
                 parts.append((f" │ notes: {', '.join(failed)}", "yellow", 2))
             server = s.server
-            parts.append((f" │ {server.dialect} {server.version or '?'} db {server.database or '?'}", "", 4))
+            parts.append((f" │ {fmt.database_name(server.dialect)} {server.version or '?'} db {server.database or '?'}", "", 4))
             parts.append((f" │ probes {s.elapsed_ms:.1f} ms", "", 5))
             if server.label:
                 parts.append((f" │ {server.label}", "dim", 6))

@@ -128,3 +128,11 @@ def lock_target(b: BlockedSession, here: str | None, *, with_row: bool = True) -
     if b.database and here and b.database != here and ":oid " not in text:
         text += f" (db {b.database})"
     return text
+
+
+# How the screen names each database (a snapshot's `server.dialect` is the machine's word).
+DATABASE_NAMES = {"postgresql": "PostgreSQL", "mssql": "SQL Server"}
+
+
+def database_name(dialect: str) -> str:
+    return DATABASE_NAMES.get(dialect, dialect)

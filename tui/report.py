@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from probes.model import Snapshot
 
-from .format import lock_target
+from .format import database_name, lock_target
 
 
 def _num(value: object, suffix: str = "") -> str:
@@ -42,7 +42,7 @@ def render(snapshot: Snapshot) -> str:
     s = snapshot
     head = (
         f"queuetop snapshot  {s.taken_at:%Y-%m-%d %H:%M:%S} UTC  {s.server.label or ''}\n"
-        f"{s.server.dialect} {s.server.version or '?'}, database {s.server.database or '?'}, "
+        f"{database_name(s.server.dialect)} {s.server.version or '?'}, database {s.server.database or '?'}, "
         f"probes {s.elapsed_ms:.1f} ms"
     )
     problems = [f"  {name}: {status.error}" for name, status in s.probes.items() if status.error]
