@@ -25,9 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-import psycopg
 from apscheduler.schedulers.background import BackgroundScheduler
 
+from dbcore.dialect import Session
 from dbcore.errors import QueuetopError, UsageError
 
 from . import outbox
@@ -128,7 +128,7 @@ class ResetReport:
                 "tasks": list(self.tasks), "dead_letters": self.dead_letters}
 
 
-def reset(conn: psycopg.Connection, *, force: bool = False, wait_s: float = 0.0) -> ResetReport:
+def reset(conn: Session, *, force: bool = False, wait_s: float = 0.0) -> ResetReport:
     """Remove what the demo and the dashboard's prompts made, in one transaction: every queue,
     ring, lease and task named `demo.*` (queues with their dead letters), the outbox relays'
     queues, lease, subscriptions and outbox rows, and the queues and leases the prompts created

@@ -95,7 +95,8 @@ def test_urls_queuetop_cannot_use_are_usage_errors(cli, url):
 
 @pytest.mark.parametrize("args", [("engine", "lease", "acquire", "relay", "--holder", "a", "--ttl", "5"),
                                   ("engine", "ring", "create", "r", "--capacity", "3"), ("engine", "enqueue", "q"),
-                                  ("engine", "work", "q", "--until-empty"), ("engine", "compact"), ("snapshot", "--json")])
+                                  ("engine", "work", "q", "--until-empty"), ("engine", "compact"), ("snapshot", "--json"),
+                                  ("demo", "reset", "--force")])
 def test_the_engine_commands_on_the_seam_reach_the_driver(cli, args):
     """These commands open their session through the dialect seam: what stops them is the driver's own refusal."""
     line = _fails_cleanly(cli, _url("127.0.0.1:1"), within=10, args=args)
@@ -103,7 +104,7 @@ def test_the_engine_commands_on_the_seam_reach_the_driver(cli, args):
 
 
 def test_a_command_not_yet_on_the_seam_says_so_in_one_line(cli):
-    line = _fails_cleanly(cli, _url("127.0.0.1:1"), within=10, args=("demo", "reset", "--force"))
+    line = _fails_cleanly(cli, _url("127.0.0.1:1"), within=10, args=("bench", "engine", "--json"))
     assert "does not reach SQL Server yet" in line
 
 

@@ -9,6 +9,7 @@ import logging
 import os
 import sys
 import traceback
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -359,7 +360,7 @@ def cmd_engine_compact(ctx: Context) -> int:
 def cmd_demo_reset(ctx: Context) -> int:
     from queues.demo import reset
 
-    with ctx.engine_connection("reset") as conn:
+    with ctx.engine_session("reset") as conn:
         report = reset(conn, force=ctx.args.force)
     emit(report.to_json())
     return 0
@@ -696,6 +697,9 @@ def build_parser() -> ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="queuetop: %(levelname)s: %(message)s")
+    # platformdirs warns, over two lines, on a host without a login session (SSH without systemd,
+    # CI) whenever pgserver is imported: nothing an operator can act on, and an error must be one line.
+    warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     _mask_process_title(argv)
