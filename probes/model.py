@@ -117,6 +117,9 @@ class Connections:
     xmin_holder_age_xids: int | None
     xmin_holder_application: str | None
     oldest_xact_state: str | None = None  # e.g. "idle in transaction": the usual culprit
+    # SQL Server: the version store's size (tempdb's, plus the persistent one under accelerated
+    # recovery), which the oldest snapshot transaction (xmin_holder_pid there) keeps from shrinking.
+    version_store_kb: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -194,6 +197,7 @@ _EMPTY_CONNECTIONS: dict[str, object] = {
     "by_application": {},
     "oldest_xact_age_s": None,
     "xmin_holder_pid": None,
+    "version_store_kb": None,
 }
 
 

@@ -28,9 +28,10 @@ from .locks import build_lock_tree
 from .model import Connections, QueueSample, ServerInfo
 from .postgres import LOCKS_SQL, PROBE_FAILURES, LockPicture, PostgresProbes, ProbeConnection, describe_error, json_value
 
-# SQL Server's own sections of the probes' files (ghost records; what the login may see).
+# SQL Server's own sections of the probes' files (ghost records; what the login may see; the version store).
 MSSQL_QUEUES_SQL = Queries("probes", "queues.sql", dialect="mssql")
 MSSQL_SERVER_SQL = Queries("probes", "server.sql", dialect="mssql")
+MSSQL_CONNECTIONS_SQL = Queries("probes", "connections.sql", dialect="mssql")
 # sys.dm_db_index_physical_stats reads pages (SAMPLED: about 1 % of them, all of a small table):
 # each queue table's ghost records are read at most every 10 minutes, and one table per cycle.
 GHOST_REFRESH_S = 600.0
@@ -57,8 +58,15 @@ class MssqlProbes(PostgresProbes):
                                    f"Azure SQL Database: VIEW DATABASE STATE): {what} cannot be read")
 
     def connections(self, conn: ProbeConnection) -> Connections:
+        """PostgreSQL's connections probe, where the xmin holder is the session with the oldest
+        snapshot transaction (its age is in seconds, not transaction ids: not reported as xids),
+        and the version store that transaction keeps from shrinking."""
         self._require_server_state("other sessions and transactions")
-        return super().connections(conn)
+        connections = super().connections(conn)
+        row = one(conn.execute(MSSQL_CONNECTIONS_SQL["version_store"]))
+        sizes = [row["version_store_kb"], row["persistent_version_store_kb"]]
+        kb = sum(int(size) for size in sizes if size is not None) if any(size is not None for size in sizes) else None
+        return replace(connections, xmin_holder_age_xids=None, version_store_kb=kb)
 
     def queues(self, conn: ProbeConnection) -> tuple[QueueSample, ...]:
         """PostgreSQL's queue probe, and the dead-tuple analogue, ghost records, on a slow

@@ -913,7 +913,8 @@ async def test_the_panels_speak_the_databases_words():
 
     base = sample_snapshot(step=0)
     mssql = replace(base, server=ServerInfo(dialect="mssql", version="16.0", database="app", label="sample"),
-                    blockers=tuple(replace(b, state="sleeping, open transaction") for b in base.blockers))
+                    blockers=tuple(replace(b, state="sleeping, open transaction") for b in base.blockers),
+                    connections=replace(base.connections, version_store_kb=12_595))
     app = sample_app(snapshots=[base])
     async with app.run_test(size=(160, 45)) as pilot:
         table = app.query_one("#queues-table", KeyedTable)
@@ -923,3 +924,9 @@ async def test_the_panels_speak_the_databases_words():
         assert "Dead tup" not in {str(c.label) for c in table.columns.values()}
         root = app.query_one(Tree).root.children[0]
         assert "sleeping, open xact" in str(root.label) and "bold red" in str(root.label.spans)
+        summary = str(app.query_one("#connections-summary").render())
+        assert "snapshot pid 1000" in summary and "xmin" not in summary
+    async with sample_app(snapshots=[mssql]).run_test(size=(300, 50)) as pilot:  # room for the version store too
+        app = pilot.app
+        await settle(pilot, app, lambda: "version store 12.3 MB" in str(app.query_one("#connections-summary").render()),
+                     "the version store's size")

@@ -136,3 +136,14 @@ DATABASE_NAMES = {"postgresql": "PostgreSQL", "mssql": "SQL Server"}
 
 def database_name(dialect: str) -> str:
     return DATABASE_NAMES.get(dialect, dialect)
+
+
+def kilobytes(kb: int | None) -> str:
+    """A size given in kB, in the unit that keeps it short: 812 kB, 12.3 MB, 1.50 GB."""
+    if kb is None:
+        return "-"
+    if kb < 1000:
+        return f"{kb} kB"
+    if kb < 1_000_000:
+        return f"{kb / 1024:.1f} MB"
+    return f"{kb / 1024 / 1024:.2f} GB"

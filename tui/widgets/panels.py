@@ -583,6 +583,7 @@ class LocksPanel(Panel):
 
 
 class ConnectionsPanel(Panel):
+    HORIZON: ClassVar[dict[str, str]] = {"postgresql": "xmin", "mssql": "snapshot"}
     # Sessions: how many connections are in that state, or come from that application.
     COLUMNS: ClassVar[list[Column]] = [Column("n", "Sessions", 0), Column("what", "By", 1, yields_to_names=True),
                                        Column("name", "State/app", 0, text=True)]
@@ -593,6 +594,8 @@ class ConnectionsPanel(Panel):
         self._history: deque[float] = deque(maxlen=60)
         self._summary_text = ""
         self._connections: Connections | None = None
+        self._horizon = "xmin"
+
 
     def compose(self):
         yield Static("", id="connections-summary")
@@ -600,6 +603,9 @@ class ConnectionsPanel(Panel):
         yield KeyedTable(self.COLUMNS, id="connections-table")
 
     def show(self, snapshot: Snapshot, filter_text: str = "") -> None:
+        # What holds the cleanup horizon back, in the database's words: PostgreSQL's xmin, SQL
+        # Server's oldest snapshot transaction (which keeps the version store from shrinking).
+        self._horizon = self.HORIZON.get(snapshot.server.dialect, "xmin")
         c = snapshot.connections
         if c is None:
             return
@@ -633,7 +639,8 @@ class ConnectionsPanel(Panel):
         oldest = fit_segments([
             ("oldest xact ", "", False), (fmt.seconds(c.oldest_xact_age_s), "bold", False),
             (f" pid {c.oldest_xact_pid}" if c.oldest_xact_pid else "", "", False),
-            (f" · xmin pid {c.xmin_holder_pid}" if c.xmin_holder_pid else "", xmin_style, False),
+            (f" · {self._horizon} pid {c.xmin_holder_pid}" if c.xmin_holder_pid else "", xmin_style, False),
+            (f" · version store {fmt.kilobytes(c.version_store_kb)}" if c.version_store_kb is not None else "", "", False),
             (f" {c.xmin_holder_application}" if c.xmin_holder_pid and c.xmin_holder_application else "", xmin_style, True),
         ], max(10, self.query_one("#connections-summary", Static).size.width - 2))
         # Sessions against max_connections in the title: the lines below are for the rows.
