@@ -20,12 +20,25 @@ Every check is shown to fail on a wrong example.
 from __future__ import annotations
 
 import re
-import string
 
 import pytest
-from sqlfluff.core import FluffConfig, Linter
+from sqlfluff.core import Linter
 
 from dbcore import sqlfiles
+
+from .tsql import (
+    DML,
+    Parse,
+    bind_variables,
+    code_only,
+    column_name,
+    depth_zero,
+    enclosing_parentheses,
+    fails_only_at,
+    split_top_level,
+    sql_fields,
+    tsql_linter,
+)
 
 FILES = (
     "server.sql", "queues.sql", "rings.sql", "leases.sql", "locks.sql", "connections.sql", "compaction.sql", "details.sql",
@@ -223,77 +236,9 @@ POSTGRESQL_SYNTAX = {
 # -- reading SQL text (after tests/test_mssql_sql.py, the engine's) ------------------------------
 
 
-def _fields(text: str) -> set[str]:
-    """The `{field}`s of a query, as str.format and psycopg.sql.SQL.format read them."""
-    return {field for _, field, _, _ in string.Formatter().parse(text) if field is not None}
-
-
 def _rendered(text: str) -> str:
     """A query as the Python side sends it: `{fields}` filled, `%%` a percent sign."""
     return text.format(**FIELDS).replace("%%", "%")
-
-
-def _code(text: str) -> str:
-    """`text` without comments, and with every string literal emptied (`N''`), so that what is
-    looked for is T-SQL code, not prose or data."""
-    out: list[str] = []
-    i, n = 0, len(text)
-    while i < n:
-        if text.startswith("--", i):
-            i = text.find("\n", i)
-            i = n if i < 0 else i
-        elif text.startswith("/*", i):
-            end = text.find("*/", i + 2)
-            i = n if end < 0 else end + 2
-        elif text[i] == "'":
-            j = i + 1
-            while j < n and not (text[j] == "'" and text[j + 1 : j + 2] != "'"):
-                j += 2 if text[j] == "'" else 1
-            out.append("''")
-            i = j + 1
-        else:
-            out.append(text[i])
-            i += 1
-    return "".join(out)
-
-
-def _bound(text: str) -> str:
-    """Placeholders as the T-SQL variables the parse binds them to."""
-    return sqlfiles.PLACEHOLDER.sub(r"@\1", text)
-
-
-def _split_top_level(text: str) -> list[str]:
-    items, depth, start = [], 0, 0
-    for i, char in enumerate(text):
-        if char == "(":
-            depth += 1
-        elif char == ")":
-            depth -= 1
-        elif char == "," and depth == 0:
-            items.append(text[start:i])
-            start = i + 1
-    items.append(text[start:])
-    return [item.strip() for item in items if item.strip()]
-
-
-def _enclosing_parentheses(code: str, index: int) -> str:
-    """The parenthesised text that opens just before `index` (a CTE's or a subquery's body)."""
-    depth = 0
-    for start in range(index - 1, -1, -1):
-        if code[start] == ")":
-            depth += 1
-        elif code[start] == "(":
-            if depth == 0:
-                break
-            depth -= 1
-    else:
-        return ""
-    depth = 0
-    for end in range(start, len(code)):
-        depth += {"(": 1, ")": -1}.get(code[end], 0)
-        if depth == 0:
-            return code[start + 1 : end]
-    return ""
 
 
 def _top_expression(code: str) -> str:
@@ -307,36 +252,18 @@ def _top_expression(code: str) -> str:
     return ""
 
 
-_DML = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE|MERGE)\b", re.IGNORECASE)
-
-
-def _depth_zero(code: str, pattern: re.Pattern[str], start: int = 0) -> re.Match[str] | None:
-    """The first match of `pattern` outside any parentheses, from `start`."""
-    depth = 0
-    for i in range(start, len(code)):
-        if code[i] == "(":
-            depth += 1
-        elif code[i] == ")":
-            depth -= 1
-        elif depth == 0:
-            match = pattern.match(code, i)
-            if match and (i == 0 or not code[i].isalnum() or not (code[i - 1].isalnum() or code[i - 1] in "_@")):
-                return match
-    return None
-
-
 def _select_list(statement: str) -> list[str] | None:
     """The result columns of one statement: the SELECT that is the statement itself, after its
     CTEs; None when it returns no rows (no SELECT, or `SELECT @x = ...`, which assigns)."""
     code = statement.strip()
-    main = _depth_zero(code, _DML)
+    main = depth_zero(code, DML)
     if main is None or main.group(1).upper() != "SELECT":
         return None
     position = main.end() + re.match(r"\s*(DISTINCT\s+)?", code[main.end() :], re.IGNORECASE).end()
     if re.match(r"TOP\s*\(", code[position:], re.IGNORECASE):
         position = code.index("(", position) + len(_top_expression(code[position:])) + 2
-    stop = _depth_zero(code, re.compile(r"(FROM|UNION|WHERE|ORDER|OPTION|FOR)\b|;", re.IGNORECASE), position)
-    items = _split_top_level(code[position : stop.start() if stop else len(code)])
+    stop = depth_zero(code, re.compile(r"(FROM|UNION|WHERE|ORDER|OPTION|FOR)\b|;", re.IGNORECASE), position)
+    items = split_top_level(code[position : stop.start() if stop else len(code)])
     return None if items and re.match(r"@\w+\s*=", items[0]) else items
 
 
@@ -344,7 +271,7 @@ def _ctes(code: str) -> dict[str, str]:
     """{name: body} of the CTEs of a statement (PostgreSQL's `AS MATERIALIZED` too)."""
     found = {}
     for match in re.finditer(r"(?:\bWITH|,)\s*(\w+)\s+AS\s+(?:MATERIALIZED\s+)?\(", code, re.IGNORECASE):
-        found[match.group(1).lower()] = _enclosing_parentheses(code, match.end())
+        found[match.group(1).lower()] = enclosing_parentheses(code, match.end())
     return found
 
 
@@ -365,21 +292,10 @@ def _expand_stars(statement: str, items: list[str]) -> list[str]:
     return out
 
 
-def _column_name(item: str) -> str | None:
-    """An item's column name: its alias, or the column it names (`x::text` keeps x's name, as
-    PostgreSQL does); None for an expression."""
-    alias = re.search(r"\bAS\s+\[?(\w+)\]?\s*$", item, re.IGNORECASE)
-    if alias:
-        return alias.group(1).lower()
-    bare = re.sub(r"(::\w+(\[\])?)+\s*$", "", item.strip())
-    column = re.fullmatch(r"(?:\w+\.)?\[?(\w+)\]?", bare)
-    return column.group(1).lower() if column and not column.group(1).isdigit() else None
-
-
 def _statements_of(text: str) -> list[str]:
     """The statements of a section (code only, placeholders bound), split at top-level `;`, with
     the IF/ELSE/BEGIN/END/WHILE words that lead one taken off."""
-    code = _bound(_code(text))
+    code = bind_variables(code_only(text))
     statements, depth, begin = [], 0, 0
     for i, char in enumerate(code):
         depth += {"(": 1, ")": -1}.get(char, 0)
@@ -395,9 +311,9 @@ def _results(text: str) -> list[list[str | None]]:
     """The result column names of every statement of a section that returns rows."""
     found = []
     for statement in _statements_of(text):
-        items = _select_list(statement) if _DML.search(statement) else None
+        items = _select_list(statement) if DML.search(statement) else None
         if items is not None:
-            found.append([_column_name(item) for item in _expand_stars(statement, items)])
+            found.append([column_name(item) for item in _expand_stars(statement, items)])
     return found
 
 
@@ -405,7 +321,7 @@ def _results(text: str) -> list[list[str | None]]:
 
 
 def _writes(text: str) -> list[str]:
-    code = _bound(_code(text))
+    code = bind_variables(code_only(text))
     return [name for name, pattern in WRITES.items() if pattern.search(code)]
 
 
@@ -415,30 +331,30 @@ _TABLE_HINTS = re.compile(r"\b(?:FROM|JOIN)\s+([\w.\[\]{}@#]+)(?:\s+AS\s+\w+)?\s
 
 def _hints(text: str) -> list[tuple[str, set[str]]]:
     """(table, its hints) for every table reference that has hints."""
-    code = _OPENJSON_WITH.sub(r"\1", _code(text))
-    return [(m.group(1), {re.match(r"\s*(\w+)", item).group(1).upper() for item in _split_top_level(m.group(2))})
+    code = _OPENJSON_WITH.sub(r"\1", code_only(text))
+    return [(m.group(1), {re.match(r"\s*(\w+)", item).group(1).upper() for item in split_top_level(m.group(2))})
             for m in _TABLE_HINTS.finditer(code)]
 
 
 def _hint_problems(text: str) -> list[str]:
     """Hints a probe must not use, and WITH (...) lists that are neither table hints nor
     OPENJSON's column list (which could hide a hint from this check)."""
-    code = _OPENJSON_WITH.sub(r"\1", _code(text))
+    code = _OPENJSON_WITH.sub(r"\1", code_only(text))
     problems = [f"{table}: {sorted(hints - PROBE_HINTS)}" for table, hints in _hints(text) if hints - PROBE_HINTS]
     if len(re.findall(r"\bWITH\s*\(", code, re.IGNORECASE)) != len(_TABLE_HINTS.findall(code)):
         problems.append("a WITH (...) list that is not a table's")
     for option in re.findall(r"\bOPTION\s*\(((?:[^()]|\([^()]*\))*)\)", code, re.IGNORECASE):
-        problems += [f"OPTION {item}" for item in _split_top_level(option) if not QUERY_HINTS.match(item)]
+        problems += [f"OPTION {item}" for item in split_top_level(option) if not QUERY_HINTS.match(item)]
     return problems
 
 
 def _system_views(text: str) -> set[str]:
-    code = _code(text)
+    code = code_only(text)
     return {name.lower() for name in re.findall(r"\bsys\s*\.\s*(\w+)", code, re.IGNORECASE)}
 
 
 def _view_problems(text: str) -> list[str]:
-    code = _code(text)
+    code = code_only(text)
     problems = sorted(_system_views(text) - set(SYSTEM_VIEWS))
     problems += [f"unqualified {m}" for m in re.findall(r"(?<![.\w])dm_\w+", code, re.IGNORECASE)]
     problems += [f"other database {m}" for m in re.findall(r"\b(?:master|msdb|model|tempdb)\s*\.", code, re.IGNORECASE)]
@@ -447,7 +363,7 @@ def _view_problems(text: str) -> list[str]:
 
 
 def _postgresql_syntax(text: str) -> list[str]:
-    code = _code(_bound(text))
+    code = code_only(bind_variables(text))
     return [name for name, pattern in POSTGRESQL_SYNTAX.items() if pattern.search(code)]
 
 
@@ -470,7 +386,7 @@ def _select_before(code: str, position: int) -> str | None:
 def _unbounded_reads(text: str) -> list[str]:
     """Reads of a deep table that neither stop at a TOP (n) nor only take MIN/MAX of an index,
     or that would wait for a row another transaction holds."""
-    code = _bound(_code(text))
+    code = bind_variables(code_only(text))
     problems = []
     for table in DEEP_TABLES:
         for match in re.finditer(rf"\b(FROM|JOIN)\s+{re.escape(table)}(?![\w.])", code, re.IGNORECASE):
@@ -485,7 +401,7 @@ def _unbounded_reads(text: str) -> list[str]:
             if not re.match(r"\s*(DISTINCT\s+)?TOP\s*\(", columns, re.IGNORECASE) and not re.fullmatch(r"[\s\d+\-*/(),]*", aggregates):
                 problems.append(f"{table}: not bounded: SELECT {columns.strip()[:60]}")
             hints = _TABLE_HINTS.match(code, match.start())
-            if hints is None or not DEEP_READ_HINTS <= {h.split("(")[0].strip().upper() for h in _split_top_level(hints.group(2))}:
+            if hints is None or not DEEP_READ_HINTS <= {h.split("(")[0].strip().upper() for h in split_top_level(hints.group(2))}:
                 problems.append(f"{table}: without {sorted(DEEP_READ_HINTS)}")
     return problems
 
@@ -493,7 +409,7 @@ def _unbounded_reads(text: str) -> list[str]:
 def _unguarded_index_dmvs(text: str) -> list[str]:
     """Calls of the index DMVs whose object id is not a variable checked beforehand: a NULL (or
     0) object id makes them read every table of the database."""
-    code = _bound(_code(text))
+    code = bind_variables(code_only(text))
     problems = []
     for match in re.finditer(r"\bdm_db_index_(physical|operational)_stats\s*\(\s*DB_ID\(\)\s*,\s*([^,]+),", code, re.IGNORECASE):
         argument = match.group(2).strip()
@@ -508,7 +424,7 @@ def _own_session_kept(key: str, text: str) -> bool:
     """Whether a section reads a session DMV without leaving the probe's own session out."""
     params = set(sqlfiles.PLACEHOLDER.findall(text))
     reads_sessions = bool(_system_views(text) & SESSION_VIEWS)
-    return reads_sessions and not (params & SESSION_PARAMETERS) and not re.search(r"<>\s*@@SPID\b", _code(text))
+    return reads_sessions and not (params & SESSION_PARAMETERS) and not re.search(r"<>\s*@@SPID\b", code_only(text))
 
 
 _CONVERTED = re.compile(r"(CONVERT\s*\(\s*\w+\s*(\(\s*(\d+|max)\s*\))?\s*,\s*|OPENJSON\s*\(\s*)$", re.IGNORECASE)
@@ -516,66 +432,21 @@ _CONVERTED = re.compile(r"(CONVERT\s*\(\s*\w+\s*(\(\s*(\d+|max)\s*\))?\s*,\s*|OP
 
 def _unconverted_parameters(text: str) -> list[str]:
     """Placeholders not converted to an explicit type (the driver would pick one)."""
-    code = _code(text)
+    code = code_only(text)
     return [m.group(0) for m in sqlfiles.PLACEHOLDER.finditer(code) if not _CONVERTED.search(code[: m.start()])]
 
 
 def _select_star(text: str) -> bool:
-    code = _code(text)
+    code = code_only(text)
     return bool(re.search(r"\bSELECT\s+(DISTINCT\s+)?(TOP\s*\([^)]*\)\s*)?\*|\b\w+\.\*", code, re.IGNORECASE))
 
 
 # -- parsing with sqlfluff -----------------------------------------------------------------------
 
 
-class Parse:
-    """What sqlfluff made of one section: its problems and where it first gave up."""
-
-    def __init__(self, linter: Linter, text: str) -> None:
-        self.text = text
-        parsed = linter.parse_string(text)
-        self.problems = [violation.desc() for violation in parsed.violations]
-        variant = parsed.root_variant()
-        self.tree = variant.tree if variant is not None else None
-        if self.tree is None:
-            self.problems.append("no parse tree")
-        starts = [seg.pos_marker.source_slice.start for seg in self.tree.recursive_crawl("unparsable")] if self.tree else []
-        self.first_unparsable = min(starts) if starts else None
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems and self.first_unparsable is None
-
-    @property
-    def statements(self) -> int:
-        return sum(1 for _ in self.tree.recursive_crawl("statement", recurse_into=False)) if self.tree else 0
-
-
-def _fails_only_at(parse: Parse, marker: str) -> str | None:
-    """Why `parse` does not fail exactly at the statement holding `marker`, or None."""
-    if parse.ok or parse.first_unparsable is None:
-        return "it parses now: take it off the list"
-    rest = parse.text[parse.first_unparsable :]
-    if marker not in rest:
-        return f"sqlfluff gives up after it: {parse.problems}"
-    if ";" in _code(rest[: rest.index(marker)]):
-        return f"sqlfluff gives up before its statement: {rest[:80]!r}"
-    return None
-
-
 @pytest.fixture(scope="module")
 def linter() -> Linter:
-    params = set()
-    for text in [*PG_SECTIONS.values(), *MSSQL_SECTIONS.values()]:
-        params |= set(sqlfiles.PLACEHOLDER.findall(text))
-    config = FluffConfig(
-        configs={
-            "core": {"dialect": "tsql", "templater": "placeholder"},
-            "templater": {"placeholder": {"param_style": "pyformat", **{name: f"@{name}" for name in params}}},
-        },
-        ignore_local_config=True,
-    )
-    return Linter(config=config)
+    return tsql_linter([*PG_SECTIONS.values(), *MSSQL_SECTIONS.values()])
 
 
 @pytest.fixture(scope="module")
@@ -607,12 +478,12 @@ def test_every_section_parses_as_tsql(parsed: dict[str, Parse]):
 
 def test_each_unparsable_section_still_fails_and_only_there(linter: Linter, parsed: dict[str, Parse]):
     assert all(reason for _, reason in UNPARSABLE.values())
-    stale = {key: _fails_only_at(parsed[key], marker) for key, (marker, _) in UNPARSABLE.items()}
+    stale = {key: fails_only_at(parsed[key], marker) for key, (marker, _) in UNPARSABLE.items()}
     assert {key: why for key, why in stale.items() if why} == {}
     # The check itself: a statement sqlfluff cannot parse (WAITFOR (RECEIVE ...)) after one it can.
     text = "SELECT 1 AS one;\nWAITFOR (RECEIVE TOP (1) message_body FROM q), TIMEOUT 10;"
-    assert _fails_only_at(Parse(linter, text), "WAITFOR") is None
-    assert _fails_only_at(Parse(linter, "SELECT 1 AS one;"), "SELECT") == "it parses now: take it off the list"
+    assert fails_only_at(Parse(linter, text), "WAITFOR") is None
+    assert fails_only_at(Parse(linter, "SELECT 1 AS one;"), "SELECT") == "it parses now: take it off the list"
 
 
 def test_a_batch_of_several_statements_sets_nocount_and_restores_it(parsed: dict[str, Parse]):
@@ -621,7 +492,8 @@ def test_a_batch_of_several_statements_sets_nocount_and_restores_it(parsed: dict
     and probe sessions are pooled: the option is restored."""
     batches = {key: parse for key, parse in parsed.items() if parse.statements >= 2}
     wrong = [key for key, parse in batches.items()
-             if not (_code(parse.text).strip().startswith("SET NOCOUNT ON;") and _code(parse.text).strip().endswith("SET NOCOUNT OFF;"))]
+             if not (code_only(parse.text).strip().startswith("SET NOCOUNT ON;")
+                     and code_only(parse.text).strip().endswith("SET NOCOUNT OFF;"))]
     assert wrong == []
     assert len(batches) >= 5
 
@@ -641,12 +513,12 @@ def test_both_dialects_take_the_same_parameters_and_fields():
     params = {key: (set(sqlfiles.PLACEHOLDER.findall(PG_SECTIONS[key])), set(sqlfiles.PLACEHOLDER.findall(MSSQL_SECTIONS[key])))
               for key in shared}
     assert {key: pair for key, pair in params.items() if pair[0] != pair[1]} == {}
-    fields = {key: (_fields(PG_SECTIONS[key]) - {f for (k, f) in FIELDS_DROPPED if k == key}, _fields(MSSQL_SECTIONS[key]))
+    fields = {key: (sql_fields(PG_SECTIONS[key]) - {f for (k, f) in FIELDS_DROPPED if k == key}, sql_fields(MSSQL_SECTIONS[key]))
               for key in shared}
     assert {key: pair for key, pair in fields.items() if pair[0] != pair[1]} == {}
-    assert all((key in shared and field in _fields(PG_SECTIONS[key]) and field not in _fields(MSSQL_SECTIONS[key]))
+    assert all((key in shared and field in sql_fields(PG_SECTIONS[key]) and field not in sql_fields(MSSQL_SECTIONS[key]))
                for key, field in FIELDS_DROPPED)
-    assert set().union(*(_fields(text) for text in MSSQL_SECTIONS.values())) <= set(FIELDS)
+    assert set().union(*(sql_fields(text) for text in MSSQL_SECTIONS.values())) <= set(FIELDS)
 
 
 def test_both_dialects_return_the_same_columns_in_the_same_order():
@@ -719,7 +591,7 @@ def test_the_hint_check_catches_locking_hints():
 
 def test_queue_rows_are_read_through_a_bounded_window_that_skips_held_rows():
     assert {key: problems for key, text in MSSQL_SECTIONS.items() if (problems := _unbounded_reads(text))} == {}
-    reading = {key for key, text in MSSQL_SECTIONS.items() for table in DEEP_TABLES if table in _code(text)}
+    reading = {key for key, text in MSSQL_SECTIONS.items() for table in DEEP_TABLES if table in code_only(text)}
     assert len(reading) >= 8
 
 
@@ -736,7 +608,7 @@ def test_the_bounded_read_check_catches_scans_and_waits():
 
 
 def test_the_index_dmvs_never_get_a_null_object_id():
-    calls = {key for key, text in MSSQL_SECTIONS.items() if re.search(r"dm_db_index_\w+_stats", _code(text))}
+    calls = {key for key, text in MSSQL_SECTIONS.items() if re.search(r"dm_db_index_\w+_stats", code_only(text))}
     assert calls == {"queues.sql:table_stats", "queues.sql:ghost_records"}
     assert {key: problems for key in calls if (problems := _unguarded_index_dmvs(MSSQL_SECTIONS[key]))} == {}
     assert _unguarded_index_dmvs("SELECT 1 FROM sys.dm_db_index_physical_stats(DB_ID(), OBJECT_ID(@t), NULL, NULL, 'SAMPLED')")
@@ -746,7 +618,7 @@ def test_the_index_dmvs_never_get_a_null_object_id():
 
 def test_ghost_records_are_read_only_on_demand():
     """sys.dm_db_index_physical_stats reads pages (and takes an IS lock): never on the fast path."""
-    found = {key for key, text in MSSQL_SECTIONS.items() if "dm_db_index_physical_stats" in _code(text)}
+    found = {key for key, text in MSSQL_SECTIONS.items() if "dm_db_index_physical_stats" in code_only(text)}
     assert found == {"queues.sql:ghost_records"}
     assert "'SAMPLED'" in MSSQL_SECTIONS["queues.sql:ghost_records"]
 
@@ -756,7 +628,7 @@ def test_the_probes_own_session_is_left_out():
     assert kept == []
     # Where PostgreSQL leaves out pg_backend_pid(), SQL Server names @@SPID.
     missing = [key for key, text in PG_SECTIONS.items()
-               if "pg_backend_pid()" in _code(text) and key in MSSQL_SECTIONS and "@@SPID" not in _code(MSSQL_SECTIONS[key])]
+               if "pg_backend_pid()" in code_only(text) and key in MSSQL_SECTIONS and "@@SPID" not in code_only(MSSQL_SECTIONS[key])]
     assert missing == []
     assert _own_session_kept("x", "SELECT s.session_id FROM sys.dm_exec_sessions AS s")
     assert not _own_session_kept("x", "SELECT s.session_id FROM sys.dm_exec_sessions AS s WHERE s.session_id = CONVERT(int, %(pid)s)")
@@ -824,5 +696,5 @@ def test_the_probe_session_setup_parses_and_only_sets_session_options(linter: Li
     text = sqlfiles.read_script("dbcore", "mssql", "probe_session.sql")
     parse = Parse(linter, text)
     assert parse.ok, parse.problems
-    statements = [s.strip() for s in _code(text).split(";") if s.strip()]
+    statements = [s.strip() for s in code_only(text).split(";") if s.strip()]
     assert statements == ["SET LOCK_TIMEOUT 100", "SET DEADLOCK_PRIORITY LOW", "SET TRANSACTION ISOLATION LEVEL READ COMMITTED"]

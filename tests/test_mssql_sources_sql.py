@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 
 import pytest
-from sqlfluff.core import FluffConfig, Linter
+from sqlfluff.core import Linter
 
 from dbcore import sqlfiles
 from dbcore.mssql import MssqlDialect
@@ -38,18 +38,21 @@ from .test_mssql_probes_sql import (
     _OPENJSON_WITH,
     _TABLE_HINTS,
     PROBE_HINTS,
-    Parse,
-    _bound,
-    _code,
     _hints,
     _postgresql_syntax,
     _results,
     _select_before,
     _select_star,
-    _split_top_level,
     _system_views,
     _unconverted_parameters,
     _writes,
+)
+from .tsql import (
+    Parse,
+    bind_variables,
+    code_only,
+    split_top_level,
+    tsql_linter,
 )
 
 # Each file, and what the Python side fills its {table} slot with (dialect.format: quoted names):
@@ -107,7 +110,7 @@ def _rendered(key: str) -> str:
 
 
 def _hint_problems(text: str) -> list[str]:
-    code = _OPENJSON_WITH.sub(r"\1", _code(text))
+    code = _OPENJSON_WITH.sub(r"\1", code_only(text))
     problems = [f"{table}: {sorted(hints - HINTS)}" for table, hints in _hints(text) if hints - HINTS]
     if len(re.findall(r"\bWITH\s*\(", code, re.IGNORECASE)) != len(_TABLE_HINTS.findall(code)):
         problems.append("a WITH (...) list that is not a table's")
@@ -116,7 +119,7 @@ def _hint_problems(text: str) -> list[str]:
 
 
 def _view_problems(text: str) -> list[str]:
-    code = _code(text)
+    code = code_only(text)
     problems = sorted(_system_views(text) - set(SYSTEM_VIEWS))
     problems += [f"unqualified {m}" for m in re.findall(r"(?<![.\w])dm_\w+", code, re.IGNORECASE)]
     problems += [f"other database {m}" for m in re.findall(r"\b(?:master|msdb|model|tempdb)\s*\.", code, re.IGNORECASE)]
@@ -128,7 +131,7 @@ def _unbounded_reads(text: str, tables: tuple[str, ...]) -> list[str]:
     """Reads of a library table that neither stop at a TOP (n) nor only take MIN/MAX of it, that
     join it, that would wait for a row another transaction holds, or that name it anywhere but
     after FROM."""
-    code = _bound(_code(text))
+    code = bind_variables(code_only(text))
     problems = []
     named = len(re.findall(r"\{table\}", code))
     read = 0
@@ -146,7 +149,7 @@ def _unbounded_reads(text: str, tables: tuple[str, ...]) -> list[str]:
             if not re.match(r"\s*TOP\s*\(", columns, re.IGNORECASE) and not re.fullmatch(r"[\s\d+\-*/(),]*", aggregates):
                 problems.append(f"{table}: not bounded: SELECT {columns.strip()[:60]}")
             hints = _TABLE_HINTS.match(code, match.start())
-            used = {h.split("(")[0].strip().upper() for h in _split_top_level(hints.group(2))} if hints else set()
+            used = {h.split("(")[0].strip().upper() for h in split_top_level(hints.group(2))} if hints else set()
             if not LIBRARY_READ_HINTS <= used:
                 problems.append(f"{table}: without {sorted(LIBRARY_READ_HINTS - used)}")
     if read != named:
@@ -155,12 +158,12 @@ def _unbounded_reads(text: str, tables: tuple[str, ...]) -> list[str]:
 
 
 def _own_session_kept(text: str) -> bool:
-    return bool(_system_views(text) & SESSION_VIEWS) and not re.search(r"<>\s*@@SPID\b", _code(text))
+    return bool(_system_views(text) & SESSION_VIEWS) and not re.search(r"<>\s*@@SPID\b", code_only(text))
 
 
 def _lock_reads_unguarded(text: str) -> bool:
     """The lock manager read before (or without) asking whether this login may read it."""
-    code = _code(text)
+    code = code_only(text)
     if "dm_tran_locks" not in code:
         return False
     guard = code.find("HAS_PERMS_BY_NAME(NULL, NULL, N'')")
@@ -169,7 +172,7 @@ def _lock_reads_unguarded(text: str) -> bool:
 
 def _unguarded_histograms(text: str) -> list[str]:
     """sys.dm_db_stats_histogram called with arguments that were not checked for NULL first."""
-    code = _bound(_code(text))
+    code = bind_variables(code_only(text))
     problems = []
     for match in re.finditer(r"\bdm_db_stats_histogram\s*\(\s*(@\w+)\s*,\s*(@\w+)\s*\)|\bdm_db_stats_histogram\s*\(", code,
                              re.IGNORECASE):
@@ -186,7 +189,7 @@ def _unguarded_histograms(text: str) -> list[str]:
 def _nocount_problems(parse: Parse) -> bool:
     """A batch of several statements that does not open with SET NOCOUNT ON and close with OFF
     (pyodbc reads a batch's first result; probe sessions are pooled)."""
-    code = _code(parse.text).strip()
+    code = code_only(parse.text).strip()
     return parse.statements >= 2 and not (code.startswith("SET NOCOUNT ON;") and code.endswith("SET NOCOUNT OFF;"))
 
 
@@ -210,15 +213,7 @@ def _columns_returned(file: str) -> set[str]:
 
 @pytest.fixture(scope="module")
 def linter() -> Linter:
-    params = set().union(*(sqlfiles.PLACEHOLDER.findall(text) for text in SECTIONS.values()))
-    config = FluffConfig(
-        configs={
-            "core": {"dialect": "tsql", "templater": "placeholder"},
-            "templater": {"placeholder": {"param_style": "pyformat", **{name: f"@{name}" for name in params}}},
-        },
-        ignore_local_config=True,
-    )
-    return Linter(config=config)
+    return tsql_linter(SECTIONS.values())
 
 
 @pytest.fixture(scope="module")
@@ -295,7 +290,7 @@ def test_library_tables_are_read_through_a_bounded_window_that_skips_held_rows()
     problems = {key: found for key, text in SECTIONS.items()
                 if (found := _unbounded_reads(text, LIBRARY_TABLES[key.split(":")[0]]))}
     assert problems == {}
-    reading = {key for key, text in SECTIONS.items() if "{table}" in _code(text)}
+    reading = {key for key, text in SECTIONS.items() if "{table}" in code_only(text)}
     assert len(reading) >= 10
 
 
@@ -323,7 +318,7 @@ def test_the_bounded_read_check_catches_scans_joins_and_waits():
 
 
 def test_the_histogram_is_read_only_for_an_object_and_index_checked_first():
-    calls = {key for key, text in SECTIONS.items() if "dm_db_stats_histogram" in _code(text)}
+    calls = {key for key, text in SECTIONS.items() if "dm_db_stats_histogram" in code_only(text)}
     assert calls == {"sources/hangfire.sql:job_states"}
     assert {key: found for key in calls if (found := _unguarded_histograms(SECTIONS[key]))} == {}
     assert _unguarded_histograms("SELECT h.equal_rows FROM sys.dm_db_stats_histogram(OBJECT_ID(N'x'), 2) AS h")
@@ -369,7 +364,7 @@ def test_the_view_check_catches_other_views():
 
 
 def test_no_local_time_the_libraries_write_utc():
-    assert {key for key, text in SECTIONS.items() if LOCAL_TIME.search(_code(text))} == set()
+    assert {key for key, text in SECTIONS.items() if LOCAL_TIME.search(code_only(text))} == set()
     for text in ("SELECT GETDATE() AS t", "SELECT SYSDATETIME() AS t", "SELECT CURRENT_TIMESTAMP AS t"):
         assert LOCAL_TIME.search(text), text
     assert not LOCAL_TIME.search("SELECT GETUTCDATE() AS t, SYSUTCDATETIME() AS u")
@@ -377,7 +372,7 @@ def test_no_local_time_the_libraries_write_utc():
 
 def test_no_postgresql_syntax():
     def found(text: str) -> list[str]:
-        code = _code(_bound(text))
+        code = code_only(bind_variables(text))
         return _postgresql_syntax(text) + [name for name, pattern in MORE_POSTGRESQL.items() if pattern.search(code)]
 
     assert {key: hits for key, text in SECTIONS.items() if (hits := found(text))} == {}

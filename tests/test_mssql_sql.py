@@ -19,12 +19,25 @@ a live suite runs them for real when QUEUETOP_MSSQL_DSN is set).
 from __future__ import annotations
 
 import re
-import string
 
 import pytest
-from sqlfluff.core import FluffConfig, Linter
+from sqlfluff.core import Linter
 
 from dbcore import sqlfiles
+
+from .tsql import (
+    DML,
+    Parse,
+    bind_variables,
+    code_only,
+    column_name,
+    depth_zero,
+    enclosing_parentheses,
+    fails_only_at,
+    split_top_level,
+    sql_fields,
+    tsql_linter,
+)
 
 PG_QUERIES = sqlfiles.load("queues", "postgresql", "queries.sql")
 MSSQL_QUERIES = sqlfiles.load("queues", "mssql", "queries.sql")
@@ -116,43 +129,9 @@ POSTGRESQL_SYNTAX = {
 # -- helpers ----------------------------------------------------------------------------------
 
 
-def _fields(text: str) -> set[str]:
-    """The `{field}`s of a query, as str.format and psycopg.sql.SQL.format read them."""
-    return {field for _, field, _, _ in string.Formatter().parse(text) if field is not None}
-
-
 def _rendered(text: str) -> str:
     """A query as the Python side sends it: `{fields}` filled, `%%` a percent sign."""
     return text.format(**FIELDS).replace("%%", "%")
-
-
-def _code(text: str) -> str:
-    """`text` without comments, and with every string literal emptied (`N''`), so that what is
-    looked for is T-SQL code, not prose or data."""
-    out: list[str] = []
-    i, n = 0, len(text)
-    while i < n:
-        if text.startswith("--", i):
-            i = text.find("\n", i)
-            i = n if i < 0 else i
-        elif text.startswith("/*", i):
-            end = text.find("*/", i + 2)
-            i = n if end < 0 else end + 2
-        elif text[i] == "'":
-            j = i + 1
-            while j < n and not (text[j] == "'" and text[j + 1 : j + 2] != "'"):
-                j += 2 if text[j] == "'" else 1
-            out.append("''")
-            i = j + 1
-        else:
-            out.append(text[i])
-            i += 1
-    return "".join(out)
-
-
-def _bound(text: str) -> str:
-    """Placeholders as the T-SQL variables the parse binds them to."""
-    return sqlfiles.PLACEHOLDER.sub(r"@\1", text)
 
 
 _HINT_GROUP = re.compile(r"\bWITH\s*\(((?:[^()]|\([^()]*\))*)\)", re.IGNORECASE)
@@ -165,24 +144,10 @@ def _hint_groups(code: str) -> list[list[str]]:
     (`WITH (OPTIMIZE_FOR_SEQUENTIAL_KEY = ON)`: every item `name = value`) are not hints."""
     groups = []
     for match in _HINT_GROUP.finditer(code):
-        items = _split_top_level(match.group(1))
+        items = split_top_level(match.group(1))
         if not all(_OPTION.match(item) for item in items):
             groups.append(items)
     return groups
-
-
-def _split_top_level(text: str) -> list[str]:
-    items, depth, start = [], 0, 0
-    for i, char in enumerate(text):
-        if char == "(":
-            depth += 1
-        elif char == ")":
-            depth -= 1
-        elif char == "," and depth == 0:
-            items.append(text[start:i])
-            start = i + 1
-    items.append(text[start:])
-    return [item.strip() for item in items if item.strip()]
 
 
 def _bad_hints(code: str) -> list[str]:
@@ -205,31 +170,11 @@ def _hints_on(code: str, table: str) -> list[tuple[set[str], int]]:
     found = []
     for match in pattern.finditer(code):
         names = set()
-        for item in _split_top_level(match.group(1)):
+        for item in split_top_level(match.group(1)):
             hint = _HINT.match(item)
             names.add(hint.group(1).upper() if hint else item)
         found.append((names, match.start()))
     return found
-
-
-def _enclosing_parentheses(code: str, index: int) -> str:
-    """The innermost parenthesised text around `index` (a CTE's or a subquery's body)."""
-    depth = 0
-    for start in range(index - 1, -1, -1):
-        if code[start] == ")":
-            depth += 1
-        elif code[start] == "(":
-            if depth == 0:
-                break
-            depth -= 1
-    else:
-        return ""
-    depth = 0
-    for end in range(start, len(code)):
-        depth += {"(": 1, ")": -1}.get(code[end], 0)
-        if depth == 0:
-            return code[start + 1 : end]
-    return ""
 
 
 def _top_expressions(code: str) -> list[str]:
@@ -245,58 +190,30 @@ def _top_expressions(code: str) -> list[str]:
     return found
 
 
-_DML = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE|MERGE)\b", re.IGNORECASE)
-
-
-def _depth_zero(code: str, pattern: re.Pattern[str], start: int = 0) -> re.Match[str] | None:
-    """The first match of `pattern` outside any parentheses, from `start`."""
-    depth = 0
-    for i in range(start, len(code)):
-        if code[i] == "(":
-            depth += 1
-        elif code[i] == ")":
-            depth -= 1
-        elif depth == 0:
-            match = pattern.match(code, i)
-            # A keyword must start a word; a `;` may follow anything.
-            if match and (i == 0 or not code[i].isalnum() or not (code[i - 1].isalnum() or code[i - 1] in "_@")):
-                return match
-    return None
-
-
 def _result_columns(statement: str) -> list[str] | None:
     """The result columns of one statement (`RETURNING`, `OUTPUT` without INTO, or a SELECT
     that is the statement itself, after its CTEs), or None when it returns no rows."""
     code = statement.strip()
-    found = _depth_zero(code, re.compile(r"(RETURNING|OUTPUT)\b", re.IGNORECASE))
+    found = depth_zero(code, re.compile(r"(RETURNING|OUTPUT)\b", re.IGNORECASE))
     if found:
-        stop = _depth_zero(code, re.compile(r"(INTO|VALUES|SELECT|FROM|WHERE)\b|;", re.IGNORECASE), found.end())
+        stop = depth_zero(code, re.compile(r"(INTO|VALUES|SELECT|FROM|WHERE)\b|;", re.IGNORECASE), found.end())
         if stop and stop.group(0).upper() == "INTO":
             return None  # OUTPUT ... INTO a table: no rows for the client
-        return _split_top_level(code[found.end() : stop.start() if stop else len(code)])
-    main = _depth_zero(code, _DML)
+        return split_top_level(code[found.end() : stop.start() if stop else len(code)])
+    main = depth_zero(code, DML)
     if main is None or main.group(1).upper() != "SELECT":
         return None
     position = main.end() + re.match(r"\s*(DISTINCT\s+)?", code[main.end() :], re.IGNORECASE).end()
     if re.match(r"TOP\s*\(", code[position:], re.IGNORECASE):
         position = code.index("(", position) + len(_top_expressions(code[position:])[0]) + 2
-    stop = _depth_zero(code, re.compile(r"(FROM|UNION)\b|;", re.IGNORECASE), position)
-    items = _split_top_level(code[position : stop.start() if stop else len(code)])
+    stop = depth_zero(code, re.compile(r"(FROM|UNION)\b|;", re.IGNORECASE), position)
+    items = split_top_level(code[position : stop.start() if stop else len(code)])
     return None if items and re.match(r"@\w+\s*=", items[0]) else items  # SELECT @x = ...: assigns, returns nothing
-
-
-def _column_name(item: str) -> str | None:
-    """An item's column name: its alias, or the column it names; None for an expression."""
-    alias = re.search(r"\bAS\s+\[?(\w+)\]?\s*$", item, re.IGNORECASE)
-    if alias:
-        return alias.group(1).lower()
-    column = re.fullmatch(r"(?:\w+\.)?\[?(\w+)\]?", item.strip())
-    return column.group(1).lower() if column and not column.group(1).isdigit() else None
 
 
 def _results(text: str) -> list[list[str]]:
     """The result column lists of every statement of a query (or batch) that returns rows."""
-    code = _bound(_code(text))
+    code = bind_variables(code_only(text))
     statements, depth, begin = [], 0, 0
     for i, char in enumerate(code):
         depth += {"(": 1, ")": -1}.get(char, 0)
@@ -308,30 +225,30 @@ def _results(text: str) -> list[list[str]]:
     for statement in statements:
         # A statement inside IF/BEGIN/WHILE: what follows the control words.
         body = re.sub(r"^\s*((IF\b.*?\n|BEGIN|END|ELSE|WHILE\b.*?\n)\s*)*", "", statement, flags=re.IGNORECASE | re.DOTALL)
-        columns = _result_columns(body) if _DML.search(body) else None
+        columns = _result_columns(body) if DML.search(body) else None
         if columns is not None:
             found.append(columns)
     return found
 
 
 def _postgresql_syntax(text: str) -> list[str]:
-    code = _code(_bound(text))
+    code = code_only(bind_variables(text))
     return [name for name, pattern in POSTGRESQL_SYNTAX.items() if pattern.search(code)]
 
 
 def _schema_batches(script: str) -> list[str]:
     """schema.sql's batches as the Python side runs them: those with code in them."""
-    return [batch for batch in BATCH_SEPARATOR.split(script) if _code(batch).strip()]
+    return [batch for batch in BATCH_SEPARATOR.split(script) if code_only(batch).strip()]
 
 
 def _create_tables(script: str) -> dict[str, list[str]]:
     """{table: its columns in order} of every CREATE TABLE of a script."""
-    code = _code(script)
+    code = code_only(script)
     tables = {}
     for match in re.finditer(r"\bCREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?(\S+)\s*\(", code, re.IGNORECASE):
-        body = _enclosing_parentheses(code, match.end())
+        body = enclosing_parentheses(code, match.end())
         columns = []
-        for item in _split_top_level(body):
+        for item in split_top_level(body):
             first = item.split()[0].strip("[]\"")
             if first.upper() not in {"PRIMARY", "CONSTRAINT", "UNIQUE", "CHECK", "FOREIGN", "INDEX", "EXCLUDE"}:
                 columns.append(first.lower())
@@ -339,49 +256,12 @@ def _create_tables(script: str) -> dict[str, list[str]]:
     return tables
 
 
-def _statements(tree) -> int:
-    """How many statements a parsed batch holds at its top level."""
-    return sum(1 for _ in tree.recursive_crawl("statement", recurse_into=False))
-
-
 # -- parsing with sqlfluff ----------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
 def linter() -> Linter:
-    params = set()
-    for text in [*PG_QUERIES.values(), *MSSQL_QUERIES.values()]:
-        params |= set(sqlfiles.PLACEHOLDER.findall(text))
-    # The placeholder templater puts a value in place of each %(name)s: the T-SQL variable
-    # @name, an expression wherever a parameter can stand (a bare name would be a keyword at
-    # times: %(key)s).
-    config = FluffConfig(
-        configs={
-            "core": {"dialect": "tsql", "templater": "placeholder"},
-            "templater": {"placeholder": {"param_style": "pyformat", **{name: f"@{name}" for name in params}}},
-        },
-        ignore_local_config=True,
-    )
-    return Linter(config=config)
-
-
-class Parse:
-    """What sqlfluff made of one query or batch: its problems and where it first gave up."""
-
-    def __init__(self, linter: Linter, text: str) -> None:
-        self.text = text
-        parsed = linter.parse_string(text)
-        self.problems = [violation.desc() for violation in parsed.violations]
-        variant = parsed.root_variant()
-        self.tree = variant.tree if variant is not None else None
-        if self.tree is None:
-            self.problems.append("no parse tree")
-        starts = [seg.pos_marker.source_slice.start for seg in self.tree.recursive_crawl("unparsable")] if self.tree else []
-        self.first_unparsable = min(starts) if starts else None
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems and self.first_unparsable is None
+    return tsql_linter([*PG_QUERIES.values(), *MSSQL_QUERIES.values()])
 
 
 @pytest.fixture(scope="module")
@@ -413,28 +293,16 @@ def test_every_schema_batch_parses_as_tsql(parsed_batches: list[Parse]):
     assert failed == []
 
 
-def _fails_only_at(parse: Parse, marker: str) -> str | None:
-    """Why `parse` does not fail exactly at the statement holding `marker`, or None."""
-    if parse.ok or parse.first_unparsable is None:
-        return "it parses now: take it off the list"
-    rest = parse.text[parse.first_unparsable :]
-    if marker not in rest:
-        return f"sqlfluff gives up after it: {parse.problems}"
-    if ";" in _code(rest[: rest.index(marker)]):
-        return f"sqlfluff gives up before its statement: {rest[:80]!r}"
-    return None
-
-
 def test_each_unparsable_statement_still_fails_and_only_there(parsed_queries: dict[str, Parse], parsed_batches: list[Parse]):
     assert all(reason for _, reason in UNPARSABLE.values()) and all(UNPARSABLE_SCHEMA.values())
     stale = {}
     for name, (marker, _reason) in UNPARSABLE.items():
         assert marker in parsed_queries[name].text, (name, marker)
-        stale[name] = _fails_only_at(parsed_queries[name], marker)
+        stale[name] = fails_only_at(parsed_queries[name], marker)
     for marker in UNPARSABLE_SCHEMA:
         batches = [parse for parse in parsed_batches if marker in parse.text]
         assert len(batches) == 1, marker
-        stale[marker] = _fails_only_at(batches[0], marker)
+        stale[marker] = fails_only_at(batches[0], marker)
     assert {key: why for key, why in stale.items() if why} == {}
 
 
@@ -443,12 +311,12 @@ def test_a_batch_of_several_statements_sets_nocount_and_restores_it(parsed_queri
     first INSERT, and the SELECT that follows is never read."""
     wrong = {}
     for name, parse in parsed_queries.items():
-        if name in UNPARSABLE or parse.tree is None or _statements(parse.tree) < 2:
+        if name in UNPARSABLE or parse.statements < 2:
             continue
-        code = _code(parse.text).strip()
+        code = code_only(parse.text).strip()
         if not code.startswith("SET NOCOUNT ON;") or not code.endswith("SET NOCOUNT OFF;"):
             wrong[name] = "SET NOCOUNT ON first, SET NOCOUNT OFF last"
-    assert len([n for n, p in parsed_queries.items() if p.tree is not None and _statements(p.tree) >= 2]) >= 15
+    assert len([n for n, p in parsed_queries.items() if p.statements >= 2]) >= 15
     assert wrong == {}
 
 
@@ -457,7 +325,7 @@ def test_a_batch_that_writes_twice_is_one_transaction_that_aborts_on_error():
     error rolls all of them back and ends the batch (T-SQL otherwise runs on after most errors)."""
     wrong = {}
     for name, text in MSSQL_QUERIES.items():
-        code = _code(text)
+        code = code_only(text)
         # Statements that write (a MERGE's own `UPDATE SET` and `INSERT (...)` are not).
         writes = re.findall(r"(?im)^\s*(INSERT\s+INTO|UPDATE\s+(?!SET\b)[\w\[@{]|DELETE\s+FROM|MERGE\s)", code)
         if len(writes) < 2:
@@ -482,7 +350,7 @@ def test_both_dialects_take_the_same_parameters_and_fields():
     params = {name: (set(sqlfiles.PLACEHOLDER.findall(PG_QUERIES[name])), set(sqlfiles.PLACEHOLDER.findall(text)))
               for name, text in MSSQL_QUERIES.items()}
     assert {name: pair for name, pair in params.items() if pair[0] != pair[1]} == {}
-    fields = {name: (_fields(PG_QUERIES[name]), _fields(text)) for name, text in MSSQL_QUERIES.items()}
+    fields = {name: (sql_fields(PG_QUERIES[name]), sql_fields(text)) for name, text in MSSQL_QUERIES.items()}
     assert {name: pair for name, pair in fields.items() if pair[0] != pair[1]} == {}
     assert set().union(*(f for _, f in fields.values())) <= set(FIELDS)
 
@@ -493,8 +361,8 @@ def test_both_dialects_return_the_same_columns_in_the_same_order():
     is matched by position only)."""
     differ, returning = {}, 0
     for name, text in MSSQL_QUERIES.items():
-        pg = [[_column_name(item) for item in columns] for columns in _results(PG_QUERIES[name])]
-        mssql = [[_column_name(item) for item in columns] for columns in _results(text)]
+        pg = [[column_name(item) for item in columns] for columns in _results(PG_QUERIES[name])]
+        mssql = [[column_name(item) for item in columns] for columns in _results(text)]
         returning += bool(pg)
         same = len(pg) == len(mssql) and all(
             len(a) == len(b) and all(x is None or x == y for x, y in zip(a, b, strict=True)) for a, b in zip(pg, mssql, strict=True)
@@ -511,7 +379,7 @@ def test_the_column_check_reads_output_select_and_returning():
     assert _results("DELETE FROM t OUTPUT deleted.id INTO @gone (id) WHERE a = 1;") == []
     assert _results("SET NOCOUNT ON; SELECT @n = COUNT(*) FROM t; SELECT TOP (CONVERT(int, @n)) a, b AS c FROM t;") == [["a", "b AS c"]]
     assert _results("WITH x AS (SELECT 1 AS a) UPDATE t SET a = 1 FROM x RETURNING t.a, t.b;") == [["t.a", "t.b"]]
-    assert [_column_name(c) for c in ["m.body::text AS body", "count(*)", "q.[queue]", "1"]] == ["body", None, "queue", None]
+    assert [column_name(c) for c in ["m.body::text AS body", "count(*)", "q.[queue]", "1"]] == ["body", None, "queue", None]
 
 
 def test_a_percent_sign_is_doubled():
@@ -533,7 +401,7 @@ def test_both_schemas_have_the_same_tables_and_columns():
 
 
 def test_every_schema_batch_is_idempotent_and_the_version_comes_last():
-    batches = [_code(batch).strip() for batch in _schema_batches(MSSQL_SCHEMA)]
+    batches = [code_only(batch).strip() for batch in _schema_batches(MSSQL_SCHEMA)]
     assert len(batches) >= 20
     assert [b[:60] for b in batches if not b.startswith(("IF ", "MERGE "))] == []
     assert batches[-1].startswith("MERGE queuetop.meta") and "N'schema_version'" in MSSQL_SCHEMA
@@ -545,16 +413,16 @@ def test_every_schema_batch_is_idempotent_and_the_version_comes_last():
 def test_every_dequeue_skips_and_locks_rows_and_orders_inside_the_hinted_cte():
     postgres_dequeues = {name for name, text in PG_QUERIES.items() if "SKIP LOCKED" in text}
     assert postgres_dequeues <= set(DEQUEUES), "a PostgreSQL dequeue has no SQL Server dequeue check"
-    readpast = {name for name, text in MSSQL_QUERIES.items() if "READPAST" in _code(text)}
+    readpast = {name for name, text in MSSQL_QUERIES.items() if "READPAST" in code_only(text)}
     assert readpast == set(DEQUEUES) | set(READPAST_ELSEWHERE)
     wrong = {}
     for name, table in DEQUEUES.items():
-        code = _code(MSSQL_QUERIES[name])
+        code = code_only(MSSQL_QUERIES[name])
         references = _hints_on(code, table)
         if len(references) != 1 or not DEQUEUE_HINTS <= references[0][0]:
             wrong[name] = f"{DEQUEUE_HINTS} on {table}: {references}"
             continue
-        cte = _enclosing_parentheses(code, references[0][1])
+        cte = enclosing_parentheses(code, references[0][1])
         if not (cte.lstrip().startswith("SELECT TOP (") and re.search(r"\bORDER\s+BY\s+id\s*$", cte)):
             wrong[name] = f"not SELECT TOP (...) ... ORDER BY id inside the hinted CTE: {cte[:60]!r}"
         elif not re.search(r"\)\s*(UPDATE next|DELETE FROM next|SELECT id FROM next)\b", code):
@@ -565,7 +433,7 @@ def test_every_dequeue_skips_and_locks_rows_and_orders_inside_the_hinted_cte():
 def test_the_serialised_takes_wait_for_their_row_and_skip_nothing():
     for name, (row, reason) in SERIALISED_TAKES.items():
         assert reason
-        code = _code(MSSQL_QUERIES[name])
+        code = code_only(MSSQL_QUERIES[name])
         references = _hints_on(code, row)
         assert len(references) == 1 and {"UPDLOCK", "ROWLOCK", "READCOMMITTEDLOCK"} <= references[0][0], (name, references)
         assert "READPAST" not in code, name
@@ -573,7 +441,7 @@ def test_the_serialised_takes_wait_for_their_row_and_skip_nothing():
 
 def test_dequeues_take_at_most_a_bounded_batch():
     for name in DEQUEUES:
-        tops = _top_expressions(_code(MSSQL_QUERIES[name]))
+        tops = _top_expressions(code_only(MSSQL_QUERIES[name]))
         assert len(tops) == 1, name
         literals = [int(n) for n in re.findall(r"\b\d+\b", tops[0])]
         assert literals and max(literals) <= 1000, (name, tops[0])
@@ -583,7 +451,7 @@ def test_dequeues_take_at_most_a_bounded_batch():
 def test_literal_top_limits_stay_far_below_lock_escalation():
     found = {}
     for name, text in MSSQL_QUERIES.items():
-        for expression in _top_expressions(_code(text)):
+        for expression in _top_expressions(code_only(text)):
             found.setdefault(name, []).extend(int(n) for n in re.findall(r"\b\d+\b", expression))
     assert {name: limits for name, limits in found.items() if any(n >= LOCK_ESCALATION_THRESHOLD for n in limits)} == {}
     assert len(found) >= 8
@@ -591,10 +459,10 @@ def test_literal_top_limits_stay_far_below_lock_escalation():
 
 
 def test_every_table_hint_is_one_of_microsofts():
-    bad = {name: _bad_hints(_code(text)) for name, text in MSSQL_QUERIES.items()}
+    bad = {name: _bad_hints(code_only(text)) for name, text in MSSQL_QUERIES.items()}
     assert {name: hints for name, hints in bad.items() if hints} == {}
-    assert _bad_hints(_code(MSSQL_SCHEMA)) == []
-    used = {item.split("(")[0].strip().upper() for text in MSSQL_QUERIES.values() for group in _hint_groups(_code(text))
+    assert _bad_hints(code_only(MSSQL_SCHEMA)) == []
+    used = {item.split("(")[0].strip().upper() for text in MSSQL_QUERIES.values() for group in _hint_groups(code_only(text))
             for item in group}
     assert {"ROWLOCK", "READPAST", "UPDLOCK", "READCOMMITTEDLOCK", "HOLDLOCK", "INDEX"} <= used
 
@@ -604,15 +472,15 @@ def test_the_hint_check_catches_a_typo_and_passes_index_options():
     assert _bad_hints("SELECT id FROM t WITH (NOLOCK(1))") == ["NOLOCK(1)"]
     assert _bad_hints("SELECT id FROM t WITH (ROWLOCK, INDEX(1), FORCESEEK)") == []
     assert _bad_hints("CREATE TABLE t (id int, PRIMARY KEY (id) WITH (OPTIMIZE_FOR_SEQUENTIAL_KEY = ON))") == []
-    assert _bad_hints(_code("SELECT 1; -- WITH (READPASTT) in a comment")) == []  # comments are dropped first
+    assert _bad_hints(code_only("SELECT 1; -- WITH (READPASTT) in a comment")) == []  # comments are dropped first
 
 
 def test_application_locks_belong_to_the_transaction_and_report_their_outcome():
     for name in ("init_lock", "compaction_try_lock"):
         assert "pg_advisory_xact_lock" in PG_QUERIES[name] or "pg_try_advisory_xact_lock" in PG_QUERIES[name]
-        code = _code(MSSQL_QUERIES[name])
+        code = code_only(MSSQL_QUERIES[name])
         call = re.search(r"EXEC @r = sys\.sp_getapplock\s+(.*?);", code, re.DOTALL)
-        assert call and "@LockOwner = N''" in call.group(1), name  # (string contents are emptied by _code)
+        assert call and "@LockOwner = N''" in call.group(1), name  # (string contents are emptied by code_only)
         assert "@LockOwner = N'Transaction'" in MSSQL_QUERIES[name], name
         assert re.search(r"SELECT [^;]*@r\b[^;]*;\s*SET NOCOUNT OFF;$", code.strip()), name
     try_lock = MSSQL_QUERIES["compaction_try_lock"]
