@@ -60,9 +60,6 @@ class Context:
         """A session in the target's dialect (the commands that reach SQL Server use this)."""
         return open_session(self.target, application_name=f"queuetop-cli:{role}")
 
-    def connect(self, role: str, **kwargs) -> psycopg.Connection:
-        return connect(self.target, application_name=f"queuetop-cli:{role}", **kwargs)
-
     def engine_session(self, role: str) -> Session:
         """A session in the target's dialect on a database that carries the engine's schema."""
         session = self.session(role)
@@ -72,15 +69,6 @@ class Context:
             session.close()
             raise
         return session
-
-    def engine_connection(self, role: str) -> psycopg.Connection:
-        conn = self.connect(role)
-        try:
-            schema.require(conn, where=self.target.masked)
-        except BaseException:
-            conn.close()
-            raise
-        return conn
 
     def scrub(self, text: str) -> str:
         """Remove the DSN's password from any text we are about to print."""
