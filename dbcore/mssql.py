@@ -20,6 +20,7 @@ target is used.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import re
@@ -84,7 +85,7 @@ class MssqlDialect:
         try:
             conn = engine.connect()
         except sa_exc.DBAPIError as exc:
-            raise ConnectionFailed(f"cannot connect to {target.masked}: {_scrubbed(_driver_message(exc), target)}") from None
+            raise _cannot_connect(target, exc) from None
         return MssqlSession(self, conn, target)
 
     # -- SQL text ------------------------------------------------------------------------------
@@ -95,9 +96,7 @@ class MssqlDialect:
     def bind(self, query: str) -> str:
         """`%(name)s` placeholders as SQLAlchemy's `:name`, every other colon escaped so that
         `text()` does not read it as one ('00:00:00'), and `%%` as the `%` it stands for."""
-        text = query.replace(":", "\\:")
-        text = _PLACEHOLDER.sub(r":\1", text)
-        return text.replace("%%", "%")
+        return _bind(query)
 
     def format(self, query: str, **identifiers: tuple[str, ...]) -> str:
         text = query.in_dialect(self.name) if isinstance(query, NamedQuery) else query
@@ -116,7 +115,7 @@ class MssqlDialect:
             conn.exec_driver_sql(read_script("dbcore", "mssql", "probe_session.sql"))
             conn.connection.dbapi_connection.timeout = PROBE_QUERY_TIMEOUT_S  # type: ignore[union-attr]
         except sa_exc.DBAPIError as exc:
-            raise ConnectionFailed(f"cannot connect to {target.masked}: {_scrubbed(_driver_message(exc), target)}") from None
+            raise _cannot_connect(target, exc) from None
         return MssqlSession(self, conn, target, dict_rows=True, autocommit=True)
 
     def run_script(self, session: MssqlSession, script: str) -> None:
@@ -287,6 +286,19 @@ def _create_engine(target: Target, application_name: str, connect_timeout: int) 
         pool_size=5,
         max_overflow=20,
     )
+
+
+@functools.lru_cache(maxsize=1024)
+def _bind(query: str) -> str:
+    """MssqlDialect.bind, once per statement text: a worker sends the same few statements for
+    its whole life, and each would otherwise be rewritten by three passes on every execute."""
+    text = query.replace(":", "\\:")
+    text = _PLACEHOLDER.sub(r":\1", text)
+    return text.replace("%%", "%")
+
+
+def _cannot_connect(target: Target, exc: BaseException) -> ConnectionFailed:
+    return ConnectionFailed(f"cannot connect to {target.masked}: {_scrubbed(_driver_message(exc), target)}")
 
 
 def _scrubbed(message: str, target: Target | None) -> str:
