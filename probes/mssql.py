@@ -24,9 +24,10 @@ from dbcore.errors import MissingPrivilege
 from dbcore.sqlfiles import Queries
 
 from .config import Config
+from .failures import PROBE_FAILURES, describe_error
 from .locks import build_lock_tree
 from .model import Connections, QueueSample, ServerInfo
-from .postgres import LOCKS_SQL, PROBE_FAILURES, LockPicture, PostgresProbes, ProbeConnection, describe_error, json_value
+from .postgres import LOCKS_SQL, LockPicture, PostgresProbes, ProbeConnection, json_value
 
 # SQL Server's own sections of the probes' files (ghost records; what the login may see; the version store).
 MSSQL_QUEUES_SQL = Queries("probes", "queues.sql", dialect="mssql")

@@ -21,10 +21,10 @@ from psycopg import sql
 
 from dbcore.database import DictRow, Target, one
 from dbcore.dialect import dialect_named
-from dbcore.errors import DatabaseRefused, MissingPrivilege, first_line
 from dbcore.sqlfiles import Queries
 
 from .config import Config
+from .failures import LOCK_TIMEOUT_MS, PROBE_FAILURES, STATEMENT_TIMEOUT_MS, describe_error
 from .locks import build_lock_tree, prepared_blockers
 from .model import (
     BlockedSession,
@@ -42,8 +42,6 @@ from .sources import QueueFigures, QueueSource, sources_for
 from .sources.base import has_table, tables_checked_together
 
 APPLICATION_NAME = "queuetop-probe"
-STATEMENT_TIMEOUT_MS = 2000
-LOCK_TIMEOUT_MS = 100
 # Every probe session, however opened (one-off or pooled), runs with these.
 PROBE_SETTINGS = {
     "default_transaction_read_only": "on",
@@ -321,21 +319,3 @@ def json_value(value: Any) -> Any:
     """A column that is an array (or JSON decoded by psycopg) on PostgreSQL and JSON text on SQL
     Server, which has no arrays: as Python values either way."""
     return json.loads(value) if isinstance(value, str) else value
-
-
-def describe_error(exc: Exception) -> str:
-    """One line for a failed probe statement, saying what the operator can do about it."""
-    line = first_line(exc)
-    # By SQLSTATE, which psycopg's errors carry and SQL Server's are given (dbcore/mssql.py).
-    code = getattr(exc, "sqlstate", None)
-    if code == "55P03":  # lock_not_available
-        return f"skipped: lock timeout ({LOCK_TIMEOUT_MS} ms), the table is locked by another session ({line})"
-    if code == "57014":  # query_canceled
-        return f"skipped: statement timeout ({STATEMENT_TIMEOUT_MS} ms) reached"
-    if code == "42501":  # insufficient_privilege
-        return f"no privilege: {line}"
-    return line
-
-
-# What a probe statement's failure can be, in any dialect: the probe reports it and the others go on.
-PROBE_FAILURES = (psycopg.Error, DatabaseRefused, MissingPrivilege)

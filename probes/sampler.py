@@ -30,25 +30,22 @@ from dbcore.dialect import dialect_named
 from dbcore.errors import ConnectionFailed, connection_cause
 
 from .config import Config
+from .failures import PROBE_FAILURES, describe_error
 from .model import ProbeStatus, ServerInfo, Snapshot
 from .postgres import (
     APPLICATION_NAME,
-    PROBE_FAILURES,
     PROBE_NAMES,
     PROBE_SETTINGS,
     LockPicture,
     PostgresProbes,
     ProbeConnection,
-    describe_error,
     open_probe_connection,
 )
 
 log = logging.getLogger("queuetop.sampler")
-# psycopg_pool warns on every failed attempt, over several lines; the sampler says it once per
-# change instead (and the status line says why).
-logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
-# The pool would log every failed reconnection to stderr (under a dashboard, across the screen);
-# the snapshot says that the database is unreachable instead.
+# psycopg_pool warns on every failed attempt, over several lines, to stderr (under a dashboard,
+# across the screen); the sampler says it once per change instead, and the snapshot and the
+# status line say why the database is unreachable.
 logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
 Sink = Callable[[Snapshot], None]
 T = TypeVar("T")

@@ -38,9 +38,9 @@ from typing import TYPE_CHECKING, Any
 
 from dbcore.database import DictRow, one
 from dbcore.dialect import dialect_of
-from dbcore.errors import DatabaseRefused, MissingPrivilege
 from dbcore.sqlfiles import Queries
 
+from ..failures import PROBE_FAILURES, describe_error
 from .base import Detection, QueueDetails, QueueFigures, QueueSource, has_table
 
 if TYPE_CHECKING:
@@ -53,13 +53,7 @@ STATE_COUNT_CAP = 10_000  # jobs counted per state; past it, the statistics' est
 HEAD_ROWS = 20
 FAILED_SCAN = 500  # newest failed jobs looked at for a queue's Enter
 DEFAULT_INVISIBILITY_TIMEOUT_S = 300  # SqlServerStorageOptions.SlidingInvisibilityTimeout, Hangfire 1.8
-_FAILURES = (DatabaseRefused, MissingPrivilege)
 
-
-def _describe(exc: Exception) -> str:
-    from ..postgres import describe_error
-
-    return describe_error(exc)
 
 
 class Hangfire(QueueSource):
@@ -109,9 +103,9 @@ class Hangfire(QueueSource):
         elif out:
             try:
                 self._count_queues(conn, out, timeout)
-            except _FAILURES as exc:
+            except PROBE_FAILURES as exc:
                 for figures in out:
-                    figures.error = _describe(exc)
+                    figures.error = describe_error(exc)
         if out and timeout_note:
             out[0].notes.append(timeout_note)
         if len(names) >= MAX_QUEUES:
@@ -172,8 +166,8 @@ class Hangfire(QueueSource):
         try:
             row = one(conn.execute(self._format(conn, HANGFIRE_SQL["job_states"]),
                                    {"cap": STATE_COUNT_CAP, "job_relid": layout["job_relid"], "stats_id": layout["state_index_id"]}))
-        except _FAILURES as exc:
-            figures.error = _describe(exc)
+        except PROBE_FAILURES as exc:
+            figures.error = describe_error(exc)
             return figures
         counts = {}
         for state in ("scheduled", "awaiting", "failed"):

@@ -31,6 +31,7 @@ from dbcore.database import one
 from dbcore.sqlfiles import Queries
 
 from ..config import DeclaredQueue
+from ..failures import describe_error
 from .base import QueueDetails, QueueFigures
 
 if TYPE_CHECKING:
@@ -672,6 +673,4 @@ def plan_rows(plan: dict[str, Any]) -> int:
 
 
 def describe(exc: psycopg.Error | LookupError) -> str:
-    from ..postgres import describe_error
-
     return describe_error(exc) if isinstance(exc, psycopg.Error) else str(exc.args[0])

@@ -37,9 +37,9 @@ from typing import TYPE_CHECKING, Any
 
 from dbcore.database import DictRow, one
 from dbcore.dialect import dialect_of
-from dbcore.errors import DatabaseRefused, MissingPrivilege
 from dbcore.sqlfiles import Queries
 
+from ..failures import PROBE_FAILURES, describe_error
 from .base import Detection, QueueDetails, QueueFigures, QueueSource
 
 if TYPE_CHECKING:
@@ -54,13 +54,7 @@ OVERDUE_NOTE_S = 60.0  # a due delayed message still waiting this long gets a no
 HEAD_ROWS = 20
 ERROR_SCAN = 200  # newest error-queue messages looked at for an endpoint's Enter
 DEFAULT_ERROR_QUEUE = "error"
-_FAILURES = (DatabaseRefused, MissingPrivilege)
 
-
-def _describe(exc: Exception) -> str:
-    from ..postgres import describe_error
-
-    return describe_error(exc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,8 +139,8 @@ class NServiceBus(QueueSource):
         problem = None
         try:
             held = {row["relid"]: row for row in conn.execute(NSB_SQL["held_rows"], {"relids": [q.relid for q in queues]})}
-        except _FAILURES as exc:
-            held, problem = {}, _describe(exc)
+        except PROBE_FAILURES as exc:
+            held, problem = {}, describe_error(exc)
         if problem is None and any(not row["visible"] for row in held.values()):
             problem = "reading the lock manager needs VIEW SERVER STATE"
         out = [self._queue(conn, queue, held.get(queue.relid), paired.get(queue.name)) for queue in queues]
@@ -167,8 +161,8 @@ class NServiceBus(QueueSource):
         window = self.config.window
         try:
             head = one(conn.execute(self._format(conn, NSB_SQL["head_window"], queue), {"window": window + 1}))
-        except _FAILURES as exc:
-            figures.error = _describe(exc)
+        except PROBE_FAILURES as exc:
+            figures.error = describe_error(exc)
             return figures
         # In the window (it reads one row more): exact. Past it: the table's row count, less the
         # expired rows seen, all counted as ready (an estimate).
@@ -207,8 +201,8 @@ class NServiceBus(QueueSource):
             return None, "no index leads with Due"
         try:
             row = one(conn.execute(self._format(conn, NSB_SQL["delayed"], delayed), {"cap": DELAYED_COUNT_CAP}))
-        except _FAILURES as exc:
-            return None, _describe(exc)
+        except PROBE_FAILURES as exc:
+            return None, describe_error(exc)
         counted: int = row["counted"]
         if counted >= DELAYED_COUNT_CAP:
             counted = max(counted, row["table_rows"] or 0)

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import psycopg
-
 from dbcore.database import one
 from dbcore.dialect import dialect_of
-from dbcore.errors import DatabaseRefused, MissingPrivilege
 from dbcore.sqlfiles import Queries
 
+from ..failures import PROBE_FAILURES, describe_error
 from .base import Detection, QueueDetails, QueueFigures, QueueSource, has_table
 
 if TYPE_CHECKING:
@@ -39,9 +37,7 @@ class ReferenceQueues(QueueSource):
             try:
                 head = one(conn.execute(dialect.format(REFERENCE_SQL["head_window"], table=parts), {"window": window + 1}))
                 dead = one(conn.execute(REFERENCE_SQL["dead_letters"], {"queue": entry["name"], "cap": DEAD_COUNT_CAP}))
-            except (psycopg.Error, DatabaseRefused, MissingPrivilege) as exc:
-                from ..postgres import describe_error
-
+            except PROBE_FAILURES as exc:
                 figures.error = describe_error(exc)
                 out.append(figures)
                 continue

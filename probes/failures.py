@@ -1,0 +1,30 @@
+"""How a probe statement's failure is told, in any dialect: what counts as one (the probe reports
+it and the others go on), and the one line that says what the operator can do about it. Here,
+not in probes/postgres.py, so that the queue sources (which probes/postgres.py imports) can use it."""
+
+from __future__ import annotations
+
+import psycopg
+
+from dbcore.errors import DatabaseRefused, MissingPrivilege, first_line
+
+STATEMENT_TIMEOUT_MS = 2000
+LOCK_TIMEOUT_MS = 100
+
+
+def describe_error(exc: Exception) -> str:
+    """One line for a failed probe statement, saying what the operator can do about it."""
+    line = first_line(exc)
+    # By SQLSTATE, which psycopg's errors carry and SQL Server's are given (dbcore/mssql.py).
+    code = getattr(exc, "sqlstate", None)
+    if code == "55P03":  # lock_not_available
+        return f"skipped: lock timeout ({LOCK_TIMEOUT_MS} ms), the table is locked by another session ({line})"
+    if code == "57014":  # query_canceled
+        return f"skipped: statement timeout ({STATEMENT_TIMEOUT_MS} ms) reached"
+    if code == "42501":  # insufficient_privilege
+        return f"no privilege: {line}"
+    return line
+
+
+# What a probe statement's failure can be, in any dialect.
+PROBE_FAILURES = (psycopg.Error, DatabaseRefused, MissingPrivilege)
