@@ -54,6 +54,41 @@ class Target:
         return f"Target(dialect={self.dialect!r}, dsn={self.masked!r}, embedded={self.embedded})"
 
 
+def has_password(target: Target) -> bool:
+    """Whether the DSN itself carries a password (rather than ~/.pgpass, PGPASSWORD or a service)."""
+    try:
+        if target.dialect == "postgresql":
+            return bool(pg_conninfo.conninfo_to_dict(target.conninfo).get("password"))
+        return bool(make_url(target.conninfo).password)
+    except (psycopg.Error, ArgumentError, ValueError):
+        return True
+
+
+def host_name(target: Target) -> str:
+    """A short name for a target, for a tab or a metric label: `host[:port]/database`, `service
+    NAME`, or `embedded`; never a password (built from the parsed DSN's host, port and database)."""
+    if target.embedded:
+        return "embedded"
+    try:
+        if target.dialect == "postgresql":
+            params = pg_conninfo.conninfo_to_dict(target.conninfo)
+            host, port, database = params.get("host"), params.get("port"), params.get("dbname")
+            if not host and params.get("service"):
+                return f"service {params['service']}" + (f"/{database}" if database else "")
+            default_port = "5432"
+        else:
+            url = make_url(target.conninfo)
+            host, port, database = url.host, url.port, url.database
+            default_port = "1433"
+    except (psycopg.Error, ArgumentError, ValueError):
+        return target.masked
+    host = str(host or os.environ.get("PGHOST") or "localhost").split(",")[0]
+    if host.startswith("/"):
+        host = "local"  # a Unix socket directory
+    port_text = f":{port}" if port and str(port).split(",")[0] != default_port else ""
+    return f"{host}{port_text}/{database}" if database else f"{host}{port_text}"
+
+
 def mask_dsn(dsn: str) -> str:
     """`dsn` as it may be printed or logged: any password replaced by ***, whatever form the DSN
     is in. Every DSN queuetop shows goes through here.

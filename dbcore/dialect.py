@@ -32,7 +32,8 @@ class Capabilities:
     arrays: bool  # statements take array parameters and return array columns; else JSON text in, rows out
     prepared_hot_path: bool  # queues/hotpath.py: the claim loop's statements prepared through libpq
     advisory_locks: bool = True  # an application lock scoped to a transaction (pg_advisory_xact_lock, sp_getapplock)
-    kill_session: bool = True  # cancel / terminate another session (pg_cancel_backend, KILL)
+    kill_session: bool = True  # terminate another session (pg_terminate_backend, KILL)
+    cancel_query: bool = True  # cancel another session's running statement, keeping the session (pg_cancel_backend)
     binary_params: bool = False  # psycopg's `%(x)b`: parameters sent in binary (the engine's measured PostgreSQL text)
     driver_pools: bool = False  # the driver keeps a pool of connections itself (SQLAlchemy's), so sessions are cheap to reopen
 
@@ -57,7 +58,7 @@ class Session(Protocol):
 
     def execute(self, query: Any, params: Mapping[str, Any] | None = None) -> Any: ...
 
-    def transaction(self) -> AbstractContextManager[Any]: ...
+    def transaction(self, *, force_rollback: bool = False) -> AbstractContextManager[Any]: ...
 
     def close(self) -> None: ...
 
@@ -92,6 +93,11 @@ class Dialect(Protocol):
     def format(self, query: str, **identifiers: tuple[str, ...]) -> Any:
         """`query` (a named query) in this dialect, its `{field}` slots filled with quoted
         identifiers (`table=("queuetop", "q_jobs")`): what a session of this dialect executes."""
+        ...
+
+    def set_isolation(self, session: Any, level: str) -> None:
+        """The isolation level of `session`'s next transactions ("SERIALIZABLE", "READ COMMITTED"),
+        undone when the session is closed (a pooled connection does not carry it to its next user)."""
         ...
 
     def open_probe_session(self, target: Any, *, application_name: str, settings: dict[str, str]) -> Any:

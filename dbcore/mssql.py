@@ -60,7 +60,7 @@ _PRIVILEGE_ERRORS = (229, 230, 262, 297, 300)
 class MssqlDialect:
     name = "mssql"
     label = "SQL Server"
-    capabilities = Capabilities(notify=False, arrays=False, prepared_hot_path=False, driver_pools=True)
+    capabilities = Capabilities(notify=False, arrays=False, prepared_hot_path=False, driver_pools=True, cancel_query=False)
 
     def __init__(self) -> None:
         self._engines: dict[tuple[str, str, int], sqlalchemy.Engine] = {}
@@ -118,6 +118,9 @@ class MssqlDialect:
             raise _cannot_connect(target, exc) from None
         return MssqlSession(self, conn, target, dict_rows=True, autocommit=True)
 
+    def set_isolation(self, session: MssqlSession, level: str) -> None:
+        session.set_isolation(level)
+
     def run_script(self, session: MssqlSession, script: str) -> None:
         """A schema script: batches separated by a line `-- batch`, each run on its own (T-SQL's
         `GO` is a client convention that ODBC does not know)."""
@@ -140,6 +143,8 @@ class MssqlDialect:
             return DatabaseRefused(f"statement timeout: {message}", sqlstate="57014")
         if number == 1222:  # SET LOCK_TIMEOUT expired
             return DatabaseRefused(f"lock timeout: {message}", sqlstate="55P03")
+        if number in (1205, 3960) or state == "40001":  # deadlock victim, snapshot update conflict: retry the transaction
+            return DatabaseRefused(f"transaction must be retried: {message}", sqlstate="40001")
         if state.startswith(_CONNECTION_STATES):
             return ConnectionFailed(f"database connection failed: {message}")
         if number in _PRIVILEGE_ERRORS:
@@ -205,8 +210,9 @@ class MssqlSession:
         return buffered
 
     @contextmanager
-    def transaction(self) -> Iterator[MssqlSession]:
-        """A transaction; nested blocks are savepoints, as psycopg's are."""
+    def transaction(self, *, force_rollback: bool = False) -> Iterator[MssqlSession]:
+        """A transaction; nested blocks are savepoints, as psycopg's are. `force_rollback`: rolled
+        back even when the block succeeds (a trial, as psycopg's)."""
         if self._depth == 0:
             if self._conn.in_transaction():
                 self._conn.commit()
@@ -220,9 +226,19 @@ class MssqlSession:
             block.rollback()
             raise
         else:
-            block.commit()
+            if force_rollback:
+                block.rollback()
+            else:
+                block.commit()
         finally:
             self._depth -= 1
+
+    def set_isolation(self, level: str) -> None:
+        """SQLAlchemy's execution option, not a `SET` statement: the pool resets it when the
+        connection is returned, so it does not leak to the connection's next user."""
+        if self._conn.in_transaction():
+            self._conn.commit()
+        self._conn = self._conn.execution_options(isolation_level=level.upper())
 
     def cursor(self) -> MssqlSession:
         """psycopg's `conn.cursor()`, kept by the worker for a connection's life: here the

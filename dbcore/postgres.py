@@ -34,6 +34,9 @@ class PostgresDialect:
     def format(self, query: str, **identifiers: tuple[str, ...]) -> sql.Composed:
         return sql.SQL(query).format(**{field: sql.Identifier(*parts) for field, parts in identifiers.items()})
 
+    def set_isolation(self, session: psycopg.Connection[Any], level: str) -> None:
+        session.isolation_level = psycopg.IsolationLevel[level.upper().replace(" ", "_")]  # psycopg's own, per connection
+
     def open_probe_session(self, target: Target, *, application_name: str, settings: dict[str, str]) -> psycopg.Connection[Any]:
         return connect(target, application_name=application_name, options=settings, row_factory=dict_row)
 

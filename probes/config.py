@@ -8,6 +8,12 @@
     interval = 2.0            # seconds between samples
     window = 1000             # rows read from a queue's head; above it depth is an estimate
 
+    [[targets]]               # several databases: a tab each in the dashboard (--dsn overrides)
+    name = "billing"
+    dsn_env = "BILLING_DSN"   # the DSN from this environment variable, or
+    # service = "billing"     # a libpq service (~/.pg_service.conf), or
+    # dsn = "host=db1 dbname=billing"   # a DSN: its password from ~/.pgpass or PGPASSWORD
+
     [[queues]]
     name = "messages"         # shown in the dashboard
     table = "public.messages" # as you would write it in SQL; resolved through the catalog
@@ -25,6 +31,8 @@ and quotes the catalog's names.
 
 from __future__ import annotations
 
+import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,6 +73,28 @@ class DeclaredQueue:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TargetSpec:
+    """A database the config names: `dsn` as written, or read from `dsn_env` when used (so that a
+    password need never be in the file), or a libpq `service`."""
+
+    name: str
+    dsn: str | None = None
+    dsn_env: str | None = None
+    service: str | None = None
+
+    def resolve_dsn(self) -> str:
+        if self.dsn_env is not None:
+            value = os.environ.get(self.dsn_env, "").strip()
+            if not value:
+                raise UsageError(f"target {self.name!r}: ${self.dsn_env} is not set")
+            return value
+        if self.service is not None:
+            return f"service={self.service}"
+        assert self.dsn is not None
+        return self.dsn
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Config:
     interval_s: float = DEFAULT_INTERVAL_S
     window: int = DEFAULT_WINDOW
@@ -72,7 +102,15 @@ class Config:
     keys: dict[str, str] = field(default_factory=dict)  # dashboard binding id -> key(s)
     disabled_sources: frozenset[str] = frozenset()  # [sources] disable = ["pgmq", ...]
     source_options: dict[str, dict[str, object]] = field(default_factory=dict)  # [sources.<name>]
+    targets: tuple[TargetSpec, ...] = ()  # [[targets]]: the databases to watch when no --dsn is given
     path: Path | None = None
+
+    def sampling_interval(self, given: float | None) -> float:
+        """Seconds between samples: `given` (--interval), else the config's; 0.1 to 3600."""
+        interval = given or self.interval_s
+        if not 0.1 <= interval <= 3600:
+            raise UsageError("--interval must be between 0.1 and 3600 seconds")
+        return interval
 
 
 def default_config_path() -> Path:
@@ -98,7 +136,7 @@ def load_config(path: str | Path | None = None) -> Config:
 
 def parse_config(data: dict, path: Path | None = None) -> Config:
     where = f"config {str(path)!r}" if path else "config"
-    unknown = set(data) - {"probes", "queues", "keys", "sources"}
+    unknown = set(data) - {"probes", "queues", "keys", "sources", "targets"}
     if unknown:
         raise UsageError(f"{where}: unknown section(s) {', '.join(sorted(unknown))}")
     probes = data.get("probes", {})
@@ -122,7 +160,37 @@ def parse_config(data: dict, path: Path | None = None) -> Config:
         raise UsageError(f"{where}: [keys] maps binding ids to keys, e.g. pause = \"space\"")
     disabled, options = _sources(data.get("sources", {}), where)
     return Config(interval_s=float(interval), window=window, queues=queues, keys=dict(keys), path=path,
-                  disabled_sources=disabled, source_options=options)
+                  disabled_sources=disabled, source_options=options, targets=_targets(data.get("targets", []), where))
+
+
+MAX_TARGETS = 16
+
+
+def _targets(entries: object, where: str) -> tuple[TargetSpec, ...]:
+    """`[[targets]]`: each a name and one of dsn, dsn_env (an environment variable holding the
+    DSN) or service (a libpq service)."""
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise UsageError(f"{where}: targets must be an array of tables ([[targets]])")
+    if len(entries) > MAX_TARGETS:
+        raise UsageError(f"{where}: at most {MAX_TARGETS} targets")
+    targets = []
+    for index, entry in enumerate(entries):
+        unknown = set(entry) - {"name", "dsn", "dsn_env", "service"}
+        if unknown:
+            raise UsageError(f"{where}: targets[{index}]: unknown key(s) {', '.join(sorted(unknown))}")
+        name = entry.get("name")
+        if not isinstance(name, str) or not is_valid_name(name):
+            raise UsageError(f"{where}: targets[{index}]: name is required (letters, digits, . _ -)")
+        given = {key: entry[key] for key in ("dsn", "dsn_env", "service") if key in entry}
+        if len(given) != 1 or not all(isinstance(v, str) and v.strip() and "\x00" not in v for v in given.values()):
+            raise UsageError(f"{where}: target {name!r}: give one of dsn, dsn_env or service, as a string")
+        if "dsn_env" in given and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", given["dsn_env"]):
+            raise UsageError(f"{where}: target {name!r}: dsn_env must name an environment variable")
+        targets.append(TargetSpec(name=name, **{k: v.strip() for k, v in given.items()}))
+    names = [t.name for t in targets]
+    if len(set(names)) != len(names):
+        raise UsageError(f"{where}: target names must be unique")
+    return tuple(targets)
 
 
 def _sources(section: object, where: str) -> tuple[frozenset[str], dict[str, dict[str, object]]]:

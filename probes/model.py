@@ -6,8 +6,11 @@ Probes build these; the scheduler composes them into a `Snapshot`; the dashboard
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, is_dataclass
 from datetime import UTC, datetime
+from types import UnionType
+from typing import Any, Union, get_args, get_origin, get_type_hints
 
 SNAPSHOT_VERSION = 1
 
@@ -106,6 +109,23 @@ class PreparedXact:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class AppLock:
+    """An application lock held or waited for: PostgreSQL's advisory locks, SQL Server's
+    sp_getapplock. A held one is worth seeing before anyone waits on it (schema changes and
+    compactions are serialised by them)."""
+
+    pid: int
+    resource: str | None  # the key as the application passed it ("5", "(1902341488, 7)"), or SQL Server's name
+    mode: str | None
+    granted: bool
+    wait_s: float | None  # a waiting request: how long it has waited
+    application: str | None
+    database: str | None
+    owner_type: str | None = None  # SQL Server: TRANSACTION or SESSION (pg_locks does not say)
+    principal: str | None = None  # SQL Server: the database principal the lock is scoped to
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Connections:
     total: int
     max: int
@@ -162,6 +182,7 @@ class Snapshot:
     blocked: tuple[BlockedSession, ...] = ()
     blockers: tuple[Blocker, ...] = ()
     prepared_xacts: tuple[PreparedXact, ...] = ()
+    app_locks: tuple[AppLock, ...] = ()
     connections: Connections | None = None
     compaction: tuple[CompactionSample, ...] = ()
     extra: dict[str, object] = field(default_factory=dict)
@@ -170,35 +191,93 @@ class Snapshot:
     def elapsed_ms(self) -> float:
         return sum(p.elapsed_ms for p in self.probes.values())
 
+    @property
+    def host(self) -> str:
+        """The target's name among several (the sampler's `host`); "" when it was not given one."""
+        return str(self.extra.get("host", ""))
+
+    @property
+    def connected(self) -> bool:
+        """False when the database could not be reached (the sampler says so in `extra`)."""
+        return bool(self.extra.get("connected", True))
+
     def to_json(self) -> dict[str, object]:
-        """The v1 JSON object of PRODUCT.md (more keys than it requires, none fewer)."""
+        """The v1 JSON object of PRODUCT.md (more keys than it requires, none fewer). Exact:
+        `Snapshot.from_json(s.to_json()) == s` (floats as they are, every key of an empty
+        connections object), so that a recording replays what was seen."""
         document: dict[str, object] = {
             "version": SNAPSHOT_VERSION,
             "taken_at": self.taken_at,
-            "server": asdict(self.server),
-            "probes": {name: asdict(status) for name, status in self.probes.items()},
-            "queues": [asdict(q) for q in self.queues],
-            "rings": [asdict(r) for r in self.rings],
-            "leases": [asdict(lease) for lease in self.leases],
-            "blocked": [asdict(b) for b in self.blocked],
-            "blockers": [asdict(b) for b in self.blockers],
-            "prepared_xacts": [asdict(p) for p in self.prepared_xacts],
-            "connections": asdict(self.connections) if self.connections else _EMPTY_CONNECTIONS,
-            "compaction": [asdict(c) for c in self.compaction],
+            "server": _plain(self.server),
+            "probes": {name: _plain(status) for name, status in self.probes.items()},
+            "queues": [_plain(q) for q in self.queues],
+            "rings": [_plain(r) for r in self.rings],
+            "leases": [_plain(lease) for lease in self.leases],
+            "blocked": [_plain(b) for b in self.blocked],
+            "blockers": [_plain(b) for b in self.blockers],
+            "prepared_xacts": [_plain(p) for p in self.prepared_xacts],
+            "app_locks": [_plain(a) for a in self.app_locks],
+            "connections": _plain(self.connections) if self.connections else _EMPTY_CONNECTIONS,
+            "compaction": [_plain(c) for c in self.compaction],
             **self.extra,
         }
         return {key: _jsonable(value) for key, value in document.items()}
 
+    @classmethod
+    def from_json(cls, document: Mapping[str, Any]) -> Snapshot:
+        """A snapshot from its JSON object (`to_json`, or a line of a recording). Keys it does not
+        know are kept in `extra`, as `to_json` writes them; a later version is refused."""
+        version = document.get("version")
+        if version != SNAPSHOT_VERSION:
+            raise ValueError(f"snapshot version {version!r}: this queuetop reads version {SNAPSHOT_VERSION}")
+        known = {f.name for f in fields(cls)} - {"extra"}
+        values: dict[str, Any] = {}
+        for name, hint in _hints(cls).items():
+            if name == "extra" or name not in document:
+                continue
+            values[name] = _decode(hint, document[name])
+        connections = document.get("connections")
+        if isinstance(connections, Mapping) and connections.get("total") is None:
+            values["connections"] = None  # to_json's empty object: the probe did not run or failed
+        extra = {key: value for key, value in document.items() if key not in known and key != "version"}
+        return cls(**values, extra=extra)
 
+
+# Every key of Connections, null: what `connections` is when the probe gave nothing.
 _EMPTY_CONNECTIONS: dict[str, object] = {
     "total": None,
     "max": None,
     "by_state": {},
     "by_application": {},
     "oldest_xact_age_s": None,
+    "oldest_xact_pid": None,
     "xmin_holder_pid": None,
+    "xmin_holder_age_xids": None,
+    "xmin_holder_application": None,
+    "oldest_xact_state": None,
     "version_store_kb": None,
 }
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _plain(sample: object) -> dict[str, object]:
+    """A sample's fields by name, nested samples too (dataclasses.asdict without its deep copy,
+    which made to_json cost 14 ms for 120 queues)."""
+    cls = type(sample)
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple(f.name for f in fields(cls))  # type: ignore[arg-type]
+    return {name: _nested(getattr(sample, name)) for name in names}
+
+
+def _nested(value: object) -> object:
+    if isinstance(value, tuple):
+        return [_nested(v) for v in value]
+    if is_dataclass(value) and not isinstance(value, type):
+        return _plain(value)
+    return value
 
 
 def _jsonable(value: object) -> object:
@@ -207,7 +286,50 @@ def _jsonable(value: object) -> object:
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
     if isinstance(value, datetime):
-        return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
-    if isinstance(value, float):
-        return round(value, 3)
+        return as_utc(value).isoformat().replace("+00:00", "Z")
+    return value
+
+
+def as_utc(value: datetime) -> datetime:
+    """`value` in UTC; a time without zone is taken as UTC (SQL Server's datetime2: queuetop's T-SQL
+    reads UTC times; a recording's ISO time without zone)."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def utc_text(value: datetime) -> str:
+    """A moment as queuetop names it to people: UTC, to the second."""
+    return f"{as_utc(value):%Y-%m-%d %H:%M:%S}Z"
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    hints = _HINTS.get(cls)
+    if hints is None:
+        hints = _HINTS[cls] = get_type_hints(cls)
+    return hints
+
+
+def _decode(hint: Any, value: Any) -> Any:
+    """`value`, read from JSON, as the type `hint` names: dataclasses, tuples, dicts, datetimes."""
+    if value is None:
+        return None
+    origin = get_origin(hint)
+    if origin in (Union, UnionType):
+        options = [a for a in get_args(hint) if a is not type(None)]
+        return _decode(options[0], value) if len(options) == 1 else value
+    if origin is tuple:
+        (item, *_rest) = get_args(hint)
+        return tuple(_decode(item, v) for v in value)
+    if origin is dict:
+        _key, item = get_args(hint)
+        return {k: _decode(item, v) for k, v in value.items()}
+    if isinstance(hint, type) and is_dataclass(hint):
+        hints = _hints(hint)
+        return hint(**{name: _decode(hints[name], v) for name, v in value.items() if name in hints})
+    if hint is datetime:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
     return value

@@ -100,5 +100,5 @@ class MssqlProbes(PostgresProbes):
                 by_prepared.setdefault(pid, set()).add(entry["gid"])
         mentioned = {pid for row in waiting_rows for pid in row["blocked_by"] if pid} - {r["pid"] for r in waiting_rows}
         others = {r["pid"]: r for r in conn.execute(LOCKS_SQL["sessions"], {"pids": sorted(mentioned)})} if mentioned else {}
-        return build_lock_tree(waiting_rows, others, prepared, by_prepared)
+        return (*build_lock_tree(waiting_rows, others, prepared, by_prepared), self.app_locks(conn))
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeAlias
@@ -27,6 +25,7 @@ from .config import Config
 from .failures import LOCK_TIMEOUT_MS, PROBE_FAILURES, STATEMENT_TIMEOUT_MS, describe_error
 from .locks import build_lock_tree, prepared_blockers
 from .model import (
+    AppLock,
     BlockedSession,
     Blocker,
     CompactionGroup,
@@ -73,7 +72,7 @@ RINGS_SQL = Queries("probes", "rings.sql")
 LEASES_SQL = Queries("probes", "leases.sql")
 LOCKS_SQL = Queries("probes", "locks.sql")
 # What the locks probe returns: blocked sessions, root blockers, prepared transactions.
-LockPicture: TypeAlias = "tuple[tuple[BlockedSession, ...], tuple[Blocker, ...], tuple[PreparedXact, ...]]"
+LockPicture: TypeAlias = "tuple[tuple[BlockedSession, ...], tuple[Blocker, ...], tuple[PreparedXact, ...], tuple[AppLock, ...]]"
 CONNECTIONS_SQL = Queries("probes", "connections.sql")
 COMPACTION_SQL = Queries("probes", "compaction.sql")
 
@@ -257,7 +256,16 @@ class PostgresProbes:
         others = {r["pid"]: r for r in conn.execute(LOCKS_SQL["sessions"], {"pids": sorted(mentioned)})} if mentioned else {}
         if any(r["state"] is None for r in [*waiting_rows, *others.values()]):
             self.notes["locks"] = "queries and states of other roles' sessions hidden: grant pg_read_all_stats to see them"
-        return build_lock_tree(waiting_rows, others, prepared, by_prepared)
+        return (*build_lock_tree(waiting_rows, others, prepared, by_prepared), self.app_locks(conn))
+
+    def app_locks(self, conn: ProbeConnection) -> tuple[AppLock, ...]:
+        """Application locks held or waited for (advisory locks; sp_getapplock's on SQL Server)."""
+        return tuple(
+            AppLock(pid=r["pid"], resource=r["resource"], mode=r["mode"], granted=bool(r["granted"]), wait_s=r["wait_s"],
+                    application=r["application_name"], database=r["database"], owner_type=r["owner_type"],
+                    principal=r["principal"])
+            for r in conn.execute(LOCKS_SQL["applocks"])
+        )
 
     # -- connections ---------------------------------------------------------------------
 
@@ -294,20 +302,6 @@ class PostgresProbes:
             xmin_holder_age_xids=xmin["xmin_age"] if xmin else None,
             xmin_holder_application=xmin["application_name"] if xmin else None,
         )
-
-
-@contextmanager
-def blocked_applications(target: Target) -> Iterator[Callable[[], list[str | None]]]:
-    """One probe session for a caller that asks many times who is blocked (the contention
-    scenario, which the engine runs without importing the probes): each call returns the
-    application_name of every blocked session, read by the same code as the Locks panel."""
-    probes = PostgresProbes()
-    with open_probe_connection(target, application_name=f"{APPLICATION_NAME}:scenario") as conn:
-        here = probes.server(conn).database
-        # pg_locks is the whole server's: only this database's sessions are the scenario's (another
-        # run, or a test in a database of its own, may use the same application name).
-        yield lambda: [session.application for session in probes.locks(conn)[0] if session.database in (None, here)]
-
 
 
 def _latest(a: datetime | None, b: datetime | None) -> datetime | None:

@@ -14,7 +14,7 @@ import importlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
@@ -47,6 +47,10 @@ log = logging.getLogger("queuetop.sampler")
 # across the screen); the sampler says it once per change instead, and the snapshot and the
 # status line say why the database is unreachable.
 logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
+# A probe still running at its next turn is skipped, by design (a probe never overlaps itself):
+# APScheduler warns of each skip, which under a host that is down is every turn of every probe.
+logging.getLogger("apscheduler.scheduler").setLevel(logging.ERROR)
+logging.getLogger("apscheduler.executors.default").setLevel(logging.ERROR)
 Sink = Callable[[Snapshot], None]
 T = TypeVar("T")
 MAX_PROBE_SESSIONS = 2
@@ -72,7 +76,7 @@ def compose(server: ServerInfo, results: dict[str, tuple[ProbeStatus, object]], 
         result = results.get(name)
         return default if result is None or result[1] is None else cast(T, result[1])
 
-    blocked, blockers, prepared = value("locks", cast(LockPicture, ((), (), ())))
+    blocked, blockers, prepared, app_locks = value("locks", cast(LockPicture, ((), (), (), ())))
     return Snapshot(
         taken_at=datetime.now(UTC),
         server=server,
@@ -83,6 +87,7 @@ def compose(server: ServerInfo, results: dict[str, tuple[ProbeStatus, object]], 
         blocked=blocked,
         blockers=blockers,
         prepared_xacts=prepared,
+        app_locks=app_locks,
         connections=value("connections", None),
         compaction=value("compaction", ()),
         extra=extra or {},
@@ -100,9 +105,24 @@ def probes_for(target: Target, config: Config | None = None) -> PostgresProbes:
     return cls(config)
 
 
+@contextmanager
+def blocked_applications(target: Target) -> Iterator[Callable[[], list[str | None]]]:
+    """One probe session for a caller that asks many times who is blocked (the contention
+    scenario, which the engine runs without importing the probes): each call returns the
+    application name of every blocked session, read by the same code as the Locks panel, in
+    the target's dialect."""
+    probes = probes_for(target)
+    with open_probe_connection(target, application_name=f"{APPLICATION_NAME}:scenario") as conn:
+        here = probes.server(conn).database
+        # The lock views are the whole server's: only this database's sessions are the scenario's
+        # (another run, or a test in a database of its own, may use the same application name).
+        yield lambda: [session.application for session in probes.locks(conn)[0] if session.database in (None, here)]
+
+
 def run_cycle(target: Target, config: Config | None = None, *, probes: PostgresProbes | None = None,
-              conn: ProbeConnection | None = None) -> Snapshot:
-    """Every probe once, in turn, on one probe session (opened here unless given)."""
+              conn: ProbeConnection | None = None, host: str | None = None) -> Snapshot:
+    """Every probe once, in turn, on one probe session (opened here unless given). `host`: the
+    target's name among several, in the snapshot's `host`."""
     probes = probes or probes_for(target, config)
     session = conn or open_probe_connection(target)
     try:
@@ -111,7 +131,7 @@ def run_cycle(target: Target, config: Config | None = None, *, probes: PostgresP
     finally:
         if conn is None:
             session.close()
-    return compose(server, results, {"connected": True})
+    return compose(server, results, {"connected": True, **({"host": host} if host is not None else {})})
 
 
 
@@ -163,11 +183,41 @@ class SessionPerUse:
             session.close()
 
 
+def unknown_server(target: Target) -> ServerInfo:
+    """What is known of a server never reached: its dialect and its (masked) DSN."""
+    return ServerInfo(dialect=target.dialect, version=None, database=None, label=target.masked)
+
+
+def unreachable_status(reason: str) -> ProbeStatus:
+    """A probe's status when there is no connection to run it on."""
+    return ProbeStatus(elapsed_ms=0.0, error=f"cannot reach the database: {reason}")
+
+
+def unreachable_snapshot(target: Target, reason: str, host: str | None = None) -> Snapshot:
+    """A snapshot of a database that could not be reached: every probe says why."""
+    extra: dict[str, object] = {"connected": False, "connection_error": reason}
+    if host is not None:
+        extra["host"] = host
+    return compose(unknown_server(target), dict.fromkeys(PROBE_NAMES, (unreachable_status(reason), None)), extra)
+
+
+def stop_all(sources: Iterable[Any]) -> None:
+    """Stop samplers (anything with `stop()`) at once: each waits for its running probes and
+    closes its pool, and several hosts that are down must not add up their timeouts."""
+    stoppers = [threading.Thread(target=source.stop, daemon=True) for source in sources]
+    for stopper in stoppers:
+        stopper.start()
+    for stopper in stoppers:
+        stopper.join(15)
+
+
 class Sampler:
     """The probes on a schedule, feeding complete snapshots to `sink`."""
 
-    def __init__(self, target: Target, sink: Sink, config: Config | None = None, *, interval_s: float | None = None) -> None:
+    def __init__(self, target: Target, sink: Sink, config: Config | None = None, *, interval_s: float | None = None,
+                 host: str | None = None) -> None:
         self.target = target
+        self.host = host  # its name among several targets: each snapshot says which it is
         self.sink = sink
         self.config = config or Config()
         self.interval_s = interval_s or self.config.interval_s
@@ -263,7 +313,7 @@ class Sampler:
                 if self._connected or reason != self._last_error:  # one line per change, not per probe
                     log.warning("lost the database: %s; retrying", reason)
                 self._last_error = reason
-                result = (ProbeStatus(elapsed_ms=0.0, error=f"cannot reach the database: {self._last_error}"), None)
+                result = (unreachable_status(reason), None)
             with self._lock:
                 self._results[name] = result
         finally:
@@ -281,8 +331,11 @@ class Sampler:
                 self._emit(results)
 
     def _emit(self, results: dict[str, tuple[ProbeStatus, object]]) -> None:
-        server = self._server or ServerInfo(dialect=self.target.dialect, version=None, database=None, label=self.target.masked)
-        snapshot = compose(server, results, {"connected": self._connected, "connection_error": self._last_error})
+        server = self._server or unknown_server(self.target)
+        extra: dict[str, object] = {"connected": self._connected, "connection_error": self._last_error}
+        if self.host is not None:
+            extra["host"] = self.host
+        snapshot = compose(server, results, extra)
         try:
             self.sink(snapshot)
         except Exception:  # a failing sink must not stop the probes

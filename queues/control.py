@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from dbcore.database import Target, connect
+from dbcore.database import Target
+from dbcore.dialect import Session, open_session
 from dbcore.errors import QueuetopError, UsageError, first_line
 from dbcore.names import check_name
 
@@ -129,8 +130,9 @@ class EngineControls:
         activity.thread.start()
         return activity
 
-    def _connect(self, role: str, *, autocommit: bool = True) -> psycopg.Connection:
-        return connect(self.target, application_name=f"queuetop-{role}", autocommit=autocommit)
+    def _connect(self, role: str) -> Session:
+        """A session in the target's dialect (PostgreSQL's or SQL Server's, dbcore/dialect.py)."""
+        return open_session(self.target, application_name=f"queuetop-{role}")
 
     # -- queues ---------------------------------------------------------------------------
 
@@ -240,13 +242,15 @@ class EngineControls:
         return activity
 
     def _block(self, activity: Activity, queue: TableQueue, seconds: float, row: bool, ready: threading.Event) -> None:
-        with self._connect(f"blocker:{queue.name}", autocommit=False) as conn:
+        # The lock is held by an open transaction that then does nothing: idle in transaction on
+        # PostgreSQL, "sleeping, open transaction" on SQL Server. Its statement writes nothing, so
+        # ending it by commit is ending it.
+        with self._connect(f"blocker:{queue.name}") as conn, conn.transaction():
             try:
-                conn.execute(queue.statement("block_head_row" if row else "block_table"))
+                conn.execute(queue.statement_for(conn, "block_head_row" if row else "block_table"))
             finally:
                 ready.set()
             activity.stop_event.wait(seconds)
-            conn.rollback()
 
     # -- compaction -----------------------------------------------------------------------
 

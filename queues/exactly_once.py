@@ -45,9 +45,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-import psycopg
-from psycopg.types.json import Jsonb
-
+from dbcore.dialect import Session
 from dbcore.names import check_name
 
 from .schema import ENGINE_SQL
@@ -97,7 +95,7 @@ class Duplicate(Exception):
     """The signal was a duplicate and was dropped (not an error)."""
 
 
-def signal_queue(conn: psycopg.Connection, endpoint: str) -> TableQueue:
+def signal_queue(conn: Session, endpoint: str) -> TableQueue:
     return TableQueue.create(conn, f"eo.{endpoint}")
 
 
@@ -106,13 +104,13 @@ def _noop(_step: str) -> None:
 
 
 # Business logic: runs inside the processing transaction; returns the outgoing messages.
-Handler = Callable[[psycopg.Connection, str, str], Sequence[Outgoing]]
+Handler = Callable[[Session, str, str], Sequence[Outgoing]]
 
 
 def record_effect(endpoint: str) -> Handler:
     """The scenario's business logic: one (deliberately not idempotent) effect row per message."""
 
-    def handler(conn: psycopg.Connection, message_id: str, _body: str) -> Sequence[Outgoing]:
+    def handler(conn: Session, message_id: str, _body: str) -> Sequence[Outgoing]:
         conn.execute(ENGINE_SQL["eo_effect"], {"endpoint": endpoint, "message_id": message_id})
         return ()
 
@@ -133,8 +131,8 @@ class Endpoint:
 
     # -- sending (a business operation with outgoing messages) ------------------------------
 
-    def send(self, conn: psycopg.Connection, outgoing: Sequence[Outgoing],
-             business: Callable[[psycopg.Connection], None] | None = None, *, dispatch: bool = True) -> str:
+    def send(self, conn: Session, outgoing: Sequence[Outgoing],
+             business: Callable[[Session], None] | None = None, *, dispatch: bool = True) -> str:
         """Store the business change and the outgoing messages in one transaction, then dispatch.
         A crash in between leaves a processed record: `recover()` (at start-up) dispatches it."""
         _check_outgoing(outgoing)
@@ -144,14 +142,14 @@ class Endpoint:
                 business(conn)
             conn.execute(ENGINE_SQL["eo_outbox_new"], {
                 "endpoint": self.name, "message_id": operation, "claim_id": str(uuid.uuid4()),
-                "outgoing": Jsonb([o.as_dict() for o in outgoing]),
+                "outgoing": json.dumps([o.as_dict() for o in outgoing]),
             })
         if dispatch:
             self.dispatch(conn, operation)
             self.delete_outbox_record(conn, operation)
         return operation
 
-    def recover(self, conn: psycopg.Connection, limit: int = 1000) -> int:
+    def recover(self, conn: Session, limit: int = 1000) -> int:
         """Dispatch and clean up the records of this endpoint's own business operations (`send`)
         that a crash left undispatched. Records of incoming messages are not touched: their
         redelivered signal finishes them, inbox record first."""
@@ -161,7 +159,7 @@ class Endpoint:
             self.delete_outbox_record(conn, str(message_id))
         return len(rows)
 
-    def dispatch(self, conn: psycopg.Connection, message_id: str) -> int:
+    def dispatch(self, conn: Session, message_id: str) -> int:
         """Step 4 for one outbox record: returns the signals sent (0 if the record is gone)."""
         record = self.outbox_record(conn, message_id)
         if record is None or record["state"] != "processed":
@@ -176,7 +174,7 @@ class Endpoint:
                 # dispatch dies here, the next one uses new ids: these records validate nothing.
                 self.create_inbox_record(conn, o["destination"], fresh[o["message_id"]], o["message_id"])
             won = conn.execute(ENGINE_SQL["eo_outbox_set_attempts"], {
-                "endpoint": self.name, "message_id": message_id, "attempts": Jsonb(fresh),
+                "endpoint": self.name, "message_id": message_id, "attempts": json.dumps(fresh),
             }).fetchone()
             if won:
                 attempts = fresh
@@ -191,10 +189,10 @@ class Endpoint:
         return len(outgoing)
 
     @staticmethod
-    def create_inbox_record(conn: psycopg.Connection, destination: str, attempt_id: str, message_id: str) -> None:
+    def create_inbox_record(conn: Session, destination: str, attempt_id: str, message_id: str) -> None:
         conn.execute(ENGINE_SQL["eo_inbox_create"], {"endpoint": destination, "attempt_id": attempt_id, "message_id": message_id})
 
-    def send_signal(self, conn: psycopg.Connection, destination: str, signal: Signal) -> None:
+    def send_signal(self, conn: Session, destination: str, signal: Signal) -> None:
         """Claim-check: a large body goes to the payload store, the signal carries its id."""
         if signal.body is not None and len(signal.body.encode()) > PAYLOAD_INLINE_MAX:
             # Stable across re-dispatches of the same message (it is put again, not twice), and
@@ -209,7 +207,7 @@ class Endpoint:
 
     # -- receiving --------------------------------------------------------------------------
 
-    def handle(self, conn: psycopg.Connection, signal: Signal) -> str:
+    def handle(self, conn: Session, signal: Signal) -> str:
         """Process one delivered signal; returns `processed`, `resumed` (already processed,
         finished the clean-up) or `duplicate`."""
         if self.variant == "naive":
@@ -240,7 +238,7 @@ class Endpoint:
                     outgoing = list(self.handler(conn, signal.message_id, self._body(conn, signal)))
                     _check_outgoing(outgoing)
                     if outgoing:
-                        conn.execute(ENGINE_SQL["eo_outbox_outgoing"], {**key, "outgoing": Jsonb([o.as_dict() for o in outgoing])})
+                        conn.execute(ENGINE_SQL["eo_outbox_outgoing"], {**key, "outgoing": json.dumps([o.as_dict() for o in outgoing])})
                     outcome = "processed"
             # Not won: another copy processed it under the same record; finish the clean-up.
         self.dispatch(conn, signal.message_id)
@@ -252,7 +250,7 @@ class Endpoint:
             conn.execute(ENGINE_SQL["eo_payload_delete"], {"id": signal.payload})
         return outcome
 
-    def _handle_naive(self, conn: psycopg.Connection, signal: Signal) -> str:
+    def _handle_naive(self, conn: Session, signal: Signal) -> str:
         self.hook("claim")
         exists = conn.execute(ENGINE_SQL["eo_inbox_exists"], {"endpoint": self.name, "attempt_id": signal.attempt_id}).fetchone()
         if not exists:
@@ -267,7 +265,7 @@ class Endpoint:
             conn.execute(ENGINE_SQL["eo_payload_delete"], {"id": signal.payload})
         return "processed"
 
-    def receive(self, conn: psycopg.Connection, queue: TableQueue, message: Message) -> str:
+    def receive(self, conn: Session, queue: TableQueue, message: Message) -> str:
         """Handle a claimed signal message and acknowledge it (also when it was a duplicate)."""
         try:
             outcome = self.handle(conn, Signal.from_json(message.body))
@@ -278,20 +276,25 @@ class Endpoint:
 
     # -- helpers ----------------------------------------------------------------------------
 
-    def outbox_record(self, conn: psycopg.Connection, message_id: str) -> dict | None:
+    def outbox_record(self, conn: Session, message_id: str) -> dict | None:
         row = conn.execute(ENGINE_SQL["eo_outbox_get"], {"endpoint": self.name, "message_id": message_id}).fetchone()
         if row is None:
             return None
-        return {"message_id": row[0], "claim_id": row[1], "state": row[2], "outgoing": row[3], "attempts": row[4]}
+        # jsonb on PostgreSQL (decoded by psycopg), JSON text on SQL Server
+        return {"message_id": row[0], "claim_id": row[1], "state": row[2], "outgoing": _json(row[3]), "attempts": _json(row[4])}
 
-    def delete_outbox_record(self, conn: psycopg.Connection, message_id: str) -> None:
+    def delete_outbox_record(self, conn: Session, message_id: str) -> None:
         conn.execute(ENGINE_SQL["eo_outbox_delete"], {"endpoint": self.name, "message_id": message_id})
 
     @staticmethod
-    def _body(conn: psycopg.Connection, signal: Signal) -> str:
+    def _body(conn: Session, signal: Signal) -> str:
         if signal.payload is None:
             return signal.body or ""
         row = conn.execute(ENGINE_SQL["eo_payload_get"], {"id": signal.payload}).fetchone()
         if row is None:
             raise LookupError(f"payload {signal.payload} is missing")
         return row[0]
+
+
+def _json(value: object) -> object:
+    return json.loads(value) if isinstance(value, str) else value

@@ -152,13 +152,19 @@ def pytest_terminal_summary(terminalreporter) -> None:
 
 @pytest.fixture
 def db(pg_server: Server, request: pytest.FixtureRequest) -> Iterator[Database]:
-    name = f"t{os.getpid()}_{next(_counter)}"
-    with psycopg.connect(pg_server.admin_uri, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(TEMPLATE)))
-    database = Database(name=name, dsn=pg_server.uri(name), server=pg_server)
+    database = make_database(pg_server)
     yield database
     with psycopg.connect(pg_server.admin_uri, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database.name)))
+
+
+def make_database(pg_server: Server, prefix: str = "t") -> Database:
+    """A fresh database with the schema, from the template (for a fixture of a wider scope than `db`;
+    the session's server goes with its databases at the end)."""
+    name = f"{prefix}{os.getpid()}_{next(_counter)}"
+    with psycopg.connect(pg_server.admin_uri, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(TEMPLATE)))
+    return Database(name=name, dsn=pg_server.uri(name), server=pg_server)
 
 
 MSSQL_ENV = "QUEUETOP_MSSQL_DSN"
@@ -308,3 +314,56 @@ def wait_until(predicate: Callable[[], object], *, timeout: float = 10.0, interv
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+class PrivateServer:
+    """A private embedded PostgreSQL that a test may restart, stop and start again (the fault
+    suite's; the multi-host dashboard's second server), never the shared one."""
+
+    def __init__(self, pgdata: Path, *, max_connections: int = 40, reserved: int = 3, prefix: str = "faults") -> None:
+        import pgserver
+
+        self.pgdata = pgdata
+        self._server = pgserver.get_server(pgdata, cleanup_mode="delete")
+        self.admin_uri = self._server.get_uri()
+        self.socket_dir = str(self._server.get_postmaster_info().socket_dir)
+        self._user = "pgserver" if os.geteuid() == 0 else None  # as the conftest's server
+        with psycopg.connect(self.admin_uri, autocommit=True) as conn:
+            conn.execute(f"ALTER SYSTEM SET max_connections = {max_connections}")
+            conn.execute(f"ALTER SYSTEM SET superuser_reserved_connections = {reserved}")
+        self.restart("fast")
+        self.server = Server(socket_dir=self.socket_dir, admin_uri=self.admin_uri)
+        self._databases = 0
+        self._prefix = prefix
+
+    def _pg_ctl(self, *args: str) -> None:
+        import pgserver
+
+        pgserver.pg_ctl(["-w", *args], pgdata=self.pgdata, user=self._user, timeout=90)
+
+    def restart(self, mode: str = "immediate") -> None:
+        """Stop (immediate: no checkpoint, every session cut, crash recovery at start) and start
+        again with the options the server was started with (pg_ctl keeps them in postmaster.opts)."""
+        self._pg_ctl("-m", mode, "-l", str(self.pgdata / "log"), "restart")
+        _wait_accepting(self.admin_uri)
+
+    def stop(self) -> None:
+        self._pg_ctl("-m", "immediate", "stop")
+
+    def start(self) -> None:
+        self.restart()  # restart of a stopped server starts it, with the saved options
+
+    def database(self) -> Database:
+        self._databases += 1
+        name = f"{self._prefix}_{os.getpid()}_{self._databases}"
+        with psycopg.connect(self.admin_uri, autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        uri = self.server.uri(name)
+        with psycopg.connect(uri, autocommit=True) as conn:
+            schema.install(conn)
+        return Database(name=name, dsn=uri, server=self.server)
+
+    def cleanup(self) -> None:
+        if not (self.pgdata / "postmaster.pid").exists():
+            self.start()  # a test that failed while the server was down: pgserver stops what runs
+        self._server.cleanup()

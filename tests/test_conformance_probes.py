@@ -91,3 +91,36 @@ def test_a_wait_on_an_application_lock_shows_as_one(engine_db):
         waiter.finish()
     finally:
         holder.close()
+
+
+def test_application_locks_are_listed_held_before_anyone_waits_and_then_waiting(engine_db):
+    holder = engine_db.connect()
+
+    def wait_for_it(session) -> None:
+        with session.transaction():
+            schema.lock_init(session)
+
+    def ours() -> list:
+        """This database's locks taken by the test's sessions (the lock views are the whole server's)."""
+        snapshot = run_cycle(engine_db.target)
+        return [a for a in snapshot.app_locks if a.application == "queuetop-tests" and a.database == snapshot.server.database]
+
+    try:
+        with holder.transaction():
+            schema.lock_init(holder)
+            held = ours()
+            assert [(a.granted, a.wait_s) for a in held] == [(True, None)] and held[0].resource and held[0].mode
+            waiter = Waiter(engine_db, wait_for_it)
+
+            def both():
+                locks = ours()
+                return len(locks) == 2 and locks
+
+            waiting, granted = wait_until(both, timeout=20, what="the second init_lock listed as waiting")
+            assert (waiting.granted, granted.granted) == (False, True)  # the waits first
+            assert waiting.resource == granted.resource and waiting.wait_s is not None and waiting.wait_s >= 0
+            assert waiting.pid != granted.pid == held[0].pid
+        waiter.finish()
+    finally:
+        holder.close()
+    assert not ours()

@@ -1,6 +1,7 @@
 """Pattern 4 against a real PostgreSQL: every race the inbox/outbox-with-claims design closes,
 each as its own test, with the naive "check the inbox, then process" variant shown failing the
-same interleavings; crashes of a real receiving process at every step."""
+same interleavings; crashes of a real receiving process at every step. The first test and the
+scenario are conformance tests: on SQL Server too when QUEUETOP_MSSQL_DSN is set."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ SENDER, RECEIVER, SINK = "eo-sender", "eo-receiver", "eo-sink"
 
 def effects(db, endpoint=RECEIVER) -> int:
     with db.connect() as conn:
-        return conn.execute("SELECT count(*) FROM queuetop.eo_effects WHERE endpoint = %s", (endpoint,)).fetchone()[0]
+        return conn.execute("SELECT count(*) FROM queuetop.eo_effects WHERE endpoint = %(e)s", {"e": endpoint}).fetchone()[0]
 
 
 def leftovers(db) -> tuple[int, int, int]:
@@ -67,7 +68,8 @@ def run_concurrently(*calls):
     return results
 
 
-def test_one_message_one_effect_and_nothing_left(db):
+def test_one_message_one_effect_and_nothing_left(engine_db):
+    db = engine_db
     sig = send_one(db)
     assert deliver(db, sig) == "processed"
     assert deliver(db, sig) == "duplicate"  # the same signal again, late
@@ -253,7 +255,8 @@ def test_receiver_killed_at_each_step_processes_exactly_once(db, step):
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_scenario_claims_exactly_once_at_random_crash_points(db, seed):
+def test_scenario_claims_exactly_once_at_random_crash_points(engine_db, seed):
+    db = engine_db
     from queues.scenarios.exactly_once import ExactlyOnceScenario
 
     result = ExactlyOnceScenario(db.target, messages=80, duplicate_rate=0.4, crash_rate=0.15, receivers=3,

@@ -30,11 +30,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from queues import schema
 from queues.table_queue import TableQueue
 from queues.worker import RECONNECT_CAP_S
 
-from .conftest import REPO, Database, Server, _wait_accepting, report_fault, wait_until
+from .conftest import REPO, Database, PrivateServer, report_fault, wait_until
 from .recorder import read_records
 
 pytestmark = pytest.mark.faults
@@ -44,66 +43,15 @@ MAX_CONNECTIONS = 40  # the private server's; small, so that the exhaustion test
 RESERVED = 3  # superuser_reserved_connections (the default): slots only superusers may take
 
 
-class FaultServer:
-    """A private embedded PostgreSQL that a test may restart, stop and start again."""
-
-    def __init__(self, pgdata: Path) -> None:
-        import pgserver
-
-        self.pgdata = pgdata
-        self._server = pgserver.get_server(pgdata, cleanup_mode="delete")
-        self.admin_uri = self._server.get_uri()
-        self.socket_dir = str(self._server.get_postmaster_info().socket_dir)
-        self._user = "pgserver" if os.geteuid() == 0 else None  # as the conftest's server
-        with psycopg.connect(self.admin_uri, autocommit=True) as conn:
-            conn.execute(f"ALTER SYSTEM SET max_connections = {MAX_CONNECTIONS}")
-            conn.execute(f"ALTER SYSTEM SET superuser_reserved_connections = {RESERVED}")
-        self.restart("fast")
-        self.server = Server(socket_dir=self.socket_dir, admin_uri=self.admin_uri)
-        self._databases = 0
-
-    def _pg_ctl(self, *args: str) -> None:
-        import pgserver
-
-        pgserver.pg_ctl(["-w", *args], pgdata=self.pgdata, user=self._user, timeout=90)
-
-    def restart(self, mode: str = "immediate") -> None:
-        """Stop (immediate: no checkpoint, every session cut, crash recovery at start) and start
-        again with the options the server was started with (pg_ctl keeps them in postmaster.opts)."""
-        self._pg_ctl("-m", mode, "-l", str(self.pgdata / "log"), "restart")
-        _wait_accepting(self.admin_uri)
-
-    def stop(self) -> None:
-        self._pg_ctl("-m", "immediate", "stop")
-
-    def start(self) -> None:
-        self.restart()  # restart of a stopped server starts it, with the saved options
-
-    def database(self) -> Database:
-        self._databases += 1
-        name = f"faults_{os.getpid()}_{self._databases}"
-        with psycopg.connect(self.admin_uri, autocommit=True) as conn:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-        uri = self.server.uri(name)
-        with psycopg.connect(uri, autocommit=True) as conn:
-            schema.install(conn)
-        return Database(name=name, dsn=uri, server=self.server)
-
-    def cleanup(self) -> None:
-        if not (self.pgdata / "postmaster.pid").exists():
-            self.start()  # a test that failed while the server was down: pgserver stops what runs
-        self._server.cleanup()
-
-
 @pytest.fixture(scope="module")
-def fault_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultServer]:
-    server = FaultServer(tmp_path_factory.mktemp("faults") / "data")
+def fault_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateServer]:
+    server = PrivateServer(tmp_path_factory.mktemp("faults") / "data", max_connections=MAX_CONNECTIONS, reserved=RESERVED)
     yield server
     server.cleanup()
 
 
 @pytest.fixture
-def fault_db(fault_server: FaultServer) -> Iterator[Database]:
+def fault_db(fault_server: PrivateServer) -> Iterator[Database]:
     yield fault_server.database()
     while Pool.started:  # a test that failed leaves no pool running
         pool = Pool.started.pop()

@@ -96,9 +96,10 @@ def test_urls_queuetop_cannot_use_are_usage_errors(cli, url):
 @pytest.mark.parametrize("args", [("engine", "lease", "acquire", "relay", "--holder", "a", "--ttl", "5"),
                                   ("engine", "ring", "create", "r", "--capacity", "3"), ("engine", "enqueue", "q"),
                                   ("engine", "work", "q", "--until-empty"), ("engine", "compact"), ("snapshot", "--json"),
-                                  ("demo", "reset", "--force")])
+                                  ("demo", "reset", "--force"), ()])
 def test_the_engine_commands_on_the_seam_reach_the_driver(cli, args):
-    """These commands open their session through the dialect seam: what stops them is the driver's own refusal."""
+    """These commands open their session through the dialect seam: what stops them is the driver's own refusal.
+    `()` is the dashboard, whose engine controls check the schema through the seam before it opens."""
     line = _fails_cleanly(cli, _url("127.0.0.1:1"), within=10, args=args)
     assert "Unable to connect" in line
 

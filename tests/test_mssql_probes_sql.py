@@ -78,10 +78,6 @@ MSSQL_ONLY = {
         "accelerated database recovery) and the oldest snapshot transaction that holds it back; PostgreSQL shows the "
         "horizon's cost as dead tuples"
     ),
-    "locks.sql:applocks": (
-        "every application lock held or waited for (sp_getapplock, which the engine uses for schema changes and "
-        "compactions); PostgreSQL's advisory locks reach the lock tree only when someone waits"
-    ),
     "server.sql:permission_check": (
         "SQL Server's DMVs need VIEW SERVER STATE (2022: VIEW SERVER PERFORMANCE STATE) or VIEW DATABASE STATE, and "
         "without it show the probe's own session only or fail: the probes must be able to say what they cannot see"

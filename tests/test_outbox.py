@@ -128,7 +128,9 @@ def _try_acquire(conn, holder):
         return None
 
 
-def test_relay_scenario_kill_leader_small(db, cli):
+def test_relay_scenario_kill_leader_small(engine_db, cli):
+    """A conformance test: the scenario's sessions and the relays' open through the seam."""
+    db = engine_db
     result = cli("engine", "scenario", "relay", "--dsn", db.dsn, "--relays", "3", "--messages", "600",
                  "--kill-leader", "--ttl", "1", "--rate", "400", "--json")
     assert result.returncode == 0, result.stderr

@@ -473,3 +473,16 @@ def test_a_queue_exactly_as_deep_as_the_window_is_exact(db):
         queue.enqueue(conn, "{}")
     [q] = [q for q in snapshot(db, Config(window=100)).queues if q.name == "edge"]
     assert (q.depth, q.depth_is_estimate) == (101, True)
+
+
+def test_advisory_keys_are_listed_as_the_application_passed_them(db):
+    """pg_locks stores both forms of advisory key unsigned and split in two: the probe puts them
+    back together, signed, as probes.locks.advisory_key names them in the lock tree."""
+    with db.connect(application_name="qt-advisory") as holder:
+        holder.execute("SELECT pg_advisory_lock(-5), pg_advisory_lock(1099511627779), pg_advisory_lock(1, -2),"
+                       " pg_advisory_lock(-2147483648, 2147483647)")
+        snapshot = run_cycle(db.target)
+        mine = [a for a in snapshot.app_locks if a.application == "qt-advisory"]
+        assert sorted(a.resource for a in mine) == sorted(["-5", "1099511627779", "(1, -2)", "(-2147483648, 2147483647)"])
+        assert all(a.granted and a.mode == "ExclusiveLock" and a.database == db.name and a.wait_s is None for a in mine)
+        assert snapshot.to_json()["app_locks"][0].keys() >= {"pid", "resource", "mode", "granted", "wait_s", "application"}

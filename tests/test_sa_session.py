@@ -100,3 +100,33 @@ def test_a_named_query_runs_its_own_dialects_text(db, session):
 
     with pytest.raises(Exception, match="database error"):
         session.execute(ENGINE_SQL["schema_present"])
+
+
+def test_a_forced_rollback_undoes_a_block_that_succeeded(db, table, session):
+    with session.transaction(force_rollback=True):
+        session.execute("INSERT INTO t VALUES (1, 'a')")
+        assert session.execute("SELECT count(*) FROM t").fetchone() == (1,)  # seen inside
+    assert _count(db) == 0
+
+
+def test_an_isolation_level_holds_for_the_session_and_is_not_handed_to_the_pools_next_user(db):
+    """The contention scenario's answerers run SERIALIZABLE. Set as SQLAlchemy's execution
+    option, the level is undone when the connection goes back to the pool."""
+    engine = sa.create_engine(sa.engine.URL.create("postgresql+psycopg", username="postgres", database=db.name,
+                                                   query={"host": db.server.socket_dir}), pool_size=1, max_overflow=0)
+    try:
+        with engine.connect() as conn:
+            session = MssqlSession(_PostgresBind(), conn, db.target)
+            backend = session.execute("SELECT pg_backend_pid()").fetchone()
+            session.dialect.set_isolation(session, "SERIALIZABLE")
+            with session.transaction():
+                assert session.execute("SHOW transaction_isolation").fetchone() == ("serializable",)
+            with session.transaction():  # and the next transaction too
+                assert session.execute("SHOW transaction_isolation").fetchone() == ("serializable",)
+        with engine.connect() as conn:
+            session = MssqlSession(_PostgresBind(), conn, db.target)
+            assert session.execute("SELECT pg_backend_pid()").fetchone() == backend  # the same pooled connection
+            with session.transaction():
+                assert session.execute("SHOW transaction_isolation").fetchone() == ("read committed",)
+    finally:
+        engine.dispose()

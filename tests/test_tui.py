@@ -930,3 +930,27 @@ async def test_the_panels_speak_the_databases_words():
         app = pilot.app
         await settle(pilot, app, lambda: "version store 12.3 MB" in str(app.query_one("#connections-summary").render()),
                      "the version store's size")
+
+
+async def test_held_application_locks_are_counted_on_the_locks_tree_and_their_names_yield_first():
+    from dataclasses import replace
+
+    from probes.model import AppLock
+
+    base = sample_snapshot(step=0)
+    locks = (AppLock(pid=53, resource="queuetop.compact.7", mode="X", granted=True, wait_s=None, application="worker",
+                     database="app", owner_type="TRANSACTION"),
+             AppLock(pid=54, resource="queuetop.compact.7", mode="X", granted=False, wait_s=1.5, application="worker",
+                     database="app", owner_type="TRANSACTION"))
+    quiet = replace(base, blocked=(), blockers=(), app_locks=locks)
+    async with sample_app(snapshots=[quiet]).run_test(size=(160, 45)) as pilot:
+        app = pilot.app
+        tree = app.query_one(LocksPanel).query_one(Tree)
+        await settle(pilot, app, lambda: "app lock" in str(tree.root.label), "the held lock counted")
+        assert str(tree.root.label) == "no blocked sessions, 1 app lock(s) held: queuetop.compact.7 by 53"
+    async with sample_app(snapshots=[quiet]).run_test(size=(80, 24)) as pilot:
+        app = pilot.app
+        tree = app.query_one(LocksPanel).query_one(Tree)
+        await settle(pilot, app, lambda: "app lock" in str(tree.root.label), "the held lock counted")
+        label = str(tree.root.label)  # the names are shortened or dropped, the count is whole
+        assert label.startswith("no blocked sessions, 1 app lock(s) held"), label

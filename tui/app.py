@@ -6,11 +6,12 @@ import logging
 import os
 from pathlib import Path
 
-import psycopg
 from platformdirs import user_log_dir
+from psycopg import errors as psycopg_errors
 
-from dbcore.database import connect, one
-from dbcore.errors import UsageError, first_line
+from dbcore.database import one
+from dbcore.dialect import open_session
+from dbcore.errors import MissingPrivilege, UsageError, first_line
 from probes.config import load_config
 from probes.sampler import Sampler
 from queues import schema
@@ -27,32 +28,53 @@ def run_dashboard(ctx) -> int:
     from tui.dashboard import check_keymap
 
     check_keymap(config.keys)  # before anything starts: a bad [keys] table is one line, exit 2
-    target = ctx.target  # starts the embedded server when no DSN is given
-    interval = args.interval if args.interval != 2.0 else config.interval_s
-    if not 0.1 <= interval <= 3600:
-        from dbcore.errors import UsageError
-
-        raise UsageError("--interval must be between 0.1 and 3600 seconds")
+    interval = config.sampling_interval(args.interval if args.interval != 2.0 else None)  # 2.0: --interval's default
     _log_to_file()
-    controls = demo = None
-    controls_off = None
-    if not args.read_only:
-        engine_ready, controls_off = engine_usable(target)
-        if engine_ready:
-            controls = EngineControls(target)
-            if target.embedded and not args.no_demo:
-                demo = Demo(controls)
-    app = QueuetopApp(
-        lambda sink: Sampler(target, sink, config, interval_s=interval),
-        backend=DatabaseBackend(target, config),
-        controls=controls,
-        demo=demo,
-        read_only=args.read_only,
-        keymap=config.keys,
-        controls_off=controls_off,
-    )
+    targets = ctx.targets(config)
+    if len(targets) == 1:
+        name, target = targets[0]
+        controls = demo = None
+        controls_off = None
+        if not args.read_only:
+            engine_ready, controls_off = engine_usable(target)
+            if engine_ready:
+                controls = EngineControls(target)
+                if target.embedded and not args.no_demo:
+                    demo = Demo(controls)
+        app = QueuetopApp(
+            lambda sink: Sampler(target, sink, config, interval_s=interval, host=name),
+            backend=DatabaseBackend(target, config),
+            controls=controls,
+            demo=demo,
+            read_only=args.read_only,
+            keymap=config.keys,
+            controls_off=controls_off,
+        )
+    else:
+        app = QueuetopApp(hosts=[_host(name, target, config, interval, args.read_only) for name, target in targets],
+                          read_only=args.read_only, keymap=config.keys)
     app.run()
     return 0
+
+
+def _host(name: str, target, config, interval: float, read_only: bool):
+    """One of several databases: its own sampler and pool; its engine controls are checked once
+    the dashboard runs, in a thread of their own, so that a host that is down holds up no other."""
+    from queues.control import EngineControls
+    from tui.backend import DatabaseBackend
+    from tui.dashboard import HostSpec
+
+    # Created now (no database is touched): the relays' fork server must start while stderr is a real file.
+    controls = None if read_only else EngineControls(target)
+
+    def prepare() -> tuple[object, str | None]:
+        ready, off = engine_usable(target)
+        return (controls if ready else None), off
+
+    return HostSpec(name=name, source_factory=lambda sink: Sampler(target, sink, config, interval_s=interval, host=name),
+                    backend=DatabaseBackend(target, config), controls=None,
+                    controls_off=None if read_only else "engine controls: checking the database…",
+                    prepare=None if read_only else prepare)
 
 
 def engine_usable(target) -> tuple[bool, str | None]:
@@ -60,13 +82,13 @@ def engine_usable(target) -> tuple[bool, str | None]:
     and usable by this role. A role without privileges still gets the dashboard (every probe
     shows what it can see); the controls are off, and the reason is what a key press says."""
     try:
-        with connect(target, application_name="queuetop-cli:dashboard") as conn:
+        with open_session(target, application_name="queuetop-cli:dashboard") as conn:
             if not one(conn.execute(schema.ENGINE_SQL["schema_present"]))[0]:
                 return False, "engine controls are off: the queuetop schema is not installed (queuetop engine init)"
             return True, None
-    except psycopg.errors.InsufficientPrivilege as exc:
+    except (psycopg_errors.InsufficientPrivilege, MissingPrivilege) as exc:  # PostgreSQL's, SQL Server's (translated)
         return False, f"engine controls are off: this role may not use the queuetop schema ({first_line(exc)})"
-    except UsageError as exc:  # a database the controls do not reach yet (SQL Server): the probes still run
+    except UsageError as exc:
         return False, f"engine controls are off: {exc}"
 
 
@@ -84,3 +106,36 @@ def _log_to_file() -> None:
     handler = logging.FileHandler(path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root.addHandler(handler)
+
+
+def run_replay(ctx) -> int:
+    """The dashboard on a recording (queuetop replay FILE)."""
+    from probes.recording import Recording
+    from tui.dashboard import check_keymap
+
+    args = ctx.args
+    config = load_config(getattr(args, "config", None))
+    check_keymap(config.keys)
+    recording = Recording(args.file)
+    app = replay_app(recording, speed=args.speed, playing=not args.paused,
+                     at=recording.instant(args.at) if args.at is not None else None, keymap=config.keys)
+    app.run()
+    return 0
+
+
+def replay_app(recording, *, speed: float = 1.0, playing: bool = True, at=None, keymap=None):
+    """Each recorded host a tab, all on one recorded clock, with no database: no engine controls,
+    no backend, every action that writes off."""
+    from probes.recording import ReplayClock, ReplaySource
+    from tui.dashboard import HostSpec, QueuetopApp
+
+    clock = ReplayClock(recording, speed=speed, playing=playing)
+    if at is not None:
+        clock.position = at
+
+    def source_of(host: str):
+        return lambda sink: ReplaySource(clock, host, sink)
+
+    hosts = [HostSpec(name=host, source_factory=source_of(host), controls_off="a recording: no database behind it")
+             for host in recording.hosts]
+    return QueuetopApp(hosts=hosts, read_only=True, keymap=keymap, replay=clock)

@@ -7,17 +7,22 @@ import itertools
 import json
 import logging
 import os
+import signal
 import sys
+import threading
 import traceback
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
-from dbcore.database import ENV_DSN, MASK, Target, connect, resolve_target
+from dbcore.database import ENV_DSN, MASK, Target, connect, has_password, host_name, resolve_target
 from dbcore.dialect import Session, open_session, translate_error
-from dbcore.errors import QueuetopError, UsageError, first_line
+from dbcore.errors import OperationFailed, QueuetopError, UsageError, first_line
+from probes.config import Config
 from queues import __version__, schema
 from queues import lease as leases
 from queues import ring as rings
@@ -41,20 +46,68 @@ class Context:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self._target: Target | None = None
+        self._targets: list[tuple[str, Target]] | None = None
+
+    @property
+    def dsns(self) -> list[str]:
+        """Every --dsn given (the option may be repeated)."""
+        given = [getattr(self.args, "dsn", None), getattr(self.args, "dsn_after", None)]
+        return [dsn for value in given for dsn in ([value] if isinstance(value, str) else list(value or []))]
 
     @property
     def target(self) -> Target:
+        """The one database of a command that acts on one (the engine's): several --dsn is a usage error."""
         if self._target is None:
-            target = resolve_target(getattr(self.args, "dsn", None))
+            if len(self.dsns) > 1:
+                raise UsageError("this command acts on one database: give --dsn once")
+            target = resolve_target(self.dsns[0] if self.dsns else None)
             if target is None:
-                from queues.embedded import embedded_target
-
-                data_dir = getattr(self.args, "data_dir", None)
-                target = embedded_target(Path(data_dir) if data_dir else None)
-                with connect(target, application_name="queuetop-cli:init") as conn:
-                    schema.install(conn)  # the embedded default always carries the schema
+                target = self._embedded()
             self._target = target
         return self._target
+
+    def _embedded(self) -> Target:
+        from queues.embedded import embedded_target
+
+        data_dir = getattr(self.args, "data_dir", None)
+        target = embedded_target(Path(data_dir) if data_dir else None)
+        with connect(target, application_name="queuetop-cli:init") as conn:
+            schema.install(conn)  # the embedded default always carries the schema
+        return target
+
+    def targets(self, config: Config | None = None) -> list[tuple[str, Target]]:
+        """The databases a watching command (the dashboard, snapshot, export, record) watches, by
+        name: every --dsn; else QUEUETOP_DSN; else the config's [[targets]]; else the embedded server."""
+        if self._targets is None:
+            named: list[tuple[str, Target]] = []
+            if self.dsns:
+                for dsn in self.dsns:
+                    target = resolve_target(dsn)
+                    named.append(("", target) if target is not None else ("", self._embedded()))
+            elif config is not None and config.targets and not os.environ.get(ENV_DSN, "").strip():
+                for spec in config.targets:
+                    target = resolve_target(spec.resolve_dsn())
+                    if target is None:
+                        raise UsageError(f"target {spec.name!r}: empty DSN")
+                    if spec.dsn is not None and has_password(target):
+                        warn(f"config: target {spec.name!r} holds a password; use ~/.pgpass, PGPASSWORD, a service "
+                             f"file or dsn_env instead")
+                    named.append((spec.name, target))
+            else:
+                named.append(("", self.target))
+            # Unnamed targets are named by host and database; a name used twice gets #2, #3...
+            names: list[str] = []
+            for name, target in named:
+                base = name or host_name(target)
+                candidate, n = base, 1
+                while candidate in names:
+                    n += 1
+                    candidate = f"{base}#{n}"
+                names.append(candidate)
+            self._targets = [(name, target) for name, (_given, target) in zip(names, named, strict=True)]
+            if len(self._targets) == 1:
+                self._target = self._targets[0][1]
+        return self._targets
 
     def session(self, role: str) -> Session:
         """A session in the target's dialect (the commands that reach SQL Server use this)."""
@@ -72,7 +125,7 @@ class Context:
 
     def scrub(self, text: str) -> str:
         """Remove the DSN's password from any text we are about to print."""
-        raw = getattr(self.args, "dsn", None) or os.environ.get(ENV_DSN) or ""
+        raw = (self.dsns[0] if len(self.dsns) == 1 else "") or os.environ.get(ENV_DSN) or ""
         if self._target is not None and self._target.dialect == "postgresql":
             try:
                 password = psycopg.conninfo.conninfo_to_dict(self._target.conninfo).get("password")
@@ -83,6 +136,11 @@ class Context:
         if raw and raw in text and self._target is not None:
             text = text.replace(raw, self._target.masked)
         return text
+
+
+def warn(message: str) -> None:
+    """One line on stderr that something works but should not be so (the command goes on)."""
+    print(f"{PROG}: warning: {message}", file=sys.stderr, flush=True)
 
 
 def emit(obj: object) -> None:
@@ -355,7 +413,7 @@ def cmd_demo_reset(ctx: Context) -> int:
 
 
 def cmd_scenario_contention(ctx: Context) -> int:
-    from probes.postgres import blocked_applications
+    from probes.sampler import blocked_applications
     from queues.scenarios.contention import ContentionOptions, ContentionScenario
 
     args = ctx.args
@@ -401,28 +459,193 @@ def cmd_scenario_relay(ctx: Context) -> int:
 
 
 def cmd_snapshot(ctx: Context) -> int:
-    import time as _time
+    from concurrent.futures import ThreadPoolExecutor
 
     from probes.config import load_config
-    from probes.postgres import open_probe_connection
-    from probes.sampler import probes_for, run_cycle
-    from tui.report import render
 
     args = ctx.args
+    if args.from_file is not None:
+        return _recorded_snapshot(ctx)
+    if args.at is not None:
+        raise UsageError("--at reads a recording: give --from FILE")
     config = load_config(getattr(args, "config", None))
-    target = ctx.target
+    targets = ctx.targets(config)
+    if len(targets) == 1:  # one database: its failure is the command's (one line, exit 2)
+        name, target = targets[0]
+        snapshots = [_snapshot_of(target, config, name, args.rates)]
+    else:
+        # Several: each on its own thread, so that one that is down costs its own timeout only;
+        # one that cannot be reached is a disconnected snapshot, as the dashboard shows it.
+        with ThreadPoolExecutor(max_workers=len(targets), thread_name_prefix="snapshot") as pool:
+            futures = [pool.submit(_snapshot_or_disconnected, target, config, name, args.rates) for name, target in targets]
+            snapshots = [future.result() for future in futures]
+    _print_snapshots(snapshots, args.json)
+    unreachable = [s for s in snapshots if not s.connected]
+    for snapshot in unreachable:
+        print(f"{PROG}: error: {snapshot.host}: {snapshot.extra.get('connection_error')}", file=sys.stderr)
+    return 2 if unreachable else 0
+
+
+def _recorded_snapshot(ctx: Context) -> int:
+    """`snapshot --from FILE --at TIME`: each recorded host as it was at TIME (the latest snapshot
+    taken at or before it), as `snapshot` printed it then. No database is touched."""
+    from probes.recording import Recording
+
+    args = ctx.args
+    if ctx.dsns or args.rates:
+        raise UsageError("--from reads a recording: --dsn and --rates do not apply")
+    recording = Recording(args.from_file, keep_lines=False)  # one instant: its times, then its lines
+    snapshots = recording.at(recording.instant(args.at) if args.at is not None else recording.end)
+    _print_snapshots(list(snapshots.values()), args.json)
+    return 0
+
+
+def _print_snapshots(snapshots: list, as_json: bool) -> None:
+    """One JSON line each, or the readable report under a line naming its host when there are several."""
+    from tui.report import render
+
+    for snapshot in snapshots:
+        if as_json:
+            emit(snapshot.to_json())
+        else:
+            if len(snapshots) > 1:
+                print(f"== {snapshot.host} ==")
+            print(render(snapshot))
+
+
+def cmd_record(ctx: Context) -> int:
+    """Sample every target on its schedule and write each snapshot to FILE (compressed JSON lines,
+    rotated by size) until --duration ends or SIGINT/SIGTERM; then one JSON line of what was written."""
+    from probes.recording import Recorder
+
+    args = ctx.args
+    config, targets, interval = _watched(ctx)
+    recorder = Recorder(args.file, max_bytes=int(args.max_size * 1024 * 1024), keep=args.keep)
+    stop = threading.Event()
+    failures: list[OSError] = []
+
+    def write(snapshot) -> None:  # in each sampler's thread
+        try:
+            recorder.write(snapshot)
+        except OSError as exc:  # a full disk: stop, say so, keep what was written
+            failures.append(exc)
+            stop.set()
+
+    print(f"{PROG}: recording {', '.join(name for name, _t in targets)} every {interval:g}s into {args.file}",
+          file=sys.stderr, flush=True)
+    try:
+        with _sampling(targets, config, interval, write, stop):
+            stop.wait(args.duration)
+    finally:
+        try:
+            recorder.close()
+        except OSError as exc:
+            failures.append(exc)
+    emit({"file": str(args.file), "snapshots": recorder.snapshots, "hosts": [name for name, _t in targets],
+          "files": [str(path) for path in recorder.files()]})
+    if failures:
+        raise OperationFailed(f"recording stopped after {recorder.snapshots} snapshot(s): {failures[0].strerror or failures[0]}")
+    return 0
+
+
+def cmd_replay(ctx: Context) -> int:
+    from tui.app import run_replay
+
+    return run_replay(ctx)
+
+
+def _snapshot_of(target: Target, config: Config, host: str, rates: float):
+    import time as _time
+
+    from probes.postgres import open_probe_connection
+    from probes.sampler import probes_for, run_cycle
+
     probes = probes_for(target, config)
     with open_probe_connection(target) as conn:
-        snapshot = run_cycle(target, probes=probes, conn=conn)
-        if args.rates:
+        snapshot = run_cycle(target, probes=probes, conn=conn, host=host)
+        if rates:
             # Rates are differences of cumulative counters: a second cycle after --rates seconds.
-            _time.sleep(args.rates)
-            snapshot = run_cycle(target, probes=probes, conn=conn)
-    if args.json:
-        emit(snapshot.to_json())
-    else:
-        print(render(snapshot))
+            _time.sleep(rates)
+            snapshot = run_cycle(target, probes=probes, conn=conn, host=host)
+    return snapshot
+
+
+def _snapshot_or_disconnected(target: Target, config: Config, host: str, rates: float):
+    from probes.sampler import unreachable_snapshot
+
+    try:
+        return _snapshot_of(target, config, host, rates)
+    except QueuetopError as exc:
+        return unreachable_snapshot(target, first_line(exc), host)
+
+
+def cmd_export_prometheus(ctx: Context) -> int:
+    """Serve /metrics for every target until SIGINT or SIGTERM: a sampler per host on its own
+    schedule, a scrape reading only the cached snapshots."""
+    from probes.prometheus import SnapshotCollector, serve
+
+    args = ctx.args
+    config, targets, interval = _watched(ctx)
+    host, port = args.listen
+    collector = SnapshotCollector()
+    try:
+        server = serve(collector, host, port)
+    except OSError as exc:
+        raise UsageError(f"cannot listen on {_address(host, port)}: {exc.strerror or exc}") from None
+    stop = threading.Event()
+    thread = threading.Thread(target=server.serve_forever, name="metrics", daemon=True)
+    try:
+        with _sampling(targets, config, interval, collector.update, stop):
+            thread.start()
+            bound_host, bound_port = server.server_address[:2]
+            print(f"{PROG}: serving http://{_address(str(bound_host), int(bound_port))}/metrics for "
+                  f"{', '.join(name for name, _t in targets)} every {interval:g}s", flush=True)
+            stop.wait()
+    finally:
+        server.shutdown() if thread.is_alive() else None
+        server.server_close()
     return 0
+
+
+def _watched(ctx: Context) -> tuple[Config, list[tuple[str, Target]], float]:
+    """What a watching command (record, export) samples: the config, its targets by name, the interval."""
+    from probes.config import load_config
+
+    config = load_config(getattr(ctx.args, "config", None))
+    return config, ctx.targets(config), config.sampling_interval(ctx.args.interval)
+
+
+@contextmanager
+def _sampling(targets: list[tuple[str, Target]], config: Config, interval: float, sink: Callable[[Any], None],
+              stop: threading.Event) -> Iterator[None]:
+    """Each target's sampler feeding `sink` for the block's duration; SIGINT and SIGTERM set
+    `stop`, which the block waits on. The samplers stop together at its end."""
+    from probes.sampler import Sampler, stop_all
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    samplers = [Sampler(target, sink, config, interval_s=interval, host=name) for name, target in targets]
+    try:
+        for sampler in samplers:
+            sampler.start()
+        yield
+    finally:
+        stop_all(samplers)
+
+
+def _address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _listen(text: str) -> tuple[str, int]:
+    """HOST:PORT, [IPv6]:PORT or :PORT (all IPv4 interfaces)."""
+    host, sep, port_text = text.rpartition(":")
+    if not sep or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if "[" in host or "]" in host or any(c.isspace() for c in host):
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT")
+    return host or "0.0.0.0", int(port_text)
 
 
 def cmd_dashboard(ctx: Context) -> int:
@@ -488,8 +711,13 @@ _bigint = _int_between(0, BIGINT_MAX)
 def _connection_options(parser: argparse.ArgumentParser, *, top: bool = False) -> None:
     # Leaf parsers use SUPPRESS so that an option given before the sub-command is not reset.
     default = None if top else argparse.SUPPRESS
-    parser.add_argument("--dsn", default=default, help="database to use: SQLAlchemy URL, libpq URI or key=value string "
-                        f"(default: ${ENV_DSN}, else the embedded server)")
+    # Repeatable, before the sub-command and after it: the two lists are one (Context.dsns), rather
+    # than the sub-command's replacing what was given before it.
+    parser.add_argument("--dsn", default=default, action="append", dest="dsn" if top else "dsn_after",
+                        help="database to use: SQLAlchemy URL, libpq URI or key=value string (default: "
+                        f"${ENV_DSN}, "
+                        "else the config's [[targets]], else the embedded server); repeat it to watch several "
+                        "(the dashboard, snapshot, export and record)")
     parser.add_argument("--data-dir", default=default, help="data directory of the embedded server (default: the user's data dir)")
     parser.add_argument("--debug", action="store_true", default=False if top else argparse.SUPPRESS, help="show tracebacks")
 
@@ -524,6 +752,28 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--config", default=argparse.SUPPRESS, help="TOML file declaring your own queue tables")
     p.add_argument("--rates", type=_non_negative_float, default=0.0, metavar="SECONDS",
                    help="sample twice, SECONDS apart, so that enqueue/dequeue rates are known (default: once, rates null)")
+    p.add_argument("--from", dest="from_file", default=None, metavar="FILE",
+                   help="print a recorded instant instead (queuetop record): no database is touched")
+    p.add_argument("--at", default=None, metavar="TIME",
+                   help="with --from: ISO-8601 (UTC unless it says), HH:MM[:SS] (UTC) or +SECONDS from the start "
+                   "(default: the recording's last instant)")
+
+    p = _leaf(commands, "record", cmd_record, "write every target's snapshots to FILE as compressed JSON lines")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--duration", type=_positive_float, default=None, metavar="SECONDS",
+                   help="stop after this long (default: until Ctrl-C or SIGTERM)")
+    p.add_argument("--interval", type=_positive_float, default=None, metavar="SECONDS",
+                   help="seconds between samples (default: the config's probes.interval, 2)")
+    p.add_argument("--max-size", type=_positive_float, default=64.0, metavar="MB",
+                   help="rotate FILE when it passes this size: FILE.1, FILE.2, ... (default 64)")
+    p.add_argument("--keep", type=_int_between(0, 1000), default=5, help="rotated files to keep (default 5)")
+    p.add_argument("--config", default=argparse.SUPPRESS, help="TOML file declaring your queue tables and [[targets]]")
+
+    p = _leaf(commands, "replay", cmd_replay, "the dashboard on a recording (queuetop record): no database")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--at", default=None, metavar="TIME", help="start at this time (as snapshot --at; default: the start)")
+    p.add_argument("--speed", type=_positive_float, default=1.0, help="times real time (default 1)")
+    p.add_argument("--paused", action="store_true", help="open paused (p plays)")
 
     engine = commands.add_parser("engine", help="drive the reference queue engine")
     engine_sub = engine.add_subparsers(title="engine commands", metavar="ACTION", required=True, parser_class=ArgumentParser)
@@ -623,6 +873,16 @@ def build_parser() -> ArgumentParser:
         if name != "acquire":
             p.add_argument("--token", type=_int_between(1, BIGINT_MAX), default=None,
                            help="only if the lease is still held under this fencing token")
+
+    export = commands.add_parser("export", help="serve the probes' figures to a monitoring system")
+    export_sub = export.add_subparsers(title="exporters", metavar="FORMAT", required=True, parser_class=ArgumentParser)
+    p = _leaf(export_sub, "prometheus", cmd_export_prometheus,
+              "serve /metrics for Prometheus: every target sampled on its own schedule, scrapes read the cached snapshots")
+    p.add_argument("--listen", type=_listen, default=("127.0.0.1", 9187), metavar="HOST:PORT",
+                   help="address to serve on (default 127.0.0.1:9187; :9187 for every interface; port 0: any free port)")
+    p.add_argument("--interval", type=_positive_float, default=None, metavar="SECONDS",
+                   help="seconds between samples (default: the config's probes.interval, 2)")
+    p.add_argument("--config", default=argparse.SUPPRESS, help="TOML file declaring your queue tables and [[targets]]")
 
     demo = commands.add_parser("demo", help="the demo workload of the embedded server")
     demo_sub = demo.add_subparsers(title="demo commands", metavar="ACTION", required=True, parser_class=ArgumentParser)

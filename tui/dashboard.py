@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable
-from datetime import datetime
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from functools import partial
+from pathlib import Path
 from typing import ClassVar, Protocol
 
+from platformdirs import user_data_dir
 from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
@@ -29,14 +32,17 @@ from textual.notifications import SeverityLevel
 from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Input, Static, Tree
 
+from dbcore.dialect import dialect_named
 from dbcore.errors import QueuetopError, UsageError
-from probes.model import Snapshot
+from probes.model import QueueSample, Snapshot
+from probes.recording import Recorder, ReplayClock
+from probes.sampler import stop_all
 from probes.sources import QueueDetails
 
 from . import format as fmt
-from .messages import ActivityEnded, SnapshotArrived
+from .messages import ActivityEnded, NoticeFromThread, SnapshotArrived
 from .screens.details import DetailsScreen, queue_renderables, session_renderables
-from .screens.dialogs import ConfirmScreen, HelpScreen, NoticesScreen, PromptScreen
+from .screens.dialogs import ConfirmScreen, HelpScreen, HostsScreen, NoticesScreen, PromptScreen
 from .widgets.panels import CompactionPanel, ConnectionsPanel, LeasesPanel, LocksPanel, Panel, QueuesPanel, RingsPanel
 
 PANELS = (QueuesPanel, RingsPanel, LeasesPanel, CompactionPanel, LocksPanel, ConnectionsPanel)
@@ -82,6 +88,52 @@ ENGINE_ACTIONS = [
     ("relays.stop", "Y", "Stop the outbox relays", None, None),
     ("relays.kill", "x", "Kill the relay leader", None, None),
 ]
+
+
+@dataclass(kw_only=True)
+class HostSpec:
+    """A database the dashboard watches: what to sample it with, and what can act on it."""
+
+    name: str
+    source_factory: Callable[[Callable[[Snapshot], None]], SnapshotSource]
+    backend: Backend | None = None
+    controls: object = None
+    demo: object = None
+    controls_off: str | None = None
+    # Finds the host's engine controls in a thread once the dashboard runs (several hosts: a host
+    # that is down must not hold up the others): returns (controls, why there are none).
+    prepare: Callable[[], tuple[object, str | None]] | None = None
+
+
+@dataclass(kw_only=True)
+class Host:
+    """One tab: its source, its latest snapshot, and the last one taken while connected."""
+
+    name: str
+    source: SnapshotSource
+    backend: Backend | None = None
+    controls: object = None
+    demo: object = None
+    controls_off: str | None = None
+    prepare: Callable[[], tuple[object, str | None]] | None = None
+    snapshot: Snapshot | None = None
+    shown: Snapshot | None = None  # the latest connected snapshot: the figures kept on screen while disconnected
+    last_good_at: datetime | None = None
+    arrivals: int = 0
+
+
+class HostBar(Static):
+    """The hosts, one part each: its number (the key that shows it), its name, and its worst news:
+    DOWN, blocked sessions, the oldest ready message's age. The shown one is highlighted."""
+
+    DEFAULT_CSS = """
+    HostBar { height: 1; padding: 0 1; background: $boost; }
+    """
+
+    def on_resize(self) -> None:
+        app = self.app
+        if isinstance(app, QueuetopApp):
+            app.render_hosts()
 
 
 class StatusBar(Static):
@@ -186,6 +238,16 @@ class QueuetopApp(App[None]):
         Binding("c", "signal(False)", "Cancel backend", id="backend.cancel", show=False),
         Binding("k", "signal(True)", "Terminate backend", id="backend.terminate", show=False),
         Binding("q", "quit", "Quit", id="quit"),
+        Binding("R", "record", "Record to a file (again: stop)", id="record", show=False),
+        # A recording (queuetop replay): step through its instants, go to a time.
+        Binding("full_stop", "step(1)", "Step", id="replay.step", key_display="."),
+        Binding("comma", "step(-1)", "Step back", id="replay.back", key_display=",", show=False),
+        Binding("t", "seek", "Go to time", id="replay.seek"),
+        # Several databases (--dsn repeated, or the config's [[targets]]): a tab each.
+        Binding("right_square_bracket", "host(-1)", "Next host", id="host.next", key_display="]"),
+        Binding("left_square_bracket", "host(-2)", "Previous host", id="host.previous", key_display="[", show=False),
+        Binding("H", "hosts", "Hosts", id="hosts", show=False),
+        *[Binding(str(n), f"host({n - 1})", f"Host {n}", id=f"host.{n}", show=False) for n in range(1, 10)],
         *[Binding(key, f"engine('{binding_id}')", title, id=f"engine.{binding_id}", show=False)
           for binding_id, key, title, _p, _d in ENGINE_ACTIONS],
     ]
@@ -193,7 +255,7 @@ class QueuetopApp(App[None]):
 
     def __init__(
         self,
-        source_factory: Callable[[Callable[[Snapshot], None]], SnapshotSource],
+        source_factory: Callable[[Callable[[Snapshot], None]], SnapshotSource] | None = None,
         *,
         backend: Backend | None = None,
         controls=None,
@@ -201,28 +263,70 @@ class QueuetopApp(App[None]):
         read_only: bool = False,
         keymap: dict[str, str] | None = None,
         controls_off: str | None = None,
+        hosts: Sequence[HostSpec] = (),
+        replay: ReplayClock | None = None,
+        record_dir: Path | None = None,
     ) -> None:
         super().__init__()
-        self.source = source_factory(self._sink)
-        self.backend = backend
-        self.controls = controls
-        self.demo = demo
+        self.replay = replay  # a recording's clock: the dashboard replays it, with no database
+        self.record_dir = record_dir  # where R records to (default: the user's data dir)
+        self.recorder: Recorder | None = None
+        specs = list(hosts)
+        if not specs:
+            assert source_factory is not None, "a source, or hosts"
+            specs = [HostSpec(name="", source_factory=source_factory, backend=backend, controls=controls, demo=demo,
+                              controls_off=controls_off)]
+        self.hosts = [Host(name=spec.name, source=spec.source_factory(partial(self._sink, index)), backend=spec.backend,
+                           controls=spec.controls, demo=spec.demo, controls_off=spec.controls_off, prepare=spec.prepare)
+                      for index, spec in enumerate(specs)]
+        self.current = 0  # the host shown
         self.read_only = read_only
-        self.controls_off = controls_off  # why there are no engine controls, when known
         self.paused = False
         self.filter_text = ""
-        self.snapshot: Snapshot | None = None
         self.apply_ms: list[float] = []  # time to apply each snapshot (bench tui)
         self._keymap = keymap or {}
         self._status_text = ""
         self.notices: deque[tuple[str, str, str]] = deque(maxlen=1000)  # (HH:MM:SS, severity, text), the `m` log
         self._notice_timer: Timer | None = None
-        self._last_good_at: datetime | None = None  # when the figures on screen were taken, while disconnected
+        self._hosts_text = ""
+        self._applied: tuple[Snapshot, str] | None = None  # what the panels show, and with which filter
+
+    # -- the host shown -------------------------------------------------------------------
+
+    @property
+    def host(self) -> Host:
+        return self.hosts[self.current]
+
+    @property
+    def source(self) -> SnapshotSource:
+        return self.host.source
+
+    @property
+    def backend(self) -> Backend | None:
+        return self.host.backend
+
+    @property
+    def controls(self):
+        return self.host.controls
+
+    @property
+    def demo(self):
+        return self.host.demo
+
+    @property
+    def controls_off(self) -> str | None:
+        return self.host.controls_off
+
+    @property
+    def snapshot(self) -> Snapshot | None:
+        return self.host.snapshot
 
     # -- layout ---------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
         yield StatusBar("queuetop: waiting for the first sample…", id="status")
+        if len(self.hosts) > 1:
+            yield HostBar("", id="hosts")
         with Vertical():
             with Horizontal(id="row-queues"):
                 yield QueuesPanel()
@@ -242,8 +346,24 @@ class QueuetopApp(App[None]):
             self.set_keymap(self._keymap)
         if self.demo is not None:
             self.run_worker(self._start_demo, thread=True, name="demo")
-        self.source.start()
+        for index, host in enumerate(self.hosts):
+            host.source.start()
+            if host.prepare is not None:
+                self.run_worker(partial(self._prepare_host, index), thread=True, name=f"prepare {host.name}")
         self.render_status()
+        self.render_hosts()
+        if self.replay is not None:
+            self.query_one(LeasesPanel).clock = self.replay.now  # the countdown runs on the recorded clock
+            self.set_interval(0.25, self.render_status)  # the position moves between snapshots
+
+    def _prepare_host(self, index: int) -> None:
+        host = self.hosts[index]
+        assert host.prepare is not None
+        try:
+            controls, off = host.prepare()
+        except Exception as exc:  # the host is down, or refuses: its panels still show what the probes see
+            controls, off = None, f"engine controls are off: {fmt.one_line(str(exc), 200)}"
+        host.controls, host.controls_off = controls, off
 
     def _start_demo(self) -> None:
         try:
@@ -252,18 +372,31 @@ class QueuetopApp(App[None]):
             self.call_from_thread(self.notify, f"demo did not start: {fmt.one_line(str(exc), 120)}", severity="error")
 
     def on_unmount(self) -> None:
-        self.source.stop()
-        if self.demo is not None:
-            self.demo.stop()
-        elif self.controls is not None and hasattr(self.controls, "stop_all"):
-            self.controls.stop_all()
+        if self.recorder is not None:
+            self.recorder.close()
+        # Each host's sampler waits for its running probes and closes its pool: all at once, so
+        # that several hosts that are down do not add up their timeouts at quit.
+        stop_all(host.source for host in self.hosts)
+        for host in self.hosts:
+            if host.demo is not None:
+                host.demo.stop()  # type: ignore[attr-defined]
+            elif host.controls is not None and hasattr(host.controls, "stop_all"):
+                host.controls.stop_all()
 
     # -- snapshots ------------------------------------------------------------------------
 
-    def _sink(self, snapshot: Snapshot) -> None:
-        """Called from the sampler's thread."""
+    def _sink(self, host: int, snapshot: Snapshot) -> None:
+        """Called from the host's sampler's thread (which also writes it to a recording, if one runs)."""
+        recorder = self.recorder
+        if recorder is not None:
+            try:
+                recorder.write(snapshot)
+            except OSError as exc:  # a full disk: say so once (the recorder closed itself), the dashboard goes on
+                self.recorder = None
+                self.post_message(NoticeFromThread(
+                    f"recording stopped after {recorder.snapshots} snapshot(s) in {recorder.path}: {exc.strerror or exc}", "error"))
         try:
-            self.post_message(SnapshotArrived(snapshot))
+            self.post_message(SnapshotArrived(snapshot, host))
         except Exception:  # the app is shutting down
             pass
 
@@ -271,35 +404,182 @@ class QueuetopApp(App[None]):
         if self.paused:
             return
         try:
+            if message.host != self.current:  # another tab's: kept for when it is shown, and summarised
+                self._keep(self.hosts[message.host], message.snapshot)
+                if message.snapshot.connected:  # its trends and countdowns go on while not shown
+                    self.query_one(QueuesPanel).record(message.snapshot)
+                    self.query_one(ConnectionsPanel).record(message.snapshot)
+                    self.query_one(LeasesPanel).record(message.snapshot)
+                self.render_hosts()
+                return
             self.apply_snapshot(message.snapshot)
+            self.render_hosts()
         except NoMatches:
             # The sampler's last snapshot can arrive while the app shuts down and its panels are
             # already removed (CI saw it once, at the end of a Pilot test): nothing to draw on.
             if self.is_running:  # False from the start of shutdown
                 raise
 
+    @staticmethod
+    def _keep(host: Host, snapshot: Snapshot) -> None:
+        host.snapshot = snapshot
+        host.arrivals += 1
+        if snapshot.connected:
+            host.shown, host.last_good_at = snapshot, snapshot.taken_at
+
     def apply_snapshot(self, snapshot: Snapshot) -> None:
         started = time.perf_counter()
-        previous = self.snapshot
-        self.snapshot = snapshot
-        connected = snapshot.extra.get("connected", True)
-        if connected or previous is None:
-            with self.batch_update():
-                for panel in PANELS:
-                    self.query_one(panel).show(snapshot, self.filter_text)
+        host = self.host
+        self._keep(host, snapshot)
         # Disconnected: keep the last figures on screen; the status bar says they are stale.
+        self._show(host.shown or snapshot)
         self.render_status()
         self.apply_ms.append((time.perf_counter() - started) * 1000)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # False hides a binding (footer, help) and refuses its key; None would show it dimmed.
+        if action in ("host", "hosts"):
+            return len(self.hosts) > 1  # one database: no host keys
+        if action in ("step", "seek"):
+            return self.replay is not None
+        if action == "record":
+            return self.replay is None  # a replay is not recorded again
+        return True
+
+    # -- a recording -----------------------------------------------------------------------
+
+    def action_step(self, direction: int) -> None:
+        if self.replay is not None:
+            self.replay.step(direction, self.host.name)
+            self.render_status()
+
+    def action_seek(self) -> None:
+        if self.replay is None:
+            return
+        recording = self.replay.recording
+
+        def chosen(text: str | None) -> None:
+            if not text or self.replay is None:
+                return
+            try:
+                when = recording.instant(text)
+            except UsageError as exc:
+                self.notify(str(exc), severity="error")
+                return
+            self.replay.seek(when)
+            self.render_status()
+
+        self.push_screen(PromptScreen(
+            f"Go to a time of the recording ({fmt.utc(recording.start)} to {fmt.utc(recording.end)})",
+            "HH:MM[:SS] (UTC), ISO-8601, or +SECONDS from the start", fmt.utc(self.replay.now())[11:19]), chosen)
+
+    def action_record(self) -> None:
+        """Start or stop recording every host's snapshots (queuetop replay FILE plays them)."""
+        if self.replay is not None:
+            return
+        if self.recorder is not None:
+            recorder, self.recorder = self.recorder, None
+            recorder.close()
+            self.notify(f"recording stopped: {recorder.snapshots} snapshot(s) in {recorder.path} (queuetop replay {recorder.path})")
+            self.render_status()
+            return
+        directory = self.record_dir or Path(user_data_dir("queuetop")) / "recordings"
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            self.recorder = Recorder(directory / f"queuetop-{datetime.now(UTC):%Y%m%d-%H%M%S}.jsonl.gz")
+        except (OSError, QueuetopError) as exc:
+            self.notify(f"cannot record: {fmt.one_line(str(exc), 150)}", severity="error")
+            return
+        self.notify(f"recording to {self.recorder.path}; R stops")
+        self.render_status()
+
+    def action_host(self, index: int) -> None:
+        """Show host `index` (its number in the host bar, from 0), or the next (-1) or previous (-2)."""
+        if len(self.hosts) < 2:
+            return
+        if index == -1:
+            index = (self.current + 1) % len(self.hosts)
+        elif index == -2:
+            index = (self.current - 1) % len(self.hosts)
+        if not 0 <= index < len(self.hosts) or index == self.current:
+            return
+        self.current = index
+        self.refresh_panels()
+        self.render_status(force=True)
+        self.render_hosts()
+
+    def refresh_panels(self) -> None:
+        """Show the current host's figures (another host shown, a new filter): the last taken
+        while connected, else the latest."""
+        shown = self.host.shown or self.host.snapshot
+        if shown is not None:
+            self._show(shown)
+
+    def _show(self, snapshot: Snapshot) -> None:
+        """Hand `snapshot` to every panel, unless they show it already with this filter (a panel
+        adds each sample it is given to its history)."""
+        if self._applied is not None and self._applied[0] is snapshot and self._applied[1] == self.filter_text:
+            return
+        self._applied = (snapshot, self.filter_text)
+        with self.batch_update():
+            for panel in PANELS:
+                self.query_one(panel).show(snapshot, self.filter_text)
+
+    def render_hosts(self) -> None:
+        """The host bar: each host's number, name and worst news, the shown one highlighted; each
+        part whole or left out (the hosts' numbers and names first)."""
+        if len(self.hosts) < 2:
+            return
+        try:
+            bar = self.query_one(HostBar)
+        except NoMatches:
+            return
+        parts: list[tuple[str, str, int]] = []
+        for index, host in enumerate(self.hosts):
+            current = index == self.current
+            base = "reverse bold" if current else "bold"
+            parts.append((" " if index else "", "", 0))
+            parts.append((f"{index + 1} {host.name}", base, 0))
+            s = host.snapshot
+            if s is None:
+                parts.append((" …", "dim", 2))
+            elif not s.connected:
+                parts.append((" DOWN", "bold white on red", 0))
+            else:
+                blocked = len(s.blocked)
+                worst = _worst_queue(s)
+                if blocked:
+                    parts.append((f" {blocked} blocked", "bold red", 1))
+                if worst is not None and worst.oldest_ready_age_s is not None:
+                    age = worst.oldest_ready_age_s
+                    parts.append((f" {fmt.seconds(age)}", "yellow" if age >= 60 else "", 3))
+                elif not blocked:
+                    parts.append((" ok", "green", 3))
+            parts.append((" │" if index < len(self.hosts) - 1 else "", "dim", 0))
+        width = (bar.size.width - 2) if bar.size.width > 2 else (self.size.width - 2)
+        text = fmt.fit_by_priority(parts, max(width, 20))
+        if text.plain != self._hosts_text:
+            self._hosts_text = text.plain
+            bar.update(text, layout=False)
 
     def render_status(self, force: bool = False) -> None:
         """One line, fitted: the state (LIVE, PAUSED or DISCONNECTED, never two of them) and why
         first, then what fits of the rest, each part whole or left out."""
         s = self.snapshot
-        connected = s is None or s.extra.get("connected", True)
-        if s is not None and connected:
-            self._last_good_at = s.taken_at
+        connected = s is None or s.connected
+        last_good_at = self.host.last_good_at
         parts: list[tuple[str, str, int]] = [("queuetop ", "bold", 7)]
-        if self.paused:
+        if len(self.hosts) > 1:
+            parts.append((f"{self.host.name} ", "bold", 0))
+        if self.replay is not None:
+            clock = self.replay
+            recording = clock.recording
+            parts.append((f"REPLAY {'▶' if clock.playing else '⏸'} ", "bold magenta", 0))
+            parts.append((fmt.utc(clock.now()), "bold", 0))
+            parts.append((f" x{clock.speed:g}", "", 1))
+            parts.append((f" │ {fmt.seconds((clock.now() - recording.start).total_seconds())} of "
+                          f"{fmt.seconds((recording.end - recording.start).total_seconds())}", "", 2))
+        elif self.paused:
             parts.append(("PAUSED", "bold yellow", 0))
         elif connected:
             parts.append(("LIVE", "bold green", 0))
@@ -309,11 +589,14 @@ class QueuetopApp(App[None]):
             parts.append((" DISCONNECTED" if self.paused else "DISCONNECTED", "bold white on red", 0))
             parts.append((f" {reason}", "bold", 0))
             parts.append((" │ retrying", "", 2))
-            if self._last_good_at is not None:
-                parts.append((f" │ figures of {self._last_good_at:%H:%M:%S}", "yellow", 1))
-        if self.read_only:
+            if last_good_at is not None:
+                parts.append((f" │ figures of {last_good_at:%H:%M:%S}", "yellow", 1))
+        if self.recorder is not None:
+            parts.append((" │ REC", "bold red", 0))
+        if self.read_only and self.replay is None:
             parts.append((" │ READ-ONLY", "bold cyan", 1))
-        parts.append((f" │ every {self.source.interval_s:g}s", "", 3))
+        if self.replay is None:
+            parts.append((f" │ every {self.source.interval_s:g}s", "", 3))
         if s is not None:
             failed = [name for name, p in s.probes.items() if p.error]
             if failed and connected:
@@ -360,6 +643,27 @@ class QueuetopApp(App[None]):
         except (NoMatches, IndexError):  # shutting down
             pass
 
+    def action_hosts(self) -> None:
+        """A line per host: what the host bar says of each, and more."""
+        self.push_screen(HostsScreen([self._host_line(i, h) for i, h in enumerate(self.hosts)], self.current))
+
+    @staticmethod
+    def _host_line(index: int, host: Host) -> tuple[str, ...]:
+        s = host.snapshot
+        if s is None:
+            return (str(index + 1), host.name, "…", "", "", "", "", "", "", "waiting for its first sample")
+        sampled = f"{s.taken_at:%H:%M:%S}"
+        if not s.connected:
+            since = f"; its figures are of {host.last_good_at:%H:%M:%S}" if host.last_good_at else ""
+            return (str(index + 1), host.name, "DOWN", "", "", "", "", "", sampled,
+                    f"{fmt.one_line(str(s.extra.get('connection_error')), 300)}{since}")
+        worst = _worst_queue(s)
+        c = s.connections
+        sessions = fmt.sessions(c.total, c.max) if c is not None else ""
+        notes = [f"{name}: {fmt.one_line(p.error, 200)}" for name, p in s.probes.items() if p.error]
+        return (str(index + 1), host.name, "LIVE", worst.name if worst else "", fmt.seconds(worst.oldest_ready_age_s) if worst else "",
+                f"{len(s.blocked):,}", f"{len(s.blockers):,}", sessions, sampled, "; ".join(notes))
+
     def action_notices(self) -> None:
         self._hide_notice()
         self.push_screen(NoticesScreen(list(self.notices)))
@@ -399,26 +703,40 @@ class QueuetopApp(App[None]):
         return next((w for w in (focused.ancestors_with_self if focused else []) if isinstance(w, Panel)), None)
 
     def action_toggle_pause(self) -> None:
+        if self.replay is not None:  # play / pause the recording: its snapshots still arrive when stepped
+            self.replay.pause() if self.replay.playing else self.replay.resume()
+            self.render_status()
+            return
         self.paused = not self.paused
-        if self.paused:
-            self.source.pause()
-        else:
-            self.source.resume()
-            self.source.refresh_now()
+        for host in self.hosts:
+            if self.paused:
+                host.source.pause()
+            else:
+                host.source.resume()
+                host.source.refresh_now()
         self.render_status()
 
     def action_refresh_now(self) -> None:
+        if self.replay is not None:
+            return
         if self.paused:
             taken = f" of {self.snapshot.taken_at:%H:%M:%S} UTC" if self.snapshot is not None else ""
             self.notify(f"paused: the panels keep the sample{taken}; p resumes", severity="warning", timeout=4)
             return
-        self.source.refresh_now()
+        for host in self.hosts:
+            host.source.refresh_now()
 
     def action_interval(self, step: int) -> None:
+        if self.replay is not None:  # + and - change the speed of a recording
+            speed = self.replay.faster(step)
+            self.render_status()
+            self.notify(f"replay at x{speed:g}", timeout=2)
+            return
         current = self.source.interval_s
         index = min(range(len(INTERVALS)), key=lambda i: abs(INTERVALS[i] - current))
         new = INTERVALS[max(0, min(len(INTERVALS) - 1, index + step))]
-        self.source.set_interval(new)
+        for host in self.hosts:
+            host.source.set_interval(new)
         self.render_status()
         self.notify(f"refresh every {new:g}s", timeout=2)
 
@@ -443,8 +761,7 @@ class QueuetopApp(App[None]):
         if not self.filter_text:
             event.input.remove_class("visible")
         self.query_one(QueuesPanel).query_one(DataTable).focus()
-        if self.snapshot is not None:
-            self.apply_snapshot(self.snapshot)
+        self.refresh_panels()
 
     def on_key(self, event) -> None:
         box = self.query_one("#filter", Input)
@@ -456,8 +773,7 @@ class QueuetopApp(App[None]):
             box.value = ""
             box.remove_class("visible")
             self.filter_text = ""
-            if self.snapshot is not None:
-                self.apply_snapshot(self.snapshot)
+            self.refresh_panels()
             self.query_one(QueuesPanel).query_one(DataTable).focus()
 
     @on(DataTable.RowSelected, "#queues-table")
@@ -521,10 +837,15 @@ class QueuetopApp(App[None]):
             root = next((b for b in self.snapshot.blockers if b.pid == pid), None)
             c = self.snapshot.connections
             state = root.state if root is not None else c.oldest_xact_state if c is not None and c.oldest_xact_pid == pid else None
-        if not terminate and (state or "").startswith("idle in transaction"):
+        dialect = dialect_named(self.snapshot.server.dialect) if self.snapshot is not None else None
+        if not terminate and (state or "").startswith(("idle in transaction", "sleeping, open transaction")):
             # Cancel stops a running query; an idle transaction runs none, and keeps its locks.
-            question = (f"Backend {pid}{who} is idle in transaction: cancel cannot end it (it runs no query) and its "
+            question = (f"Backend {pid}{who} is {state}: cancel cannot end it (it runs no query) and its "
                         f"locks stay. Terminate it instead? Its transaction is rolled back and its connection closed.")
+            terminate = True
+        elif not terminate and dialect is not None and not dialect.capabilities.cancel_query:
+            question = (f"{dialect.label} cannot cancel another session's statement, only end the session. Terminate "
+                        f"backend {pid}{who} instead? Its transaction is rolled back and its connection closed.")
             terminate = True
         else:
             question = (f"Terminate backend {pid}{who}? Its transaction is rolled back and its connection closed."
@@ -632,7 +953,7 @@ class QueuetopApp(App[None]):
 
     @work(thread=True, group="engine", exclusive=True)
     def _reset_demo(self) -> None:
-        from dbcore.database import connect
+        from dbcore.dialect import open_session
         from queues.demo import reset
 
         try:
@@ -640,7 +961,7 @@ class QueuetopApp(App[None]):
                 self.demo.stop()
             else:
                 self.controls.stop_all()
-            with connect(self.controls.target, application_name="queuetop-reset") as conn:
+            with open_session(self.controls.target, application_name="queuetop-reset") as conn:
                 report = reset(conn, wait_s=10.0)
             message, severity = (f"demo reset: removed {len(report.queues)} queue(s) with {report.dead_letters:,} dead letters, "
                                  f"{len(report.rings)} ring(s), {len(report.leases)} lease(s), {len(report.tasks)} task(s)"), "information"
@@ -684,9 +1005,19 @@ class QueuetopApp(App[None]):
     def _report_from_thread(self, message: str) -> None:
         self.post_message(ActivityEnded(message))  # thread-safe, and does not wait
 
+    def on_notice_from_thread(self, message: NoticeFromThread) -> None:
+        self.notify(message.text, severity=message.severity)  # type: ignore[arg-type]
+        self.render_status()
+
     def on_activity_ended(self, message: ActivityEnded) -> None:
         self.notify(message.text, timeout=15)
         self.source.refresh_now()
+
+
+def _worst_queue(snapshot: Snapshot) -> QueueSample | None:
+    """The queue whose oldest claimable message is oldest (None when no queue has one)."""
+    aged = [q for q in snapshot.queues if q.oldest_ready_age_s is not None]
+    return max(aged, key=lambda q: q.oldest_ready_age_s or 0.0) if aged else None
 
 
 class MissingQueue(QueuetopError):
@@ -707,7 +1038,7 @@ def run_engine_action(controls, binding_id: str, text: str, report: Callable[[st
     does not exist raises MissingQueue, unless `create` (the operator said yes): then it is
     created and recorded as the dashboard's (`queuetop demo reset` removes it)."""
     from dbcore.errors import UsageError
-    from probes.postgres import blocked_applications
+    from probes.sampler import blocked_applications
     from queues.control import SCENARIO_KEY
     from queues.scenarios.contention import ContentionOptions
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.cells import cell_len, set_cell_size
 from rich.text import Span, Text
 
-from probes.model import BlockedSession
+from probes.model import BlockedSession, utc_text
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 
@@ -32,6 +32,14 @@ def compact(value: int) -> str:
             digits = 0 if scaled >= 99.95 else 1 if scaled >= 9.995 else 2
             return f"{sign}{scaled:.{digits}f}{unit}"
     return f"{sign}{v / 1e12:,.0f}T"
+
+
+def sessions(total: int, maximum: int | None) -> str:
+    """Sessions against max_connections, `15/200` (the total alone when the maximum is unknown)."""
+    return f"{total:,}/{maximum:,}" if maximum else f"{total:,}"
+
+
+utc = utc_text  # a moment as the dashboard names it: UTC, to the second
 
 
 def seconds(value: float | None) -> str:

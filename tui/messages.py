@@ -1,5 +1,6 @@
-"""Messages the app's parts exchange. A snapshot is posted from the sampler's thread
-(`post_message` is thread-safe); a newer one replaces an older one still waiting in the queue."""
+"""Messages the app's parts exchange. A snapshot is posted from its host's sampler's thread
+(`post_message` is thread-safe); a newer one replaces an older one of the same host still
+waiting in the queue, never another host's."""
 
 from __future__ import annotations
 
@@ -9,12 +10,22 @@ from probes.model import Snapshot
 
 
 class SnapshotArrived(Message):
-    def __init__(self, snapshot: Snapshot) -> None:
+    def __init__(self, snapshot: Snapshot, host: int = 0) -> None:
         super().__init__()
         self.snapshot = snapshot
+        self.host = host  # the index of the host (tab) it is of
 
     def can_replace(self, message: Message) -> bool:
-        return isinstance(message, SnapshotArrived)
+        return isinstance(message, SnapshotArrived) and message.host == self.host
+
+
+class NoticeFromThread(Message):
+    """A notice from a thread that must not wait on the event loop (a sampler's: quit waits for it)."""
+
+    def __init__(self, text: str, severity: str = "information") -> None:
+        super().__init__()
+        self.text = text
+        self.severity = severity
 
 
 class ActivityEnded(Message):

@@ -31,10 +31,10 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import psycopg
-from psycopg import errors as pg_errors
 
-from dbcore.database import Target, connect, one
-from dbcore.errors import UsageError
+from dbcore.database import Target, one
+from dbcore.dialect import Session, dialect_of, open_session
+from dbcore.errors import QueuetopError, UsageError
 
 from .. import compactor, schema
 from ..compactor import CompactorAgent
@@ -44,7 +44,8 @@ MODES = ("naive", "compacted")
 APPLICATION = "queuetop-scenario:contention"
 STATUSES = ("PENDING", "DONE")
 _SETUP_CHUNK = 10_000
-_RETRYABLE = (pg_errors.SerializationFailure, pg_errors.DeadlockDetected)
+_RETRYABLE = {"40001", "40P01"}  # serialization failure, deadlock: in either dialect (SQL Server's 1205 is 40001)
+_DATABASE_ERRORS = (psycopg.Error, QueuetopError)  # what a session raises: psycopg's own, or another dialect's, translated
 
 # One sample: the application_name of every session blocked right now.
 BlockedApplications = Callable[[], Iterable[str | None]]
@@ -131,7 +132,7 @@ class ContentionScenario:
 
     def run(self) -> dict[str, object]:
         o = self.options
-        with connect(self.target, application_name=f"{APPLICATION}:setup") as conn:
+        with open_session(self.target, application_name=f"{APPLICATION}:setup") as conn:
             schema.require(conn, where=self.target.masked)
             tasks = self._setup(conn)
         agent = None
@@ -168,11 +169,11 @@ class ContentionScenario:
             if agent is not None:
                 agent.stop()
         try:
-            with connect(self.target, application_name=f"{APPLICATION}:check") as conn:
+            with open_session(self.target, application_name=f"{APPLICATION}:check") as conn:
                 return self._summary(conn, tasks, elapsed, agent)
         finally:
             if not o.keep:
-                with connect(self.target, application_name=f"{APPLICATION}:cleanup") as conn:
+                with open_session(self.target, application_name=f"{APPLICATION}:cleanup") as conn:
                     self._cleanup(conn, tasks)
 
     def _guard(self, target: Callable[..., None], *args: object) -> None:
@@ -186,7 +187,7 @@ class ContentionScenario:
 
     # -- setup ----------------------------------------------------------------------------
 
-    def _setup(self, conn: psycopg.Connection) -> list[int]:
+    def _setup(self, conn: Session) -> list[int]:
         o = self.options
         tasks = []
         for index in range(o.tasks):
@@ -206,7 +207,7 @@ class ContentionScenario:
         self._hand_out([(tasks[(u - 1) % o.tasks], u) for u in users])
         return tasks
 
-    def _submit(self, conn: psycopg.Connection, task: int, users: list[int]) -> int:
+    def _submit(self, conn: Session, task: int, users: list[int]) -> int:
         if self.options.mode == "naive":
             row = conn.execute(schema.ENGINE_SQL["naive_submit"], {"task_id": task, "users": users}).fetchone()
             added = int(row[0]) if row else 0
@@ -229,8 +230,8 @@ class ContentionScenario:
         answered: Counter[int] = Counter()
         latencies: list[float] = []
         retries = starved = skipped = 0
-        with connect(self.target, application_name=f"{APPLICATION}:answer") as conn:
-            conn.isolation_level = psycopg.IsolationLevel.SERIALIZABLE  # as in the note
+        with open_session(self.target, application_name=f"{APPLICATION}:answer") as conn:
+            dialect_of(conn).set_isolation(conn, "SERIALIZABLE")  # as in the note
             try:
                 while not self._stop.is_set():
                     try:
@@ -244,7 +245,9 @@ class ContentionScenario:
                         try:
                             with conn.transaction():
                                 done = len(conn.execute(statement, {"task_id": task, "user_id": user}).fetchall()) == 2
-                        except _RETRYABLE:
+                        except _DATABASE_ERRORS as exc:
+                            if getattr(exc, "sqlstate", None) not in _RETRYABLE:
+                                raise
                             retries += 1
                             continue
                         latencies.append(time.perf_counter() - began)
@@ -275,7 +278,7 @@ class ContentionScenario:
         pause = o.submission_s / o.submission_batches
         round_ = 0
         next_at = time.monotonic() + o.resubmit_every_s  # a fixed cadence of starts
-        with connect(self.target, application_name=f"{APPLICATION}:submit") as conn:
+        with open_session(self.target, application_name=f"{APPLICATION}:submit") as conn:
             while not self._stop.wait(max(0.0, next_at - time.monotonic())):
                 next_at = max(next_at + o.resubmit_every_s, time.monotonic())
                 task = tasks[round_ % len(tasks)]
@@ -289,7 +292,7 @@ class ContentionScenario:
                         for start in range(0, len(users), size):
                             conn.execute(schema.ENGINE_SQL["scenario_pause"], {"seconds": pause})  # selecting eligible users
                             self._submit(conn, task, users[start : start + size])
-                except psycopg.Error as exc:
+                except _DATABASE_ERRORS as exc:
                     self._submitted[task] = before  # rolled back: none of them reached the task
                     self._submission_errors += 1
                     log.warning("submission rolled back: %s", exc)
@@ -302,7 +305,7 @@ class ContentionScenario:
             while not self._stop.wait(self.options.sample_every_s):
                 try:
                     blocked = list(blocked_applications())
-                except psycopg.Error as exc:  # a probe timing out is noted, not fatal
+                except _DATABASE_ERRORS as exc:  # a probe timing out is noted, not fatal
                     self._sample_errors += 1
                     log.debug("lock sample failed: %s", exc)
                     continue
@@ -312,7 +315,7 @@ class ContentionScenario:
 
     # -- the end --------------------------------------------------------------------------
 
-    def _summary(self, conn: psycopg.Connection, tasks: list[int], elapsed: float, agent: CompactorAgent | None) -> dict:
+    def _summary(self, conn: Session, tasks: list[int], elapsed: float, agent: CompactorAgent | None) -> dict:
         o = self.options
         expected = {t: {"PENDING": self._submitted[t] - self._answered[t], "DONE": self._answered[t]} for t in tasks}
         truth = {t: _by_status(conn.execute(schema.ENGINE_SQL["user_task_counts"], {"task_id": t}).fetchall()) for t in tasks}
@@ -366,7 +369,7 @@ class ContentionScenario:
         }
         return result
 
-    def _cleanup(self, conn: psycopg.Connection, tasks: list[int]) -> None:
+    def _cleanup(self, conn: Session, tasks: list[int]) -> None:
         conn.execute(schema.ENGINE_SQL["scenario_drop_tasks"], {"tasks": tasks})
 
 

@@ -28,9 +28,8 @@ import uuid
 from collections.abc import Callable, MutableSequence
 from multiprocessing.process import BaseProcess
 
-import psycopg
-
-from dbcore.database import Target, connect, one
+from dbcore.database import Target, one
+from dbcore.dialect import Session, open_session
 from dbcore.errors import UsageError
 
 from .. import lifeline, schema
@@ -42,7 +41,7 @@ APPLICATION = "queuetop-scenario:exactly-once"
 NAIVE_STEPS = ("claim", "process", "inbox.delete")
 
 
-def _receiver(conninfo: str, endpoint: str, variant: str, crash_rate: float, seed: int, slot: int,
+def _receiver(target: Target, endpoint: str, variant: str, crash_rate: float, seed: int, slot: int,
               deliveries: MutableSequence[int], visibility_s: float, parent: lifeline.Token | None = None) -> None:
     """One receiving process: claim a signal, handle it, acknowledge it; now and then die; and
     die at once if the scenario's process is gone."""
@@ -56,7 +55,7 @@ def _receiver(conninfo: str, endpoint: str, variant: str, crash_rate: float, see
             os.kill(os.getpid(), signal.SIGKILL)
 
     receiver = Endpoint(endpoint, variant=variant, hook=hook)
-    with psycopg.connect(conninfo, autocommit=True, application_name=f"{APPLICATION}:receive") as conn:
+    with open_session(target, application_name=f"{APPLICATION}:receive") as conn:
         queue = signal_queue(conn, endpoint)
         while True:
             messages = queue.claim(conn, visibility_s=visibility_s)
@@ -99,7 +98,7 @@ class ExactlyOnceScenario:
         processes: list[BaseProcess | None] = [None] * self.receivers
         crashes = spawned = 0
         started = time.monotonic()
-        with connect(self.target, application_name=f"{APPLICATION}:send") as conn:
+        with open_session(self.target, application_name=f"{APPLICATION}:send") as conn:
             schema.require(conn, where=self.target.masked)
             queue = signal_queue(conn, self.receiver_name)
 
@@ -108,7 +107,7 @@ class ExactlyOnceScenario:
                 spawned += 1  # every process its own random stream, replayable from the seed
                 proc = context.Process(
                     target=_receiver, daemon=True,
-                    args=(self.target.conninfo, self.receiver_name, self.variant, self.crash_rate,
+                    args=(self.target, self.receiver_name, self.variant, self.crash_rate,
                           self.seed * 1000 + spawned, slot, deliveries, self.visibility_s, lifeline.token()),
                 )
                 proc.start()
@@ -180,7 +179,7 @@ class ExactlyOnceScenario:
                 self._cleanup(conn, queue)
         return result
 
-    def _summary(self, conn: psycopg.Connection, elapsed: float, deliveries: int, duplicates: int, crashes: int) -> dict:
+    def _summary(self, conn: Session, elapsed: float, deliveries: int, duplicates: int, crashes: int) -> dict:
         row = one(conn.execute(schema.ENGINE_SQL["scenario_effects"], {"receiver": self.receiver_name}))
         side_effects, distinct = int(row[0]), int(row[1])
         inbox, outbox = one(conn.execute(
@@ -203,7 +202,7 @@ class ExactlyOnceScenario:
             "seed": self.seed,
         }
 
-    def _cleanup(self, conn: psycopg.Connection, queue: TableQueue) -> None:
+    def _cleanup(self, conn: Session, queue: TableQueue) -> None:
         names = [self.sender_name, self.receiver_name]
         conn.execute(schema.ENGINE_SQL["scenario_drop_endpoints"], {"endpoints": names})
         queue.drop(conn)

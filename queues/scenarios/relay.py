@@ -20,9 +20,8 @@ import uuid
 from collections.abc import Callable
 from multiprocessing.process import BaseProcess
 
-import psycopg
-
-from dbcore.database import Target, connect, one
+from dbcore.database import Target, one
+from dbcore.dialect import Session, open_session
 from dbcore.errors import UsageError
 
 from .. import lease as leases
@@ -60,7 +59,7 @@ class RelayScenario:
         context = multiprocessing.get_context("forkserver")
         processes: dict[str, BaseProcess] = {}
         killed: str | None = None
-        with connect(self.target, application_name=f"{APPLICATION}:service") as conn:
+        with open_session(self.target, application_name=f"{APPLICATION}:service") as conn:
             schema.require(conn, where=self.target.masked)
             TableQueue.create(conn, self.direct)
             for queue in self.subscribers:
@@ -106,16 +105,16 @@ class RelayScenario:
                 self._cleanup(conn)
         return result
 
-    def _token(self, conn: psycopg.Connection) -> int | None:
+    def _token(self, conn: Session) -> int | None:
         state = leases.describe(conn, self.lease)
         return None if state is None or state.holder is None else state.token
 
-    def _relayed(self, conn: psycopg.Connection) -> int:
+    def _relayed(self, conn: Session) -> int:
         """Messages delivered to the destination queues so far."""
-        return sum(one(conn.execute(TableQueue(name).statement("queue_row_count")))[0]
+        return sum(one(conn.execute(TableQueue(name).statement_for(conn, "queue_row_count")))[0]
                    for name in [self.direct, *self.subscribers])
 
-    def _kill_leader(self, conn: psycopg.Connection, processes: dict[str, BaseProcess]) -> str | None:
+    def _kill_leader(self, conn: Session, processes: dict[str, BaseProcess]) -> str | None:
         state = leases.describe(conn, self.lease)
         if state is None or state.holder not in processes:
             return None
@@ -126,10 +125,10 @@ class RelayScenario:
             self.progress(f"killed the leader {state.holder} (token {state.token})")
         return state.holder
 
-    def _summary(self, conn: psycopg.Connection, elapsed: float, first_token: int | None, killed: str | None) -> dict:
+    def _summary(self, conn: Session, elapsed: float, first_token: int | None, killed: str | None) -> dict:
         pairs: list[tuple[str, int, int]] = []
         for name in [self.direct, *self.subscribers]:
-            for (body,) in conn.execute(TableQueue(name).statement("queue_bodies")):
+            for (body,) in conn.execute(TableQueue(name).statement_for(conn, "queue_bodies")):
                 envelope = json.loads(body) if isinstance(body, str) else body
                 pairs.append((name, envelope["outbox_id"], envelope["token"]))
         final = leases.describe(conn, self.lease)
@@ -150,7 +149,7 @@ class RelayScenario:
             "duration_s": round(elapsed, 2),
         }
 
-    def _cleanup(self, conn: psycopg.Connection) -> None:
+    def _cleanup(self, conn: Session) -> None:
         for name in [self.direct, *self.subscribers]:
             TableQueue.open(conn, name).drop(conn)
         for queue in self.subscribers:

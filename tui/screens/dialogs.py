@@ -86,6 +86,42 @@ class NoticesScreen(ScrollingBoxScreen):
 SEVERITY_STYLE = {"warning": "yellow", "error": "bold red"}
 
 
+class HostsScreen(ScrollingBoxScreen):
+    """One line per host: its state, worst queue, blocked sessions, sessions, when it was sampled.
+    A number is whole or absent: the text columns fold, the figures keep their width."""
+
+    AUTO_FOCUS = "#hosts-list"
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,q,H", "dismiss", "Close", id="hosts.close")]
+    DEFAULT_CSS = """
+    HostsScreen > VerticalScroll { max-width: 140; }
+    """
+
+    def __init__(self, rows: list[tuple[str, ...]], current: int) -> None:
+        super().__init__()
+        self._rows = rows  # (number, name, state, worst queue, oldest, blocked, roots, sessions, sampled, why)
+        self._current = current
+
+    def compose(self) -> ComposeResult:
+        table = Table(box=None, expand=True, header_style="bold")
+        figures = {"#", "Oldest", "Blocked", "Roots", "Sessions", "Sampled"}
+        for column in ("#", "Host", "State", "Worst queue", "Oldest", "Blocked", "Roots", "Sessions", "Sampled"):
+            width = max([len(column), *(len(row[len(table.columns)]) for row in self._rows)])
+            if column in figures:
+                table.add_column(column, no_wrap=True, min_width=width, justify="right" if column != "#" else "left")
+            else:
+                table.add_column(column, overflow="fold")
+        for index, row in enumerate(self._rows):
+            style = "reverse" if index == self._current else ""
+            table.add_row(*[Text(cell, style=("bold white on red" if cell == "DOWN" else "")) for cell in row[:-1]], style=style)
+        # Why a host is down, or what its probes could not see: below, each on lines of its own.
+        notes = [Text.assemble((f"{row[0]} {row[1]}: ", "bold"), (row[-1], "red" if row[2] == "DOWN" else "yellow"))
+                 for row in self._rows if row[-1]]
+        with self.scrolling_box("hosts-list", f"hosts ({len(self._rows)})", "Esc, q or H"):
+            yield Static(table)
+            for note in notes:
+                yield Static(note)
+
+
 class ConfirmScreen(ModalScreen[bool]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("y", "answer(True)", "Yes", id="confirm.yes"),

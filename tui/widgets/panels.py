@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from datetime import datetime
 from typing import ClassVar
 
@@ -49,6 +50,16 @@ def fit_segments(segments: list[tuple[str, str, bool]], width: int) -> Text:
             kept.append((shorten(text, room).plain, style))
         break
     return Text.assemble(*kept)
+
+
+def _new_sample(recorded: dict[str, datetime], snapshot: Snapshot) -> str | None:
+    """Whether `snapshot` is a sample of its host not yet recorded: "later" or "earlier" (a replay
+    went back) than the last one, noting it; None when it is that one again."""
+    last = recorded.get(snapshot.host)
+    if last == snapshot.taken_at:
+        return None
+    recorded[snapshot.host] = snapshot.taken_at
+    return "earlier" if last is not None and snapshot.taken_at < last else "later"
 
 
 def _display_name(q: QueueSample) -> str:
@@ -174,9 +185,15 @@ class QueuesPanel(Panel):
     def __init__(self) -> None:
         super().__init__("Queues", id="queues")
         self._dialect = "postgresql"
-        self.history: dict[str, deque[float]] = {}
-        self._rendered: dict[str, tuple[object, tuple]] = {}  # key -> (facts, cells)
-        self._last_read: dict[str, tuple[QueueSample, datetime]] = {}  # key -> the last sample of it, and when
+        # Per host (a snapshot's `host`: the dashboard may watch several): each queue's depth over
+        # the samples seen, and the last sample of each queue and when it was read.
+        self._histories: dict[str, dict[str, deque[float]]] = {}
+        self._recorded: dict[str, datetime] = {}  # host -> the sample last added to its histories
+        self._rendered: dict[str, tuple[object, tuple]] = {}  # the shown host's: key -> (facts, cells)
+        self._rendered_by_host: dict[str, dict[str, tuple[object, tuple]]] = {}
+        self._last_reads: dict[str, dict[str, tuple[QueueSample, datetime]]] = {}
+        self.history: dict[str, deque[float]] = {}  # the shown host's
+        self._last_read: dict[str, tuple[QueueSample, datetime]] = {}
         self._shown_snapshot: tuple[Snapshot, str] | None = None
         self._redraw_only = False
 
@@ -223,9 +240,27 @@ class QueuesPanel(Panel):
             finally:
                 self._redraw_only = False
 
+    def record(self, snapshot: Snapshot) -> None:
+        """Add a sample to its host's depth histories (once per sample), shown or not: a host in
+        another tab keeps its trends."""
+        history = self._histories.setdefault(snapshot.host, {})
+        new = _new_sample(self._recorded, snapshot)
+        if new is None:
+            return
+        if new == "earlier":  # a replay went back in time: the trends start again
+            history.clear()
+        for q in snapshot.queues:
+            if q.depth is not None:
+                history.setdefault(f"{q.source}:{q.name}", deque(maxlen=HISTORY)).append(float(q.depth))
+
     def show(self, snapshot: Snapshot, filter_text: str = "") -> None:
         rows: dict[str, tuple] = {}
-        redraw = self._redraw_only  # the same sample again: no history to add
+        host = snapshot.host
+        if not self._redraw_only:
+            self.record(snapshot)
+        self.history = self._histories.setdefault(host, {})
+        self._last_read = self._last_reads.setdefault(host, {})
+        self._rendered = self._rendered_by_host.setdefault(host, {})  # a stale row keeps its own host's cells
         self._shown_snapshot = (snapshot, filter_text)
         stale = self._stale(snapshot)
         stale_keys = {f"{q.source}:{q.name}" for q in stale}
@@ -246,9 +281,7 @@ class QueuesPanel(Panel):
                     rows[key] = tuple(Text(cell.plain if isinstance(cell, Text) else cell, style="dim italic")
                                       for cell in self._rendered[key][1])
                 continue
-            history = self.history.setdefault(key, deque(maxlen=HISTORY))
-            if q.depth is not None and not redraw:
-                history.append(float(q.depth))
+            history = self.history.get(key) or deque()
             if not _matches(filter_text, q.name, q.table):
                 continue
             cached = self._rendered.get(key)
@@ -325,8 +358,21 @@ class LeasesPanel(Panel):
     def __init__(self) -> None:
         super().__init__("Leases", id="leases")
         self._lease_snapshot: Snapshot | None = None
-        self._received = 0.0
         self._filter_text = ""
+        self._received = 0.0
+        # Per host: the latest sample's time and when it arrived (monotonic), so that a tab shown
+        # again counts down from its sample's arrival, not from the moment it is shown.
+        self._arrivals: dict[str, tuple[datetime, float]] = {}
+        # A replay's recorded clock: the countdown runs on it (paused, stepped, at x8); live, it
+        # runs from when the sample arrived, on this machine's monotonic clock.
+        self.clock: Callable[[], datetime] | None = None
+
+    def record(self, snapshot: Snapshot) -> None:
+        """Note when a sample arrived (once per sample), shown or not."""
+        host = snapshot.host
+        known = self._arrivals.get(host)
+        if known is None or known[0] != snapshot.taken_at:
+            self._arrivals[host] = (snapshot.taken_at, time.monotonic())
 
     def compose(self):
         yield KeyedTable(self.COLUMNS, id="leases-table")
@@ -336,7 +382,10 @@ class LeasesPanel(Panel):
         self._countdown = self.set_interval(1.0, self._tick)
 
     def show(self, snapshot: Snapshot, filter_text: str = "") -> None:
-        self._lease_snapshot, self._received, self._filter_text = snapshot, time.monotonic(), filter_text
+        self.record(snapshot)
+        taken_at, received = self._arrivals[snapshot.host]
+        self._received = received if taken_at == snapshot.taken_at else time.monotonic()
+        self._lease_snapshot, self._filter_text = snapshot, filter_text
         self._tick()
         # Counted from this sample: with samples every second the countdown never needs a
         # repaint of its own between them (one repaint a second, not two).
@@ -345,7 +394,10 @@ class LeasesPanel(Panel):
     def _tick(self) -> None:
         if self._lease_snapshot is None:
             return
-        elapsed = time.monotonic() - self._received
+        if self.clock is not None:
+            elapsed = max(0.0, (self.clock() - self._lease_snapshot.taken_at).total_seconds())
+        else:
+            elapsed = time.monotonic() - self._received
         rows = {}
         for lease in self._lease_snapshot.leases:
             if not _matches(self._filter_text, lease.name, lease.holder):
@@ -436,7 +488,7 @@ class LocksPanel(Panel):
 
     def show(self, snapshot: Snapshot, filter_text: str = "") -> None:
         self._snapshot, self._filter_text = snapshot, filter_text
-        facts = (snapshot.blocked, snapshot.blockers, snapshot.prepared_xacts, filter_text)
+        facts = (snapshot.blocked, snapshot.blockers, snapshot.prepared_xacts, snapshot.app_locks, filter_text)
         if facts == self._last_facts:
             return  # the same tree: nothing to rebuild or relabel
         self._last_facts = facts
@@ -543,7 +595,15 @@ class LocksPanel(Panel):
         if prepared:
             summary.append((f", {len(prepared)} prepared transaction(s)", "bold red", False))
         summary.append((f", {len(roots)} root blocker(s)", "bold red", False))
-        root_label = fit_segments(summary, width - 2) if count else Text("no blocked sessions", style="green")
+        if not count:
+            summary = [("no blocked sessions", "green", False)]
+        # Application locks held (advisory locks; sp_getapplock's): seen before anyone waits.
+        held = [a for a in snapshot.app_locks if a.granted and _matches(filter_text, a.resource, a.application)]
+        if held:
+            summary.append((f", {len(held)} app lock(s) held", "", False))
+            names = ", ".join(f"{a.resource} by {a.pid}" for a in held[:5]) + (", …" if len(held) > 5 else "")
+            summary.append((f": {names}", "dim", True))
+        root_label = fit_segments(summary, width - 2)
         if root_label.plain != str(tree.root.label):
             tree.root.set_label(root_label)
         if shape != self._shape:
@@ -591,11 +651,26 @@ class ConnectionsPanel(Panel):
 
     def __init__(self) -> None:
         super().__init__("Connections", id="connections")
-        self._history: deque[float] = deque(maxlen=60)
+        self._histories: dict[str, deque[float]] = {}  # per host: total sessions over the samples seen
+        self._recorded: dict[str, datetime] = {}
+        self._history: deque[float] = deque(maxlen=60)  # the shown host's
+        self._shown_host: str | None = None
         self._summary_text = ""
         self._connections: Connections | None = None
         self._horizon = "xmin"
 
+
+    def record(self, snapshot: Snapshot) -> None:
+        """Add a sample to its host's history of sessions (once per sample), shown or not."""
+        if snapshot.connections is None:
+            return
+        new = _new_sample(self._recorded, snapshot)
+        if new is None:
+            return
+        history = self._histories.setdefault(snapshot.host, deque(maxlen=60))
+        if new == "earlier":  # a replay went back in time
+            history.clear()
+        history.append(float(snapshot.connections.total))
 
     def compose(self):
         yield Static("", id="connections-summary")
@@ -606,10 +681,19 @@ class ConnectionsPanel(Panel):
         # What holds the cleanup horizon back, in the database's words: PostgreSQL's xmin, SQL
         # Server's oldest snapshot transaction (which keeps the version store from shrinking).
         self._horizon = self.HORIZON.get(snapshot.server.dialect, "xmin")
+        self.record(snapshot)
+        host = snapshot.host
+        self._history = self._histories.setdefault(host, deque(maxlen=60))
         c = snapshot.connections
         if c is None:
-            return
-        self._history.append(float(c.total))
+            if host != self._shown_host:  # another host's figures must not stay under this one's name
+                self._shown_host, self._connections, self._summary_text = host, None, ""
+                self.border_title = "Connections"
+                self.query_one("#connections-summary", Static).update("", layout=False)
+                self.query_one(Sparkline).data = []
+                self.query_one(KeyedTable).sync({})
+            return  # the probe failed: its last figures stay (its error is in the status line's notes)
+        self._shown_host = host
         self._connections = c
         self._render_summary()
         spark = self.query_one(Sparkline)
@@ -644,7 +728,7 @@ class ConnectionsPanel(Panel):
             (f" {c.xmin_holder_application}" if c.xmin_holder_pid and c.xmin_holder_application else "", xmin_style, True),
         ], max(10, self.query_one("#connections-summary", Static).size.width - 2))
         # Sessions against max_connections in the title: the lines below are for the rows.
-        title = f"Connections {c.total:,}/{c.max:,}" if c.max else f"Connections {c.total:,}"
+        title = f"Connections {fmt.sessions(c.total, c.max)}"
         if self.border_title != title:
             self.border_title = title
         if oldest.plain != self._summary_text:  # repaint only what changed

@@ -260,7 +260,8 @@ OPTION (MAXDOP 1);
 -- resource_description when it cannot be parsed); principal: the database principal the lock is
 -- scoped to (USER_NAME in this database, `principal <id>` in another); owner_type: TRANSACTION
 -- or SESSION; granted: 1 held, 0 waiting; wait_s: how long a waiting request has waited.
-SELECT CONVERT(int, l.request_session_id) AS pid,
+-- Bounded: 200 rows, the waits first.
+SELECT TOP (200) CONVERT(int, l.request_session_id) AS pid,
        COALESCE(an.name, ad.description) AS resource,
        CASE WHEN an.principal_id IS NOT NULL
             THEN COALESCE(CASE WHEN l.resource_database_id = DB_ID() THEN USER_NAME(an.principal_id) END,
@@ -292,5 +293,5 @@ CROSS APPLY (
            ab.principal_id
 ) AS an
 WHERE l.resource_type = N'APPLICATION' AND l.request_session_id <> @@SPID
-ORDER BY resource, granted DESC, pid
+ORDER BY granted, resource, pid
 OPTION (MAXDOP 1);

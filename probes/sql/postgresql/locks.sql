@@ -82,3 +82,34 @@ SELECT l.virtualtransaction, l.locktype AS lock_type, l.mode, l.database AS data
        l.virtualxid, l.transactionid::text AS transactionid, l.classid, l.objid, l.objsubid
 FROM pg_locks l
 WHERE l.pid IS NULL AND l.granted;
+
+-- name: applocks
+-- Every advisory lock held or waited for, in every database, but the probe's own: the
+-- application locks of PostgreSQL (SQL Server's are sp_getapplock's). The engine serialises
+-- schema changes and compactions with them, and a held one is worth seeing before anyone waits.
+-- resource: the key as the application passed it, signed: pg_advisory_lock(bigint) is stored as
+-- classid (high 32 bits) and objid (low), objsubid 1; the two-int4 form as classid, objid,
+-- objsubid 2 (both stored unsigned). pg_locks does not say whether a lock is the session's or
+-- the transaction's (owner_type), nor a principal. Bounded: 200 rows, the waits first.
+SELECT l.pid,
+       CASE l.objsubid
+           WHEN 1 THEN ((l.classid::text::bigint << 32) | l.objid::text::bigint)::text
+           ELSE '(' || (l.classid::text::bigint - CASE WHEN l.classid::text::bigint >= 2147483648 THEN 4294967296 ELSE 0 END)
+                || ', ' || (l.objid::text::bigint - CASE WHEN l.objid::text::bigint >= 2147483648 THEN 4294967296 ELSE 0 END) || ')'
+       END AS resource,
+       NULL::text AS principal,
+       d.datname AS database,
+       l.mode,
+       l.granted,
+       NULL::text AS owner_type,
+       -- pg_locks.waitstart is PostgreSQL 14's; read through to_jsonb so that older servers run this too
+       CASE WHEN NOT l.granted
+            THEN extract(epoch FROM now() - coalesce((to_jsonb(l) ->> 'waitstart')::timestamptz, a.state_change))::float8
+       END AS wait_s,
+       a.application_name
+FROM pg_locks l
+LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+LEFT JOIN pg_database d ON d.oid = l.database
+WHERE l.locktype = 'advisory' AND l.pid <> pg_backend_pid()
+ORDER BY l.granted, resource, l.pid
+LIMIT 200;

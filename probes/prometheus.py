@@ -1,0 +1,237 @@
+"""The Prometheus exporter: the latest snapshot of each host as metrics, served on /metrics.
+
+Samplers run on their own schedule (probes/sampler.py, with the probes' safety rules: read-only,
+autocommit, timeouts, one pool per host); each hands its snapshot to `SnapshotCollector.update`.
+A scrape only formats the cached snapshots: it never touches a database, so Prometheus scraping
+every 5 s costs the monitored databases nothing more than the sampler's own interval.
+
+Every metric is declared in METRICS (name, type, help, labels): the exporter serves those and
+no others, and the tests check that the shipped alert rules and Grafana dashboard name only these.
+A figure that cannot be known (null in the snapshot) is no sample at all, never a 0.
+
+`/snapshot` serves the same cached snapshots as JSON lines (`queuetop snapshot --json`'s objects,
+one per host), so that a scrape can be checked against what the probes saw at the same instant.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from .model import Snapshot, as_utc
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSpec:
+    kind: str  # "gauge" | "counter" (a counter's samples are served as NAME_total)
+    help: str
+    labels: tuple[str, ...]
+
+
+Q = ("host", "source", "queue")
+METRICS: dict[str, MetricSpec] = {
+    # the hosts and the probes
+    "queuetop_up": MetricSpec("gauge", "1 while the host's database answers, 0 while it is unreachable", ("host",)),
+    "queuetop_snapshot_timestamp_seconds": MetricSpec("gauge", "When the cached snapshot was taken (Unix time)", ("host",)),
+    "queuetop_probe_duration_seconds": MetricSpec("gauge", "What the probe cost on the database, last run", ("host", "probe")),
+    "queuetop_probe_error": MetricSpec("gauge", "1 when the probe failed or could not see everything, last run", ("host", "probe")),
+    # queues (every source: the engine's, outbox, inboxes, job tables, the libraries')
+    "queuetop_queue_depth": MetricSpec("gauge", "Messages ready, in flight or delayed", Q),
+    "queuetop_queue_ready": MetricSpec("gauge", "Messages claimable now", Q),
+    "queuetop_queue_in_flight": MetricSpec("gauge", "Messages being worked", Q),
+    "queuetop_queue_delayed": MetricSpec("gauge", "Messages scheduled for later or backing off", Q),
+    "queuetop_queue_dead": MetricSpec("gauge", "Messages failed for good (dead letters, archived failures)", Q),
+    "queuetop_queue_oldest_ready_age_seconds": MetricSpec("gauge", "Age of the oldest claimable message", Q),
+    "queuetop_queue_enqueued_per_second": MetricSpec("gauge", "Enqueue rate between the last two samples", Q),
+    "queuetop_queue_dequeued_per_second": MetricSpec("gauge", "Dequeue rate between the last two samples", Q),
+    "queuetop_queue_depth_is_estimate": MetricSpec("gauge", "1 when depth is an estimate (a queue deeper than the probe reads)", Q),
+    "queuetop_queue_dead_tuples": MetricSpec("gauge", "Dead tuples (PostgreSQL) or ghost records (SQL Server) of the queue's table", Q),
+    "queuetop_queue_inserted": MetricSpec("counter", "Rows inserted into the queue's table (the table's statistics)", Q),
+    "queuetop_queue_deleted": MetricSpec("counter", "Rows deleted from the queue's table (the table's statistics)", Q),
+    # rings
+    "queuetop_ring_capacity": MetricSpec("gauge", "Cells of the ring", ("host", "ring")),
+    "queuetop_ring_used": MetricSpec("gauge", "Full cells of the ring", ("host", "ring")),
+    "queuetop_ring_refused": MetricSpec("counter", "Puts refused because the ring was full", ("host", "ring")),
+    # leases
+    "queuetop_lease_expires_in_seconds": MetricSpec("gauge", "Seconds until the lease expires (negative: expired)", ("host", "lease")),
+    "queuetop_lease_token": MetricSpec("gauge", "The lease's fencing token", ("host", "lease")),
+    "queuetop_lease_state": MetricSpec("gauge", "1 for the lease's state (held, expired: held past its expiry, free)",
+                                       ("host", "lease", "state")),
+    # locks
+    "queuetop_blocked_sessions": MetricSpec("gauge", "Sessions waiting on a lock", ("host",)),
+    "queuetop_blocked_wait_max_seconds": MetricSpec("gauge", "The longest wait of a blocked session", ("host",)),
+    "queuetop_root_blockers": MetricSpec("gauge", "Sessions at the root of a blocking chain", ("host",)),
+    "queuetop_root_blocker_blocked_sessions": MetricSpec(
+        "gauge", "Sessions a root blocker holds up, directly or behind others, with its state",
+        ("host", "pid", "state", "application")),
+    "queuetop_prepared_transactions": MetricSpec("gauge", "Transactions prepared for two-phase commit (locks with no session)", ("host",)),
+    "queuetop_app_locks": MetricSpec("gauge", "Application locks (advisory, sp_getapplock) held or waited for", ("host", "granted")),
+    # connections
+    "queuetop_sessions": MetricSpec("gauge", "Sessions on the server", ("host",)),
+    "queuetop_sessions_max": MetricSpec("gauge", "max_connections (@@MAX_CONNECTIONS)", ("host",)),
+    "queuetop_sessions_by_state": MetricSpec("gauge", "Sessions by state", ("host", "state")),
+    "queuetop_sessions_by_application": MetricSpec("gauge", "Sessions by application name", ("host", "application")),
+    "queuetop_oldest_transaction_age_seconds": MetricSpec("gauge", "Age of the oldest open transaction", ("host",)),
+    "queuetop_xmin_horizon_age_xids": MetricSpec("gauge", "Transactions the oldest snapshot holds the xmin horizon back by", ("host",)),
+    # the compactor
+    "queuetop_compaction_pending_deltas": MetricSpec("gauge", "Delta rows waiting to be folded", ("host", "name")),
+    "queuetop_compaction_groups": MetricSpec("gauge", "Groups with pending deltas", ("host", "name")),
+    "queuetop_compaction_last_run_timestamp_seconds": MetricSpec("gauge", "When the compactor last ran (Unix time)", ("host", "name")),
+}
+LEASE_STATES = ("held", "expired", "free")
+
+
+def served_names() -> set[str]:
+    """Every sample name /metrics may carry (a counter's with `_total`)."""
+    return {name + ("_total" if spec.kind == "counter" else "") for name, spec in METRICS.items()}
+
+
+class _Families:
+    """The metric families of one scrape, filled sample by sample."""
+
+    def __init__(self) -> None:
+        self._families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {}
+
+    def add(self, name: str, labels: Iterable[object], value: float | int | bool | None) -> None:
+        if value is None:
+            return  # unknown: no sample, never a made-up 0
+        family = self._families.get(name)
+        if family is None:
+            spec = METRICS[name]
+            family = self._families[name] = (CounterMetricFamily if spec.kind == "counter" else GaugeMetricFamily)(
+                name, spec.help, labels=spec.labels)
+        family.add_metric(["" if label is None else str(label) for label in labels], float(value))
+
+    def __iter__(self) -> Iterator[Metric]:
+        return iter(self._families.values())
+
+
+def families(snapshots: Iterable[Snapshot]) -> list[Metric]:
+    out = _Families()
+    for s in snapshots:
+        host = s.host
+        connected = s.connected
+        out.add("queuetop_up", [host], connected)
+        out.add("queuetop_snapshot_timestamp_seconds", [host], _epoch(s.taken_at))
+        for probe, status in s.probes.items():
+            out.add("queuetop_probe_duration_seconds", [host, probe], status.elapsed_ms / 1000)
+            out.add("queuetop_probe_error", [host, probe], status.error is not None)
+        if not connected:
+            continue  # what the host had is unknown now: absent, not stale
+        for q in s.queues:
+            labels = [host, q.source, q.name]
+            for name, value in (("depth", q.depth), ("ready", q.ready), ("in_flight", q.in_flight), ("delayed", q.delayed),
+                                ("dead", q.dead), ("oldest_ready_age_seconds", q.oldest_ready_age_s),
+                                ("enqueued_per_second", q.enqueued_per_s), ("dequeued_per_second", q.dequeued_per_s),
+                                ("depth_is_estimate", q.depth_is_estimate), ("dead_tuples", q.dead_tuples),
+                                ("inserted", q.inserted_total), ("deleted", q.deleted_total)):
+                out.add(f"queuetop_queue_{name}", labels, value)
+        for r in s.rings:
+            out.add("queuetop_ring_capacity", [host, r.name], r.capacity)
+            out.add("queuetop_ring_used", [host, r.name], r.used)
+            out.add("queuetop_ring_refused", [host, r.name], r.refused_total)
+        for lease in s.leases:
+            out.add("queuetop_lease_expires_in_seconds", [host, lease.name], lease.expires_in_s)
+            out.add("queuetop_lease_token", [host, lease.name], lease.token)
+            for state in LEASE_STATES:
+                out.add("queuetop_lease_state", [host, lease.name, state], lease.state == state)
+        out.add("queuetop_blocked_sessions", [host], len(s.blocked))
+        waits = [b.wait_s for b in s.blocked if b.wait_s is not None]
+        out.add("queuetop_blocked_wait_max_seconds", [host], max(waits) if waits else (0 if not s.blocked else None))
+        out.add("queuetop_root_blockers", [host], len(s.blockers))
+        for root in s.blockers:
+            out.add("queuetop_root_blocker_blocked_sessions", [host, root.pid, root.state, root.application], root.blocked_count)
+        out.add("queuetop_prepared_transactions", [host], len(s.prepared_xacts))
+        for granted in (True, False):
+            out.add("queuetop_app_locks", [host, str(granted).lower()], sum(1 for a in s.app_locks if a.granted is granted))
+        c = s.connections
+        if c is not None:
+            out.add("queuetop_sessions", [host], c.total)
+            out.add("queuetop_sessions_max", [host], c.max)
+            for state, n in c.by_state.items():
+                out.add("queuetop_sessions_by_state", [host, state], n)
+            for application, n in c.by_application.items():
+                out.add("queuetop_sessions_by_application", [host, application], n)
+            out.add("queuetop_oldest_transaction_age_seconds", [host], c.oldest_xact_age_s)
+            out.add("queuetop_xmin_horizon_age_xids", [host], c.xmin_holder_age_xids)
+        for comp in s.compaction:
+            out.add("queuetop_compaction_pending_deltas", [host, comp.name], comp.pending_deltas)
+            out.add("queuetop_compaction_groups", [host, comp.name], comp.groups)
+            out.add("queuetop_compaction_last_run_timestamp_seconds", [host, comp.name], _epoch(comp.last_run_at))
+    return list(out)
+
+
+def _epoch(value: datetime | None) -> float | None:
+    """Unix time; a time without zone is UTC (SQL Server's datetime2, as queuetop's T-SQL reads it)."""
+    if value is None:
+        return None
+    return as_utc(value).timestamp()
+
+
+class SnapshotCollector(Collector):
+    """The latest snapshot of each host; a scrape formats them (the sink runs in the samplers' threads)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._snapshots: dict[str, Snapshot] = {}
+
+    def update(self, snapshot: Snapshot) -> None:
+        with self._lock:
+            self._snapshots[snapshot.host] = snapshot
+
+    def snapshots(self) -> list[Snapshot]:
+        with self._lock:
+            return list(self._snapshots.values())
+
+    def collect(self) -> Iterator[Metric]:
+        yield from families(self.snapshots())
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # a scrape every few seconds is no news
+        pass
+
+
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+def wsgi_app(collector: SnapshotCollector) -> Callable[..., Iterable[bytes]]:
+    """/metrics (and /) from the collector's registry; /snapshot as JSON lines."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    metrics = make_wsgi_app(registry)
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO") or "/"
+        if path == "/snapshot":
+            body = "".join(json.dumps(s.to_json()) + "\n" for s in collector.snapshots()).encode()
+            start_response("200 OK", [("Content-Type", "application/x-ndjson"), ("Content-Length", str(len(body)))])
+            return [body]
+        if path in ("/", "/metrics"):
+            return metrics(environ, start_response)
+        start_response("404 Not Found", [("Content-Type", "text/plain")])
+        return [b"queuetop: /metrics, or /snapshot\n"]
+
+    return app
+
+
+class _ThreadingServer6(_ThreadingServer):
+    address_family = socket.AF_INET6
+
+
+def serve(collector: SnapshotCollector, host: str, port: int) -> WSGIServer:
+    """An HTTP server bound to (host, port), not yet serving (the caller runs `serve_forever`)."""
+    server_class = _ThreadingServer6 if ":" in host else _ThreadingServer
+    return make_server(host, port, wsgi_app(collector), server_class=server_class, handler_class=_QuietHandler)

@@ -1,0 +1,314 @@
+"""The Prometheus exporter over real HTTP, against a real database with a workload running: the
+values on /metrics are those of the snapshot taken at the same instant (served on /snapshot,
+`queuetop snapshot --json`'s objects); a scrape never samples; the shipped alert rules and
+Grafana dashboard name only metrics the exporter serves, with only labels those metrics carry."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+
+import promql_parser
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from probes.prometheus import METRICS, served_names
+from queues import lease as leases
+from queues import ring as rings
+from queues.table_queue import TableQueue
+
+from .conftest import REPO, wait_until
+
+ALERTS = REPO / "docs" / "prometheus-alerts.yml"
+GRAFANA = REPO / "docs" / "grafana-dashboard.json"
+
+
+# -- the shipped rules and dashboard -----------------------------------------------------------
+
+
+def _labels_of(sample_name: str) -> set[str]:
+    name = sample_name.removesuffix("_total") if sample_name not in METRICS else sample_name
+    return set(METRICS[name].labels)
+
+
+def _selectors(node) -> list:
+    """Every vector selector in a parsed PromQL expression."""
+    kind = type(node).__name__
+    if kind == "VectorSelector":
+        return [node]
+    if kind == "MatrixSelector":
+        return [node.vector_selector]
+    found = []
+    for attribute in ("lhs", "rhs", "expr", "param"):
+        child = getattr(node, attribute, None)
+        if child is not None and not isinstance(child, (str, int, float)):
+            found += _selectors(child)
+    for argument in getattr(node, "args", None) or []:
+        found += _selectors(argument)
+    return found
+
+
+def _grouping_labels(node) -> set[str]:
+    """Labels an expression aggregates or matches on (`by (...)`, `on (...)`)."""
+    labels: set[str] = set()
+    modifier = getattr(node, "modifier", None)
+    for attribute in ("labels", "matching"):
+        value = getattr(modifier, attribute, None) if modifier is not None else None
+        if value is not None:
+            labels |= set(getattr(value, "labels", value) if not isinstance(value, (list, tuple, set)) else value)
+    for attribute in ("lhs", "rhs", "expr", "param"):
+        child = getattr(node, attribute, None)
+        if child is not None and not isinstance(child, (str, int, float)):
+            labels |= _grouping_labels(child)
+    for argument in getattr(node, "args", None) or []:
+        labels |= _grouping_labels(argument)
+    return labels
+
+
+def check_expression(expr: str, where: str) -> set[str]:
+    """Parse `expr`; every metric it names is served, every label it matches on or groups by is
+    one those metrics carry. Returns the metric names."""
+    tree = promql_parser.parse(expr)
+    selectors = _selectors(tree)
+    assert selectors, f"{where}: no metric in {expr!r}"
+    names = {s.name for s in selectors}
+    assert names <= served_names(), f"{where}: not served: {sorted(names - served_names())}"
+    carried = set().union(*(_labels_of(n) for n in names))
+    for selector in selectors:
+        for matcher in selector.matchers.matchers:
+            assert matcher.name in _labels_of(selector.name), f"{where}: {selector.name} has no label {matcher.name!r}"
+    grouped = _grouping_labels(tree)
+    assert grouped <= carried, f"{where}: groups by {sorted(grouped - carried)}, which no metric of it carries"
+    return names
+
+
+def test_every_alert_rule_names_only_metrics_the_exporter_serves():
+    document = yaml.safe_load(ALERTS.read_text())
+    (group,) = document["groups"]
+    rules = group["rules"]
+    named = set()
+    for rule in rules:
+        assert set(rule) == {"alert", "expr", "for", "labels", "annotations"}, rule.get("alert")
+        assert rule["labels"]["severity"] in ("info", "warning", "critical")
+        assert rule["annotations"]["summary"] and rule["annotations"]["description"]
+        named |= check_expression(rule["expr"], rule["alert"])
+    # What the issue names: oldest ready age, dead letters growing, an expired lease nobody holds,
+    # an idle-in-transaction root blocker, a database the exporter cannot reach.
+    assert {"queuetop_queue_oldest_ready_age_seconds", "queuetop_queue_dead", "queuetop_lease_state",
+            "queuetop_root_blocker_blocked_sessions", "queuetop_up"} <= named
+
+
+def test_a_wrong_rule_is_caught():
+    with pytest.raises(AssertionError, match="not served"):
+        check_expression("queuetop_queue_lenght > 5", "typo")
+    with pytest.raises(AssertionError, match="has no label 'table'"):
+        check_expression('queuetop_queue_depth{table="x"} > 5', "label")
+    with pytest.raises(AssertionError, match="groups by"):
+        check_expression("max by (queue) (queuetop_up)", "grouping")
+
+
+def test_the_grafana_dashboard_queries_only_served_metrics():
+    dashboard = json.loads(GRAFANA.read_text())
+    assert dashboard["uid"] and dashboard["title"] and dashboard["schemaVersion"] >= 36
+    ids = [panel["id"] for panel in dashboard["panels"]]
+    assert len(ids) == len(set(ids)) >= 12
+    # Grafana's variables stand for a range and a regular expression: substituted, the queries are PromQL.
+    for panel in dashboard["panels"]:
+        assert panel["datasource"]["uid"] == "${datasource}" and panel["targets"], panel["title"]
+        for target in panel["targets"]:
+            expr = target["expr"].replace("$__rate_interval", "5m").replace("$host", ".*")
+            check_expression(expr, f"{panel['title']} {target['refId']}")
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert variables["host"]["query"] == "label_values(queuetop_up, host)" and "host" in METRICS["queuetop_up"].labels
+
+
+def test_the_metrics_are_documented():
+    text = (REPO / "docs" / "prometheus.md").read_text()
+    missing = [name for name in served_names() if f"`{name}`" not in text]
+    assert not missing, missing
+
+
+# -- the exporter over HTTP ------------------------------------------------------------------
+
+
+class Exporter:
+    """`queuetop export prometheus` as a process, and its address once it says it serves."""
+
+    def __init__(self, *args: str) -> None:
+        env = {k: v for k, v in os.environ.items() if k != "QUEUETOP_DSN"}
+        self.proc = subprocess.Popen([sys.executable, "-m", "tui", "export", "prometheus", "--listen", "127.0.0.1:0", *args],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+        assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], 30)
+        assert ready, "the exporter said nothing in 30 s"
+        line = self.proc.stdout.readline()
+        assert line.startswith("queuetop: serving http://127.0.0.1:"), (line, self.proc.stderr.read() if self.proc.poll() else "")
+        self.base = line.split()[2].removesuffix("/metrics")
+
+    def get(self, path: str) -> str:
+        with urllib.request.urlopen(self.base + path, timeout=10) as response:
+            return response.read().decode()
+
+    def metrics(self) -> dict[tuple[str, tuple], float]:
+        samples = {}
+        for family in text_string_to_metric_families(self.get("/metrics")):
+            for sample in family.samples:
+                samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+        return samples
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(20)
+
+
+@pytest.fixture
+def exporter_factory():
+    started: list[Exporter] = []
+
+    def start(*args: str) -> Exporter:
+        exporter = Exporter(*args)
+        started.append(exporter)
+        return exporter
+
+    yield start
+    for exporter in started:
+        if exporter.proc.poll() is None:
+            exporter.proc.kill()
+            exporter.proc.wait(10)
+
+
+def _at_one_instant(exporter: Exporter, host: str) -> tuple[dict, dict]:
+    """A scrape and the snapshot it was made from: retried until no sample came in between."""
+    for _ in range(50):
+        before = exporter.get("/snapshot")
+        metrics = exporter.metrics()
+        after = exporter.get("/snapshot")
+        if before == after:
+            (snapshot,) = [s for s in map(json.loads, after.splitlines()) if s["host"] == host]
+            stamp = metrics[("queuetop_snapshot_timestamp_seconds", (("host", host),))]
+            assert abs(stamp - _epoch(snapshot["taken_at"])) < 1e-6
+            return metrics, snapshot
+    raise AssertionError("a sample came in between every scrape and its snapshot")
+
+
+def _epoch(iso: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+def test_scraped_values_equal_the_snapshot_taken_at_the_same_instant_while_a_workload_runs(db, exporter_factory):
+    with db.connect() as conn:
+        queue = TableQueue.create(conn, "prom_jobs")
+        queue.enqueue_batch(conn, [json.dumps({"n": n}) for n in range(3000)])
+        rings.create(conn, "prom_ring", 8)
+        rings.put(conn, "prom_ring", ['{"a": 1}', '{"a": 2}', '{"a": 3}'])
+        token = leases.acquire(conn, "prom_lease", "exporter-test", 60)
+    # A blocker idle in transaction, and a session waiting behind it: the lock metrics' subject.
+    blocker = db.connect(application_name="prom-blocker", autocommit=False)
+    blocker.execute("LOCK TABLE queuetop.rings IN EXCLUSIVE MODE")
+    waiter = threading.Thread(target=lambda: db.connect(application_name="prom-waiter").execute(
+        "UPDATE queuetop.rings SET capacity = capacity WHERE name = 'prom_ring'"), daemon=True)
+    waiter.start()
+    worker = subprocess.Popen([sys.executable, "-m", "tui", "engine", "work", "prom_jobs", "--dsn", db.dsn, "--workers", "2",
+                               "--handler", "sleep:0.002", "--duration", "60"], cwd=REPO, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE)
+    try:
+        exporter = exporter_factory("--dsn", db.dsn, "--interval", "0.3")
+        host = "local/" + db.name
+        wait_until(lambda: (s := exporter.get("/snapshot")) and json.loads(s.splitlines()[0])["blocked"], timeout=30,
+                   what="the waiter in a snapshot")
+        depths = []
+        for _ in range(2):
+            metrics, snapshot = _at_one_instant(exporter, host)
+            q = next(q for q in snapshot["queues"] if q["name"] == "prom_jobs")
+            labels = (("host", host), ("queue", "prom_jobs"), ("source", "reference"))
+            for metric, key in (("depth", "depth"), ("ready", "ready"), ("in_flight", "in_flight"), ("delayed", "delayed"),
+                                ("dead", "dead"), ("oldest_ready_age_seconds", "oldest_ready_age_s"),
+                                ("enqueued_per_second", "enqueued_per_s"), ("dequeued_per_second", "dequeued_per_s"),
+                                ("inserted_total", "inserted_total"), ("deleted_total", "deleted_total")):
+                if q[key] is None:
+                    assert (f"queuetop_queue_{metric}", labels) not in metrics  # unknown: absent, not 0
+                else:
+                    assert metrics[(f"queuetop_queue_{metric}", labels)] == q[key], metric
+            depths.append(q["depth"])
+            ring = next(r for r in snapshot["rings"] if r["name"] == "prom_ring")
+            assert metrics[("queuetop_ring_used", (("host", host), ("ring", "prom_ring")))] == ring["used"] == 3
+            lease = next(x for x in snapshot["leases"] if x["name"] == "prom_lease")
+            lease_labels = (("host", host), ("lease", "prom_lease"))
+            assert metrics[("queuetop_lease_token", lease_labels)] == lease["token"] == token
+            assert metrics[("queuetop_lease_expires_in_seconds", lease_labels)] == lease["expires_in_s"]
+            assert metrics[("queuetop_lease_state", (*lease_labels[:1], ("lease", "prom_lease"), ("state", "held")))] == 1
+            assert metrics[("queuetop_blocked_sessions", (("host", host),))] == len(snapshot["blocked"]) >= 1
+            (root,) = [b for b in snapshot["blockers"] if b["application"] == "prom-blocker"]
+            root_labels = (("application", "prom-blocker"), ("host", host), ("pid", str(root["pid"])), ("state", root["state"]))
+            assert metrics[("queuetop_root_blocker_blocked_sessions", root_labels)] == root["blocked_count"] >= 1
+            assert root["state"] == "idle in transaction"
+            assert metrics[("queuetop_sessions", (("host", host),))] == snapshot["connections"]["total"]
+            for probe, status in snapshot["probes"].items():
+                assert metrics[("queuetop_probe_duration_seconds", (("host", host), ("probe", probe)))] == status["elapsed_ms"] / 1000
+                assert metrics[("queuetop_probe_error", (("host", host), ("probe", probe)))] == (status["error"] is not None)
+            assert metrics[("queuetop_up", (("host", host),))] == 1
+            seen = snapshot["queues"]
+            wait_until(lambda seen=seen: json.loads(exporter.get("/snapshot").splitlines()[0])["queues"] != seen,
+                       timeout=30, what="the workload to move the queue")
+        assert depths[1] < depths[0], depths  # the workload ran between the two instants
+        assert exporter.stop() == 0
+    finally:
+        worker.kill()
+        worker.wait(10)
+        blocker.close()
+        waiter.join(10)
+
+
+def test_a_scrape_never_samples_the_database(db, exporter_factory):
+    """Scraped 30 times within one interval, the exporter serves one cached snapshot: the
+    database sees the sampler's schedule, not Prometheus's."""
+    exporter = exporter_factory("--dsn", db.dsn, "--interval", "30")
+    wait_until(lambda: exporter.get("/snapshot"), timeout=30, what="the first sample")
+    stamps = {value for _ in range(30) for (name, _l), value in exporter.metrics().items()
+              if name == "queuetop_snapshot_timestamp_seconds"}
+    assert len(stamps) == 1
+    assert exporter.stop() == 0
+
+
+def test_a_host_that_is_down_is_up_0_and_has_no_figures(db, exporter_factory):
+    exporter = exporter_factory("--dsn", db.dsn, "--dsn", "postgresql://ops:s3cret@127.0.0.1:1/app", "--interval", "0.5")
+    wait_until(lambda: len(exporter.get("/snapshot").splitlines()) == 2, timeout=30, what="both hosts sampled")
+    metrics = exporter.metrics()
+    assert metrics[("queuetop_up", (("host", "127.0.0.1:1/app"),))] == 0
+    assert metrics[("queuetop_up", (("host", f"local/{db.name}"),))] == 1
+    assert not [key for key in metrics if key[0].startswith("queuetop_queue_") and ("host", "127.0.0.1:1/app") in key[1]]
+    assert "s3cret" not in exporter.get("/metrics") + exporter.get("/snapshot")
+    assert exporter.stop() == 0
+    assert "s3cret" not in exporter.proc.stderr.read()
+
+
+@pytest.mark.parametrize("listen", ["nowhere", "127.0.0.1:99999", "[::1:9187", "a b:1"])
+def test_a_bad_listen_address_is_one_line(cli, db, listen):
+    result = cli("export", "prometheus", "--dsn", db.dsn, "--listen", listen, timeout=30)
+    assert result.returncode == 2 and len(result.stderr.splitlines()) == 1 and "HOST:PORT" in result.stderr
+
+
+def test_a_port_in_use_is_one_line(cli, db, exporter_factory):
+    exporter = exporter_factory("--dsn", db.dsn)
+    port = exporter.base.rsplit(":", 1)[1]
+    result = cli("export", "prometheus", "--dsn", db.dsn, "--listen", f"127.0.0.1:{port}", timeout=30)
+    assert result.returncode == 2 and result.stderr.startswith(f"queuetop: error: cannot listen on 127.0.0.1:{port}: ")
+    assert len(result.stderr.splitlines()) == 1
+
+
+def test_paths_other_than_the_metrics_are_404(db, exporter_factory):
+    exporter = exporter_factory("--dsn", db.dsn)
+    with pytest.raises(urllib.error.HTTPError) as raised:
+        exporter.get("/nothing")
+    assert raised.value.code == 404
+    wait_until(lambda: "queuetop_up" in exporter.get("/"), timeout=30, what="the metrics on /")
