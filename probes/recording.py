@@ -35,7 +35,7 @@ from typing import BinaryIO
 
 from dbcore.errors import UsageError
 
-from .model import SNAPSHOT_VERSION, Snapshot, as_utc, utc_text
+from .model import SNAPSHOT_VERSION, ServerInfo, Snapshot, as_utc, utc_text
 
 log = logging.getLogger("queuetop.recording")
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
@@ -164,16 +164,22 @@ class Track:
 
     host: str
     times: list[datetime] = field(default_factory=list)
-    lines: list[bytes] = field(default_factory=list)  # empty when the recording was read for its times only
+    # Each line deflated on its own (a replay holds every snapshot: this way about a quarter of
+    # their size, docs/performance.md); empty when the recording was read for its times only.
+    lines: list[bytes] = field(default_factory=list)
     seqs: list[int] = field(default_factory=list)  # each snapshot's place among the recording's lines
     _parsed: dict[int, Snapshot] = field(default_factory=dict)
+
+    def line(self, index: int) -> bytes:
+        """The snapshot's line as it was recorded."""
+        return zlib.decompress(self.lines[index])
 
     def snapshot(self, index: int) -> Snapshot:
         snapshot = self._parsed.get(index)
         if snapshot is None:
             if len(self._parsed) > 64:
                 self._parsed.clear()
-            snapshot = self._parsed[index] = Snapshot.from_json(json.loads(self.lines[index]))
+            snapshot = self._parsed[index] = Snapshot.from_json(json.loads(self.line(index)))
         return snapshot
 
     def at(self, when: datetime) -> int | None:
@@ -184,8 +190,8 @@ class Track:
 
 class Recording:
     """A recording read whole: each host's snapshots in time order. `keep_lines=False` keeps only
-    the times (a replay holds every line, about the recording's uncompressed size; one instant,
-    `snapshot --from`, needs two passes and little memory)."""
+    the times (a replay holds every line, each deflated on its own: about the size of the file;
+    one instant, `snapshot --from`, needs two passes and little memory)."""
 
     def __init__(self, path: str | Path, *, keep_lines: bool = True) -> None:
         self.path = Path(path)
@@ -218,7 +224,7 @@ class Recording:
             track.times.append(when)
             track.seqs.append(seq)
             if keep_lines:
-                track.lines.append(line)
+                track.lines.append(zlib.compress(line, 1))
         if not self.tracks:
             raise UsageError(f"{self.path}: the recording holds no snapshot")
         for track in self.tracks.values():  # rotated files are in order; a clock step back is not
@@ -339,6 +345,25 @@ def _parse_time(text: str) -> datetime:
 
 
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
+_GAP = -1  # what a host shows before its first recorded snapshot
+GAP_KEY = "replay_first_at"  # in a gap snapshot's extra: when the host's first snapshot was taken
+
+
+def gap_snapshot(track: Track, when: datetime) -> Snapshot:
+    """What a host's tab shows at a time before its first recorded snapshot: nothing sampled (no
+    probe ran, so no panel keeps figures), and when its recording begins."""
+    try:
+        server = track.snapshot(0).server
+    except (ValueError, TypeError, KeyError):  # a damaged first line: the server is not known
+        server = ServerInfo(dialect="unknown", version=None, database=None)
+    return Snapshot(taken_at=when, server=server, probes={},
+                    extra={"host": track.host, GAP_KEY: utc_text(track.times[0])})
+
+
+def first_recorded_at(snapshot: Snapshot) -> str | None:
+    """When the host's recording begins, if `snapshot` is a gap before it (gap_snapshot)."""
+    value = snapshot.extra.get(GAP_KEY)
+    return str(value) if value is not None else None
 
 
 class ReplayClock:
@@ -392,8 +417,16 @@ class ReplayClock:
 
     def _emit(self) -> None:
         for host, sink in self._sinks.items():
-            index = self.recording.tracks[host].at(self.position) if host in self.recording.tracks else None
-            if index is not None and index != self._shown.get(host):
+            track = self.recording.tracks.get(host)
+            index = track.at(self.position) if track is not None else None
+            if index is None:
+                # Before this host's first snapshot (at the start, or sought back to it): its tab
+                # must not keep showing a later one as if it were of this time.
+                if track is not None and self._shown.get(host) != _GAP:
+                    self._shown[host] = _GAP
+                    sink(gap_snapshot(track, self.position))
+                continue
+            if index != self._shown.get(host):
                 self._shown[host] = index
                 try:
                     snapshot = self.recording.tracks[host].snapshot(index)

@@ -19,16 +19,17 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from textual.widgets import Input
+from textual.widgets import Input, Tree
 
 from dbcore.errors import UsageError
-from probes.model import LeaseSample, Snapshot
+from probes.model import LeaseSample, Snapshot, utc_text
 from probes.recording import Recorder, Recording, recording_files
 from queues.table_queue import TableQueue
 from tui.app import replay_app
 from tui.dashboard import HostBar, StatusBar
 from tui.sample import sample_snapshot
 from tui.screens.dialogs import PromptScreen
+from tui.widgets.panels import ConnectionsPanel, LocksPanel
 
 from .conftest import REPO, wait_until
 from .test_tui import panel_rows, queue_rows, sample_app, settle
@@ -54,6 +55,9 @@ def test_a_recording_reads_back_exactly_what_was_written_per_host(tmp_path):
     for host in "ab":
         track = recording.tracks[host]
         assert [track.snapshot(i) for i in range(len(track.times))] == [s for s in written if s.extra["host"] == host]
+        # A replay holds every line, deflated: a long recording must not take its JSON's size in memory.
+        held, whole = sum(map(len, track.lines)), sum(len(track.line(i)) for i in range(len(track.times)))
+        assert held * 3 < whole
     assert recording.start == written[0].taken_at and recording.end == written[-1].taken_at
     # What is in force at a time: each host's latest at or before it.
     at = recording.at(written[4].taken_at + timedelta(seconds=0.1))
@@ -239,7 +243,7 @@ def test_snapshot_from_a_recording_prints_the_instant_in_force(cli, workload_rec
     result = cli("snapshot", "--from", str(path), "--at", middle.isoformat(), "--json")
     assert result.returncode == 0, result.stderr
     (line,) = result.json_lines()
-    assert line == json.loads(track.lines[len(track.times) // 2])  # exactly the recorded line
+    assert line == json.loads(track.line(len(track.times) // 2))  # exactly the recorded line
     result = cli("snapshot", "--from", str(path), "--at", "+4", "--json")
     (line,) = result.json_lines()
     assert Snapshot.from_json(line) == recording.at(recording.start + timedelta(seconds=4))[host]
@@ -327,6 +331,39 @@ async def test_the_leases_countdown_runs_on_the_recorded_clock(tmp_path):
         await settle(pilot, app, lambda: ttl() == "1.0s", "1 s left at 12:00:59", 500)
         app.replay.seek(recording.start + timedelta(seconds=61))
         await settle(pilot, app, lambda: ttl() == "-1.0s", "expired, on the recorded clock", 500)
+
+
+async def test_a_host_shows_nothing_before_its_recording_begins(tmp_path):
+    """Host b's recording begins 10 s after a's. At the start its tab says so (not a later
+    snapshot); sought past its first snapshot it shows it; sought back before, its panels empty
+    again instead of keeping the later figures under an earlier time."""
+    path = tmp_path / "late.jsonl.gz"
+    recorder = Recorder(path)
+    for n in range(3):
+        recorder.write(_hosted(sample_snapshot(step=n), "a", n * 5))
+    late = _hosted(sample_snapshot(step=3), "b", 10)
+    recorder.write(late)
+    recorder.close()
+    recording = Recording(path)
+    app = replay_app(recording, playing=False)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot, app, lambda: app.hosts[0].snapshot is not None and app.hosts[1].snapshot is not None, "both tabs")
+        assert "2 b not yet" in str(app.query_one(HostBar).render())
+        await pilot.press("2")
+        status = str(app.query_one(StatusBar).render())
+        assert "not recorded yet" in status and "(from " + utc_text(late.taken_at) + ")" in status
+        assert queue_rows(app) == {} and panel_rows(app, ConnectionsPanel) == {}
+        assert str(app.query_one(LocksPanel).query_one(Tree).root.label) == "locks not sampled"  # not "no blocked sessions"
+        app.replay.seek(late.taken_at)
+        await settle(pilot, app, lambda: app.snapshot == late, "b's first snapshot", 500)
+        assert queue_rows(app) and panel_rows(app, ConnectionsPanel)
+        assert "not recorded yet" not in str(app.query_one(StatusBar).render())
+        app.replay.seek(recording.start + timedelta(seconds=2))
+        await settle(pilot, app, lambda: queue_rows(app) == {}, "b's panels emptied again", 500)
+        assert panel_rows(app, ConnectionsPanel) == {} and app.snapshot != late
+        assert "not recorded yet" in str(app.query_one(StatusBar).render())
+        await pilot.press("1")  # a's tab, at the same time: its snapshot of 0 s
+        await settle(pilot, app, lambda: app.snapshot == recording.at(recording.start)["a"], "a's first", 500)
 
 
 async def test_r_records_what_the_dashboard_receives(tmp_path):

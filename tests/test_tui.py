@@ -954,3 +954,21 @@ async def test_held_application_locks_are_counted_on_the_locks_tree_and_their_na
         await settle(pilot, app, lambda: "app lock" in str(tree.root.label), "the held lock counted")
         label = str(tree.root.label)  # the names are shortened or dropped, the count is whole
         assert label.startswith("no blocked sessions, 1 app lock(s) held"), label
+
+
+async def test_the_locks_tree_claims_no_calm_it_did_not_see():
+    """An empty tree says "no blocked sessions" only when the locks probe read the locks: a probe
+    that failed (no privilege, a lock timeout) says it does not know, and why."""
+    from dataclasses import replace
+
+    from probes.model import ProbeStatus
+
+    base = sample_snapshot(step=0)
+    denied = "permission denied: VIEW SERVER STATE is needed to see other sessions' locks"
+    failed = replace(base, blocked=(), blockers=(), probes={**base.probes, "locks": ProbeStatus(elapsed_ms=1.0, error=denied)})
+    async with sample_app(snapshots=[failed]).run_test(size=(160, 45)) as pilot:
+        app = pilot.app
+        tree = app.query_one(LocksPanel).query_one(Tree)
+        await settle(pilot, app, lambda: "unknown" in str(tree.root.label), "the failed probe said")
+        assert str(tree.root.label).startswith("blocked sessions unknown: permission denied: VIEW SERVER STATE")
+        assert "no blocked" not in str(tree.root.label)

@@ -35,7 +35,7 @@ from textual.widgets import DataTable, Footer, Input, Static, Tree
 from dbcore.dialect import dialect_named
 from dbcore.errors import QueuetopError, UsageError
 from probes.model import QueueSample, Snapshot
-from probes.recording import Recorder, ReplayClock
+from probes.recording import Recorder, ReplayClock, first_recorded_at
 from probes.sampler import stop_all
 from probes.sources import QueueDetails
 
@@ -106,16 +106,11 @@ class HostSpec:
 
 
 @dataclass(kw_only=True)
-class Host:
-    """One tab: its source, its latest snapshot, and the last one taken while connected."""
+class Host(HostSpec):
+    """One tab: a HostSpec with its running source, its latest snapshot, and the last one taken
+    while connected (`prepare` may fill in its controls once the dashboard runs)."""
 
-    name: str
     source: SnapshotSource
-    backend: Backend | None = None
-    controls: object = None
-    demo: object = None
-    controls_off: str | None = None
-    prepare: Callable[[], tuple[object, str | None]] | None = None
     snapshot: Snapshot | None = None
     shown: Snapshot | None = None  # the latest connected snapshot: the figures kept on screen while disconnected
     last_good_at: datetime | None = None
@@ -276,9 +271,7 @@ class QueuetopApp(App[None]):
             assert source_factory is not None, "a source, or hosts"
             specs = [HostSpec(name="", source_factory=source_factory, backend=backend, controls=controls, demo=demo,
                               controls_off=controls_off)]
-        self.hosts = [Host(name=spec.name, source=spec.source_factory(partial(self._sink, index)), backend=spec.backend,
-                           controls=spec.controls, demo=spec.demo, controls_off=spec.controls_off, prepare=spec.prepare)
-                      for index, spec in enumerate(specs)]
+        self.hosts = [Host(**vars(spec), source=spec.source_factory(partial(self._sink, index))) for index, spec in enumerate(specs)]
         self.current = 0  # the host shown
         self.read_only = read_only
         self.paused = False
@@ -543,6 +536,8 @@ class QueuetopApp(App[None]):
             s = host.snapshot
             if s is None:
                 parts.append((" …", "dim", 2))
+            elif first_recorded_at(s) is not None:
+                parts.append((" not yet", "dim", 2))  # a replay before this host's recording begins
             elif not s.connected:
                 parts.append((" DOWN", "bold white on red", 0))
             else:
@@ -597,7 +592,11 @@ class QueuetopApp(App[None]):
             parts.append((" │ READ-ONLY", "bold cyan", 1))
         if self.replay is None:
             parts.append((f" │ every {self.source.interval_s:g}s", "", 3))
-        if s is not None:
+        first = first_recorded_at(s) if s is not None else None
+        if first is not None:
+            parts.append((" │ not recorded yet", "bold yellow", 0))
+            parts.append((f" (from {first})", "yellow", 1))  # the time whole or not at all
+        elif s is not None:
             failed = [name for name, p in s.probes.items() if p.error]
             if failed and connected:
                 parts.append((f" │ notes: {', '.join(failed)}", "yellow", 2))
@@ -652,6 +651,9 @@ class QueuetopApp(App[None]):
         s = host.snapshot
         if s is None:
             return (str(index + 1), host.name, "…", "", "", "", "", "", "", "waiting for its first sample")
+        first = first_recorded_at(s)
+        if first is not None:
+            return (str(index + 1), host.name, "-", "", "", "", "", "", "", f"not recorded before {first}")
         sampled = f"{s.taken_at:%H:%M:%S}"
         if not s.connected:
             since = f"; its figures are of {host.last_good_at:%H:%M:%S}" if host.last_good_at else ""

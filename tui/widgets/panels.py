@@ -596,7 +596,16 @@ class LocksPanel(Panel):
             summary.append((f", {len(prepared)} prepared transaction(s)", "bold red", False))
         summary.append((f", {len(roots)} root blocker(s)", "bold red", False))
         if not count:
-            summary = [("no blocked sessions", "green", False)]
+            # "None blocked" only when the probe read the locks: a failed probe (no privilege, a
+            # lock timeout) or none run (a replay before the host's recording) knows nothing.
+            status = snapshot.probes.get("locks")
+            if status is None:
+                summary = [("locks not sampled", "dim", False)]
+            elif status.error:
+                summary = [("blocked sessions unknown: ", "bold yellow", False),
+                           (fmt.one_line(status.error, 200), "yellow", True)]
+            else:
+                summary = [("no blocked sessions", "green", False)]
         # Application locks held (advisory locks; sp_getapplock's): seen before anyone waits.
         held = [a for a in snapshot.app_locks if a.granted and _matches(filter_text, a.resource, a.application)]
         if held:
@@ -686,7 +695,9 @@ class ConnectionsPanel(Panel):
         self._history = self._histories.setdefault(host, deque(maxlen=60))
         c = snapshot.connections
         if c is None:
-            if host != self._shown_host:  # another host's figures must not stay under this one's name
+            # Another host's figures must not stay under this one's name, nor any where nothing was
+            # sampled (a replay before this host's recording begins: no probe ran).
+            if host != self._shown_host or "connections" not in snapshot.probes:
                 self._shown_host, self._connections, self._summary_text = host, None, ""
                 self.border_title = "Connections"
                 self.query_one("#connections-summary", Static).update("", layout=False)
