@@ -164,8 +164,8 @@ class Track:
 
     host: str
     times: list[datetime] = field(default_factory=list)
-    # Each line deflated on its own (a replay holds every snapshot: this way about a quarter of
-    # their size, docs/performance.md); empty when the recording was read for its times only.
+    # Each line deflated on its own (a replay holds every snapshot: this way a seventh of their
+    # size, docs/performance.md); empty when the recording was read for its times only.
     lines: list[bytes] = field(default_factory=list)
     seqs: list[int] = field(default_factory=list)  # each snapshot's place among the recording's lines
     _parsed: dict[int, Snapshot] = field(default_factory=dict)
