@@ -20,7 +20,7 @@ from psycopg.rows import RowFactory, TupleRow
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
-from .errors import ConnectionFailed, OperationFailed, UsageError, first_line
+from .errors import ConnectionFailed, OperationFailed, QueuetopError, UsageError, first_line
 
 DictRow: TypeAlias = dict[str, Any]
 Row = TypeVar("Row")
@@ -32,6 +32,9 @@ class Executor(Protocol):
 
 ENV_DSN = "QUEUETOP_DSN"
 MASK = "***"
+# What a session of either dialect raises when the database fails a statement or goes away:
+# psycopg's own errors, or another dialect's driver errors translated to queuetop's.
+SESSION_ERRORS: tuple[type[Exception], ...] = (psycopg.Error, QueuetopError)
 
 # libpq URI schemes; anything of the form `word+driver://` is a SQLAlchemy URL.
 _LIBPQ_SCHEMES = ("postgresql://", "postgres://")

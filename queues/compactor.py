@@ -22,12 +22,11 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-import psycopg
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from dbcore.database import Target, one
+from dbcore.database import SESSION_ERRORS, Target, one
 from dbcore.dialect import Session, open_session
-from dbcore.errors import QueuetopError, UsageError
+from dbcore.errors import UsageError
 
 from . import schema
 
@@ -169,7 +168,7 @@ class CompactorAgent:
             if self._conn is None or self._conn.closed:
                 self._conn = open_session(self.target, application_name=self.application_name)
             self.last = compact(self._conn)
-        except (psycopg.Error, QueuetopError) as exc:
+        except SESSION_ERRORS as exc:
             self.errors += 1
             log.warning("compaction failed: %s", exc)
             self._close()

@@ -30,9 +30,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 
-import psycopg
-
-from dbcore.database import Target, one
+from dbcore.database import SESSION_ERRORS, Target, one
 from dbcore.dialect import Session, open_session
 from dbcore.errors import LeaseHeld, QueuetopError
 from dbcore.names import check_name
@@ -112,7 +110,7 @@ class Relay:
                 with open_session(self.target, application_name=f"queuetop-relay:{self.holder}",
                                   options={"idle_in_transaction_session_timeout": str(int(self.ttl_s * 2000))}) as conn:
                     self._serve(conn, stop)
-            except (psycopg.Error, QueuetopError) as exc:  # the database went away, a queue vanished...
+            except SESSION_ERRORS as exc:  # the database went away, a queue vanished...
                 log.warning("%s: %s; reconnecting", self.holder, exc)
                 stop.wait(min(1.0, self.ttl_s / 4))
 

@@ -30,11 +30,9 @@ from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
-import psycopg
-
-from dbcore.database import Target, one
+from dbcore.database import SESSION_ERRORS, Target, one
 from dbcore.dialect import Session, dialect_of, open_session
-from dbcore.errors import QueuetopError, UsageError
+from dbcore.errors import UsageError
 
 from .. import compactor, schema
 from ..compactor import CompactorAgent
@@ -45,7 +43,6 @@ APPLICATION = "queuetop-scenario:contention"
 STATUSES = ("PENDING", "DONE")
 _SETUP_CHUNK = 10_000
 _RETRYABLE = {"40001", "40P01"}  # serialization failure, deadlock: in either dialect (SQL Server's 1205 is 40001)
-_DATABASE_ERRORS = (psycopg.Error, QueuetopError)  # what a session raises: psycopg's own, or another dialect's, translated
 
 # One sample: the application_name of every session blocked right now.
 BlockedApplications = Callable[[], Iterable[str | None]]
@@ -245,7 +242,7 @@ class ContentionScenario:
                         try:
                             with conn.transaction():
                                 done = len(conn.execute(statement, {"task_id": task, "user_id": user}).fetchall()) == 2
-                        except _DATABASE_ERRORS as exc:
+                        except SESSION_ERRORS as exc:
                             if getattr(exc, "sqlstate", None) not in _RETRYABLE:
                                 raise
                             retries += 1
@@ -292,7 +289,7 @@ class ContentionScenario:
                         for start in range(0, len(users), size):
                             conn.execute(schema.ENGINE_SQL["scenario_pause"], {"seconds": pause})  # selecting eligible users
                             self._submit(conn, task, users[start : start + size])
-                except _DATABASE_ERRORS as exc:
+                except SESSION_ERRORS as exc:
                     self._submitted[task] = before  # rolled back: none of them reached the task
                     self._submission_errors += 1
                     log.warning("submission rolled back: %s", exc)
@@ -305,7 +302,7 @@ class ContentionScenario:
             while not self._stop.wait(self.options.sample_every_s):
                 try:
                     blocked = list(blocked_applications())
-                except _DATABASE_ERRORS as exc:  # a probe timing out is noted, not fatal
+                except SESSION_ERRORS as exc:  # a probe timing out is noted, not fatal
                     self._sample_errors += 1
                     log.debug("lock sample failed: %s", exc)
                     continue
