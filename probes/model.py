@@ -243,22 +243,6 @@ class Snapshot:
         return cls(**values, extra=extra)
 
 
-# Every key of Connections, null: what `connections` is when the probe gave nothing.
-_EMPTY_CONNECTIONS: dict[str, object] = {
-    "total": None,
-    "max": None,
-    "by_state": {},
-    "by_application": {},
-    "oldest_xact_age_s": None,
-    "oldest_xact_pid": None,
-    "xmin_holder_pid": None,
-    "xmin_holder_age_xids": None,
-    "xmin_holder_application": None,
-    "oldest_xact_state": None,
-    "version_store_kb": None,
-}
-
-
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
 
@@ -309,6 +293,12 @@ def _hints(cls: type) -> dict[str, Any]:
     if hints is None:
         hints = _HINTS[cls] = get_type_hints(cls)
     return hints
+
+
+# Every key of Connections, null (its maps empty): what `connections` is when the probe gave nothing.
+_EMPTY_CONNECTIONS: dict[str, object] = {
+    name: {} if get_origin(hint) is dict else None for name, hint in _hints(Connections).items()
+}
 
 
 def _decode(hint: Any, value: Any) -> Any:

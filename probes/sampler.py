@@ -71,7 +71,11 @@ def run_probe(probes: PostgresProbes, name: str, conn: ProbeConnection) -> tuple
     return ProbeStatus(elapsed_ms=(time.perf_counter() - started) * 1000, error=error, unread=unread), result
 
 
-def compose(server: ServerInfo, results: dict[str, tuple[ProbeStatus, object]], extra: dict | None = None) -> Snapshot:
+def compose(server: ServerInfo, results: dict[str, tuple[ProbeStatus, object]], extra: dict | None = None,
+            host: str | None = None) -> Snapshot:
+    """The probes' results as one snapshot; `host`, the target's name among several, goes into its
+    `extra` (Snapshot.host)."""
+
     def value(name: str, default: T) -> T:
         result = results.get(name)
         return default if result is None or result[1] is None else cast(T, result[1])
@@ -90,7 +94,7 @@ def compose(server: ServerInfo, results: dict[str, tuple[ProbeStatus, object]], 
         app_locks=app_locks,
         connections=value("connections", None),
         compaction=value("compaction", ()),
-        extra=extra or {},
+        extra={**(extra or {}), **({"host": host} if host is not None else {})},
     )
 
 
@@ -131,7 +135,7 @@ def run_cycle(target: Target, config: Config | None = None, *, probes: PostgresP
     finally:
         if conn is None:
             session.close()
-    return compose(server, results, {"connected": True, **({"host": host} if host is not None else {})})
+    return compose(server, results, {"connected": True}, host)
 
 
 
@@ -195,10 +199,8 @@ def unreachable_status(reason: str) -> ProbeStatus:
 
 def unreachable_snapshot(target: Target, reason: str, host: str | None = None) -> Snapshot:
     """A snapshot of a database that could not be reached: every probe says why."""
-    extra: dict[str, object] = {"connected": False, "connection_error": reason}
-    if host is not None:
-        extra["host"] = host
-    return compose(unknown_server(target), dict.fromkeys(PROBE_NAMES, (unreachable_status(reason), None)), extra)
+    return compose(unknown_server(target), dict.fromkeys(PROBE_NAMES, (unreachable_status(reason), None)),
+                   {"connected": False, "connection_error": reason}, host)
 
 
 def stop_all(sources: Iterable[Any]) -> None:
@@ -332,10 +334,7 @@ class Sampler:
 
     def _emit(self, results: dict[str, tuple[ProbeStatus, object]]) -> None:
         server = self._server or unknown_server(self.target)
-        extra: dict[str, object] = {"connected": self._connected, "connection_error": self._last_error}
-        if self.host is not None:
-            extra["host"] = self.host
-        snapshot = compose(server, results, extra)
+        snapshot = compose(server, results, {"connected": self._connected, "connection_error": self._last_error}, self.host)
         try:
             self.sink(snapshot)
         except Exception:  # a failing sink must not stop the probes
