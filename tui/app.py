@@ -20,7 +20,6 @@ from queues import schema
 def run_dashboard(ctx) -> int:
     from queues.control import EngineControls
     from queues.demo import Demo
-    from tui.backend import DatabaseBackend
     from tui.dashboard import QueuetopApp
 
     args = ctx.args
@@ -32,6 +31,8 @@ def run_dashboard(ctx) -> int:
     _log_to_file()
     targets = ctx.targets(config)
     if len(targets) == 1:
+        # One database: its engine controls (and the embedded server's demo) are found before the
+        # dashboard opens.
         name, target = targets[0]
         controls = demo = None
         controls_off = None
@@ -41,40 +42,38 @@ def run_dashboard(ctx) -> int:
                 controls = EngineControls(target)
                 if target.embedded and not args.no_demo:
                     demo = Demo(controls)
-        app = QueuetopApp(
-            lambda sink: Sampler(target, sink, config, interval_s=interval, host=name),
-            backend=DatabaseBackend(target, config),
-            controls=controls,
-            demo=demo,
-            read_only=args.read_only,
-            keymap=config.keys,
-            controls_off=controls_off,
-        )
+        hosts = [_host_spec(name, target, config, interval, controls=controls, demo=demo, controls_off=controls_off)]
     else:
-        app = QueuetopApp(hosts=[_host(name, target, config, interval, args.read_only) for name, target in targets],
-                          read_only=args.read_only, keymap=config.keys)
-    app.run()
+        hosts = [_host(name, target, config, interval, args.read_only) for name, target in targets]
+    QueuetopApp(hosts=hosts, read_only=args.read_only, keymap=config.keys).run()
     return 0
 
 
-def _host(name: str, target, config, interval: float, read_only: bool):
-    """One of several databases: its own sampler and pool; its engine controls are checked once
-    the dashboard runs, in a thread of their own, so that a host that is down holds up no other."""
-    from queues.control import EngineControls
+def _host_spec(name: str, target, config, interval: float, **engine):
+    """A database in the dashboard: its own sampler and pool, its backend, and `engine` (the
+    HostSpec's controls, demo, controls_off, prepare)."""
     from tui.backend import DatabaseBackend
     from tui.dashboard import HostSpec
 
+    return HostSpec(name=name, source_factory=lambda sink: Sampler(target, sink, config, interval_s=interval, host=name),
+                    backend=DatabaseBackend(target, config), **engine)
+
+
+def _host(name: str, target, config, interval: float, read_only: bool):
+    """One of several databases: its engine controls are checked once the dashboard runs, in a
+    thread of their own, so that a host that is down holds up no other."""
+    from queues.control import EngineControls
+
+    if read_only:
+        return _host_spec(name, target, config, interval)
     # Created now (no database is touched): the relays' fork server must start while stderr is a real file.
-    controls = None if read_only else EngineControls(target)
+    controls = EngineControls(target)
 
     def prepare() -> tuple[object, str | None]:
         ready, off = engine_usable(target)
         return (controls if ready else None), off
 
-    return HostSpec(name=name, source_factory=lambda sink: Sampler(target, sink, config, interval_s=interval, host=name),
-                    backend=DatabaseBackend(target, config), controls=None,
-                    controls_off=None if read_only else "engine controls: checking the database…",
-                    prepare=None if read_only else prepare)
+    return _host_spec(name, target, config, interval, controls_off="engine controls: checking the database…", prepare=prepare)
 
 
 def engine_usable(target) -> tuple[bool, str | None]:
