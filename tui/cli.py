@@ -602,7 +602,8 @@ def cmd_export_prometheus(ctx: Context) -> int:
                   f"{', '.join(name for name, _t in targets)} every {interval:g}s", flush=True)
             stop.wait()
     finally:
-        server.shutdown() if thread.is_alive() else None
+        if thread.is_alive():
+            server.shutdown()  # waits for serve_forever to return: only when it runs
         server.server_close()
     return 0
 

@@ -706,7 +706,10 @@ class QueuetopApp(App[None]):
 
     def action_toggle_pause(self) -> None:
         if self.replay is not None:  # play / pause the recording: its snapshots still arrive when stepped
-            self.replay.pause() if self.replay.playing else self.replay.resume()
+            if self.replay.playing:
+                self.replay.pause()
+            else:
+                self.replay.resume()
             self.render_status()
             return
         self.paused = not self.paused
