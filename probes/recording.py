@@ -202,7 +202,7 @@ class Recording:
         self.tracks: dict[str, Track] = {}
         self.truncated = False
         read, current = 0, None
-        for seq, (file, line) in enumerate(self._numbered(), 1):
+        for seq, (file, line) in enumerate(self._every_line(), 1):
             if file != current:
                 read, current = 0, file
             version, taken = _VERSION.match(line), _TAKEN_AT.search(line)
@@ -236,7 +236,7 @@ class Recording:
         self.start = min(t.times[0] for t in self.tracks.values())
         self.end = max(t.times[-1] for t in self.tracks.values())
 
-    def _numbered(self) -> Iterator[tuple[Path, bytes]]:
+    def _every_line(self) -> Iterator[tuple[Path, bytes]]:
         """Every line of every file, oldest first, with its file: numbered alike on each pass."""
         for file in self._files:
             for line in self._lines(file):
@@ -300,7 +300,7 @@ class Recording:
         indexes = {host: index for host, track in self.tracks.items() if (index := track.at(when)) is not None}
         if not self.keep_lines:  # read for its times only: a second pass for these lines
             wanted = {self.tracks[host].seqs[index]: host for host, index in indexes.items()}
-            lines = {wanted[seq]: line for seq, (_file, line) in enumerate(self._numbered(), 1) if seq in wanted}
+            lines = {wanted[seq]: line for seq, (_file, line) in enumerate(self._every_line(), 1) if seq in wanted}
             return {host: Snapshot.from_json(json.loads(line)) for host, line in lines.items()}
         return {host: self.tracks[host].snapshot(index) for host, index in indexes.items()}
 
@@ -318,12 +318,12 @@ class Recording:
         """A time in the recording: ISO-8601 (a time without zone is UTC), HH:MM[:SS] (UTC, the
         first such time from the recording's start), or +SECONDS from its start."""
         try:
-            return self._parse_time(text.strip())
+            return self._recorded_time(text.strip())
         except (ValueError, OverflowError):
             raise UsageError(f"invalid time {text!r}: use ISO-8601 (2026-11-23T03:12:00Z), HH:MM[:SS] (UTC) "
                              "or +SECONDS from the start") from None
 
-    def _parse_time(self, text: str) -> datetime:
+    def _recorded_time(self, text: str) -> datetime:
         if re.fullmatch(r"\+\d+(\.\d+)?", text):
             return self.start + timedelta(seconds=float(text[1:]))
         clock = re.fullmatch(r"(\d{1,2}):(\d{2})(?::(\d{2}(?:\.\d+)?))?", text)
