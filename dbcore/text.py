@@ -29,8 +29,12 @@ _ESCAPED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 # Combining marks draw on the character before them: at the start of a string, that would be
 # whatever the terminal drew in the cell to the left (a border, another column).
 _COMBINING_CATEGORIES = frozenset({"Mn", "Me", "Mc"})
-# Everything printable ASCII bar DEL, and the common Latin-1 letters: the fast path.
-_PLAIN = re.compile(r"[\x20-\x7e\u00a0-\u00ac\u00ae-\u024f]*")
+# The fast path: printable ASCII bar DEL, the common Latin letters, and the symbols a dashboard
+# draws itself (dashes and quotes, '…', arrows, math, box drawing, blocks: '│', '▁▅█', '≤',
+# '⏸'), none of them escaped nor combining, so that its own cells need no per-character look-up.
+_PLAIN = re.compile(r"[\x20-\x7e\u00a0-\u00ac\u00ae-\u024f\u2010-\u2027\u2030-\u205e\u2190-\u23ff\u2500-\u25ff]*")
+# What cutting an inert text may leave of an escape at its end: `\`, `\x1`, `\u20`, `\U000e00`.
+_PARTIAL_ESCAPE = re.compile(r"\\(x[0-9a-f]{0,1}|u[0-9a-f]{0,3}|U[0-9a-f]{0,7}|)$")
 
 
 def _escape(char: str) -> str:
@@ -80,9 +84,11 @@ def inert_line(text: object, limit: int | None = None) -> str:
     shown = inert(value)
     if limit is None or len(shown) <= limit:
         return shown
-    cut = shown[: max(limit - 1, 0)]
-    # Never leave half an escape: drop a trailing partial `\x1`, `\u20`, `\U000e00`.
-    partial = re.search(r"\\(x[0-9a-f]{0,1}|u[0-9a-f]{0,3}|U[0-9a-f]{0,7}|)$", cut)
-    if partial:
-        cut = cut[: partial.start()]
-    return cut + "…"
+    return drop_partial_escape(shown[: max(limit - 1, 0)]) + "…"
+
+
+def drop_partial_escape(cut: str) -> str:
+    """An inert text cut short, without what the cut left of an escape at its end (`\\x1`,
+    `\\u20`): half an escape would read as another character."""
+    partial = _PARTIAL_ESCAPE.search(cut)
+    return cut[: partial.start()] if partial else cut

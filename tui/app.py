@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 from pathlib import Path
 
 from platformdirs import user_log_dir
 from psycopg import errors as psycopg_errors
+from rich.console import Console
 
 from dbcore.database import one
 from dbcore.dialect import open_session
-from dbcore.errors import MissingPrivilege, UsageError, first_line
+from dbcore.errors import MissingPrivilege, QueuetopError, UsageError, first_line
+from dbcore.text import inert_line
 from probes.config import load_config
 from probes.sampler import Sampler
 from queues import schema
@@ -45,8 +48,30 @@ def run_dashboard(ctx) -> int:
         hosts = [_host_spec(name, target, config, interval, controls=controls, demo=demo, controls_off=controls_off)]
     else:
         hosts = [_host(name, target, config, interval, args.read_only) for name, target in targets]
-    QueuetopApp(hosts=hosts, read_only=args.read_only, keymap=config.keys).run()
+    run_app(QueuetopApp(hosts=hosts, read_only=args.read_only, keymap=config.keys), debug=getattr(args, "debug", False))
     return 0
+
+
+class DashboardFailed(QueuetopError):
+    """The dashboard stopped on an exception it did not handle (a bug): the command fails with one
+    line and exit 1, as any other internal error does."""
+
+    exit_code = 1
+
+
+def run_app(app, *, debug: bool = False) -> None:
+    """Run the dashboard; raise DashboardFailed if an unhandled exception ended it.
+
+    Textual catches such an exception, restores the terminal, prints it as a Rich traceback with
+    every frame's local variables (a snapshot's queries and names among them) on its error console,
+    and returns normally: the command would exit 0. Only with --debug is that traceback printed."""
+    if not debug:
+        app.error_console = Console(file=io.StringIO())  # what Textual would print on exit: kept out of sight
+    app.run()
+    if app.return_code:  # Textual's own: 1 after an unhandled exception
+        error = getattr(app, "_exception", None)  # the exception itself: private, hence the fallback
+        what = f"{type(error).__name__}: {first_line(error)}" if error is not None else f"exit status {app.return_code}"
+        raise DashboardFailed(f"internal error: {inert_line(what, 300)} (rerun with --debug for details)") from error
 
 
 def _host_spec(name: str, target, config, interval: float, **engine):
@@ -118,7 +143,7 @@ def run_replay(ctx) -> int:
     recording = Recording(args.file)
     app = replay_app(recording, speed=args.speed, playing=not args.paused,
                      at=recording.instant(args.at) if args.at is not None else None, keymap=config.keys)
-    app.run()
+    run_app(app, debug=getattr(args, "debug", False))
     return 0
 
 

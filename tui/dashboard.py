@@ -605,7 +605,10 @@ class QueuetopApp(App[None]):
             parts.append((f" │ probes {s.elapsed_ms:.1f} ms", "", 5))
             if server.label:
                 parts.append((f" │ {server.label}", "dim", 6))
-        bar = self.query_one(StatusBar)
+        try:
+            bar = self.query_one(StatusBar)
+        except NoMatches:  # shutting down: a replay's clock timer can fire after the screen is gone
+            return
         width = (bar.size.width - 2) if bar.size.width > 2 else (self.size.width - 2)
         status = fmt.fit_by_priority(parts, max(width, 20))
         if force or status.plain != self._status_text:  # repaint only what changed
@@ -617,8 +620,9 @@ class QueuetopApp(App[None]):
     def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information", timeout: float | None = None,
                markup: bool = True) -> None:
         """Every notice goes to the log (`m`) and, for a few seconds, to the footer's line; none
-        covers a panel. Messages are plain text (an error's text may hold brackets)."""
-        text = f"{title}: {message}" if title else str(message)
+        covers a panel. Messages are plain text, inert and on one line: an error's text may hold
+        brackets, and a notice may quote a name or an error from the database."""
+        text = fmt.inert_line(f"{title}: {message}" if title else message)
         at = time.strftime("%H:%M:%S")
         self.notices.append((at, severity, text))
         try:  # on the main screen, even while a dialog is open over it
@@ -933,7 +937,10 @@ class QueuetopApp(App[None]):
             name = self.snapshot.rings[0].name
         elif kind == "lease" and self.snapshot.leases:
             name = next((lease.name for lease in self.snapshot.leases if lease.name != "outbox-relay"), self.snapshot.leases[0].name)
-        return " ".join([name, *words[1:]]) if name else default
+        # Only a name the prompt can show as it is and take back whole: one word, nothing escaped.
+        if name and fmt.inert(name) == name and len(name.split()) == 1:
+            return " ".join([name, *words[1:]])
+        return default
 
     def action_stop_all(self) -> None:
         if self.controls is not None:

@@ -1,10 +1,12 @@
-"""Numbers as the panels show them: exact, with thousands separators; ages and rates short."""
+"""Numbers as the panels show them: exact, with thousands separators; ages and rates short.
+Text from the database as they show it: inert (dbcore/text.py), never markup."""
 
 from __future__ import annotations
 
 from rich.cells import cell_len, set_cell_size
 from rich.text import Span, Text
 
+from dbcore.text import drop_partial_escape, inert, inert_line
 from probes.model import BlockedSession, utc_text
 
 BLOCKS = "▁▂▃▄▅▆▇█"
@@ -98,16 +100,43 @@ def bar(used: int, capacity: int, width: int = 8) -> Text:
 
 
 def one_line(text: str | None, width: int = 80) -> str:
+    """A text from the database (a query, an error) on one line, inert, cut to `width` characters
+    with '…'; '-' when there is none."""
+    return inert_line(text, width) if text else "-"
+
+
+def inert_lines(text: str | None) -> str:
+    """A long text from the database (a session's whole query) with its own lines kept, each
+    inert, tabs as spaces; '-' when there is none. Only a newline breaks a line: a CR, a form
+    feed or U+2028 is shown escaped, not obeyed."""
     if not text:
         return "-"
-    flat = " ".join(text.split())
-    return flat if len(flat) <= width else flat[: width - 1] + "…"
+    return "\n".join(inert(line.expandtabs(4)) for line in text.split("\n"))
+
+
+def plain(text: object, style: str = "") -> Text:
+    """A text from the database as a cell or a label: inert, and a `Text` (a `str` would be read
+    as markup by Rich's tables, Tree labels and Textual's Label: `[/]` would raise, `[@click=...]`
+    would act)."""
+    return Text(inert(text), style=style)
+
+
+def cut(text: str, cells: int) -> str:
+    """An inert `text` in at most `cells` terminal cells: whole, or cut with '…' (never inside an
+    escape, nor half a wide character)."""
+    if cell_len(text) <= cells:
+        return text
+    if cells < 1:
+        return ""
+    return drop_partial_escape(set_cell_size(text, cells - 1)) + "…"
 
 
 def fit_by_priority(parts: list[tuple[str, str, int]], width: int) -> Text:
     """(text, style, priority) parts, shown in their order: the most important (lowest priority
     number) first, each whole or left out, as many as fit `width`. If the most important alone are
-    too wide, the last of them is cut with an ellipsis (it must then be a text, not a figure)."""
+    too wide, the last of them is cut with an ellipsis (it must then be a text, not a figure).
+    Every part is made inert: the status line and the host bar quote names and errors."""
+    parts = [(inert(text), style, priority) for text, style, priority in parts]
     kept: set[int] = set()
     used = 0
     for index in sorted(range(len(parts)), key=lambda i: parts[i][2]):
@@ -119,7 +148,7 @@ def fit_by_priority(parts: list[tuple[str, str, int]], width: int) -> Text:
             room = width - used
             if room > 1:
                 text, style, priority = parts[index]
-                parts = [*parts[:index], (set_cell_size(text, room - 1) + "…", style, priority), *parts[index + 1:]]
+                parts = [*parts[:index], (cut(text, room), style, priority), *parts[index + 1:]]
                 kept.add(index)
                 used = width
     return Text.assemble(*[(parts[i][0], parts[i][1]) for i in sorted(kept)])
@@ -128,14 +157,14 @@ def fit_by_priority(parts: list[tuple[str, str, int]], width: int) -> Text:
 def lock_target(b: BlockedSession, here: str | None, *, with_row: bool = True) -> str:
     """What a session waits on, as an operator names it: `row of accounts (0,1)` for a row wait
     (lock type transactionid or tuple), the relation, or the advisory key; and the database when
-    it is not this one."""
+    it is not this one. Inert: every part of it is the server's text."""
     if b.lock_type in ("transactionid", "tuple") and b.relation:
         text = f"row of {b.relation}" + (f" {b.row}" if b.row and with_row else "")
     else:
         text = b.relation or b.lock_type or "?"
     if b.database and here and b.database != here and ":oid " not in text:
         text += f" (db {b.database})"
-    return text
+    return inert(text)
 
 
 # How the screen names each database (a snapshot's `server.dialect` is the machine's word).
@@ -143,7 +172,7 @@ DATABASE_NAMES = {"postgresql": "PostgreSQL", "mssql": "SQL Server"}
 
 
 def database_name(dialect: str) -> str:
-    return DATABASE_NAMES.get(dialect, dialect)
+    return DATABASE_NAMES.get(dialect) or inert(dialect)  # a recording may say anything
 
 
 def kilobytes(kb: int | None) -> str:

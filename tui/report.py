@@ -1,9 +1,14 @@
-"""A snapshot as plain text: `queuetop snapshot` without --json."""
+"""A snapshot as plain text: `queuetop snapshot` without --json. Every text from the database
+(names, applications, queries, error texts) is inert here, as on the dashboard: the report goes
+to a terminal as often as to a file. The JSON keeps the original text."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rich.cells import cell_len
+
+from dbcore.text import inert, inert_line
 from probes.model import Snapshot
 
 from .format import database_name, lock_target
@@ -20,32 +25,35 @@ def _num(value: object, suffix: str = "") -> str:
 
 
 def _table(title: str, header: tuple[str, ...], rows: Sequence[tuple[object, ...]]) -> str:
-    cells = [header] + [tuple(_num(c) if not isinstance(c, str) else c for c in row) for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    """Columns aligned by terminal cells (a wide character takes two); every text cell inert."""
+    cells = [header] + [tuple(_num(c) if not isinstance(c, str) else inert(c) for c in row) for row in rows]
+    widths = [max(cell_len(row[i]) for row in cells) for i in range(len(header))]
     lines = [title]
     for index, row in enumerate(cells):
-        aligned = (c.rjust(w) if index and c[:1].isdigit() else c.ljust(w) for c, w in zip(row, widths, strict=True))
+        aligned = (_pad(c, w, right=bool(index) and c[:1].isdigit()) for c, w in zip(row, widths, strict=True))
         lines.append(("  " + "  ".join(aligned)).rstrip())
     if not rows:
         lines.append("  (none)")
     return "\n".join(lines)
 
 
+def _pad(text: str, width: int, *, right: bool) -> str:
+    fill = " " * max(0, width - cell_len(text))
+    return fill + text if right else text + fill
+
+
 def _shorten(text: str | None, width: int = 60) -> str:
-    if not text:
-        return "-"
-    one_line = " ".join(text.split())
-    return one_line if len(one_line) <= width else one_line[: width - 1] + "…"
+    return inert_line(text, width) if text else "-"
 
 
 def render(snapshot: Snapshot) -> str:
     s = snapshot
     head = (
-        f"queuetop snapshot  {s.taken_at:%Y-%m-%d %H:%M:%S} UTC  {s.server.label or ''}\n"
-        f"{database_name(s.server.dialect)} {s.server.version or '?'}, database {s.server.database or '?'}, "
+        f"queuetop snapshot  {s.taken_at:%Y-%m-%d %H:%M:%S} UTC  {inert_line(s.server.label or '')}\n"
+        f"{database_name(s.server.dialect)} {inert_line(s.server.version or '?')}, database {inert(s.server.database or '?')}, "
         f"probes {s.elapsed_ms:.1f} ms"
     )
-    problems = [f"  {name}: {status.error}" for name, status in s.probes.items() if status.error]
+    problems = [f"  {inert(name)}: {inert_line(status.error)}" for name, status in s.probes.items() if status.error]
     queues = [
         (
             q.name + (" ~" if q.depth_is_estimate else ""),
@@ -103,12 +111,12 @@ def render(snapshot: Snapshot) -> str:
         parts.append(_table("Pending deltas by group", ("group", "title", "pending"), groups))
     c = s.connections
     if c is not None:
-        states = ", ".join(f"{k} {v}" for k, v in c.by_state.items()) or "-"
-        apps = ", ".join(f"{k or '(none)'} {v}" for k, v in list(c.by_application.items())[:6]) or "-"
+        states = ", ".join(f"{inert(k)} {v}" for k, v in c.by_state.items()) or "-"
+        apps = ", ".join(f"{inert(k) or '(none)'} {v}" for k, v in list(c.by_application.items())[:6]) or "-"
         parts.append(
             f"Connections\n  {c.total}/{c.max}  by state: {states}\n  by application: {apps}\n"
             f"  oldest transaction: {_num(c.oldest_xact_age_s, ' s')} (pid {c.oldest_xact_pid or '-'})"
-            f"  xmin held by: pid {c.xmin_holder_pid or '-'} ({c.xmin_holder_application or '-'})"
+            f"  xmin held by: pid {c.xmin_holder_pid or '-'} ({inert(c.xmin_holder_application or '-')})"
         )
     if problems:
         parts.append("Probe problems\n" + "\n".join(problems))

@@ -1,11 +1,12 @@
 """Details on Enter: a queue's head messages and dead letters; a session's full query and locks.
-Fetched by a thread worker on a probe session, then shown."""
+Fetched by a thread worker on a probe session, then shown. Every value, column name and title is
+the database's text (a library's payloads, another session's query): each is an inert `Text`,
+never a `str` (a Rich table reads a str cell as markup)."""
 
 from __future__ import annotations
 
 from typing import ClassVar
 
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -34,7 +35,7 @@ class DetailsScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
-            yield Label(f"[b]{escape(self.title_text)}[/b]")
+            yield Label(fmt.plain(self.title_text, style="bold"))
             yield Static("loading…", id="details-body")
 
     def on_mount(self) -> None:
@@ -63,14 +64,14 @@ def queue_renderables(details: QueueDetails) -> list:
         for column in ("id", "state", "attempts", "enqueued", "body", "last error"):
             head.add_column(column, overflow="fold", no_wrap=column == "enqueued")  # wrapped, never cut
         for r in details.head:
-            head.add_row(str(r["id"]), r["state"], str(r["attempts"]), f"{r['enqueued_at']:%H:%M:%S}",
-                         fmt.one_line(r["body"], 60), fmt.one_line(r["last_error"], 60))
+            head.add_row(fmt.plain(r["id"]), fmt.plain(r["state"]), fmt.plain(r["attempts"]), Text(f"{r['enqueued_at']:%H:%M:%S}"),
+                         Text(fmt.one_line(r["body"], 60)), Text(fmt.one_line(r["last_error"], 60)))
         dead = Table(title="Dead letters (newest first)", expand=True)
         for column in ("message", "attempts", "died", "error", "body"):
             dead.add_column(column, overflow="fold", no_wrap=column == "died")
         for r in details.dead:
-            dead.add_row(str(r["message_id"]), str(r["attempts"]), f"{r['died_at']:%H:%M:%S}",
-                         Text(fmt.one_line(r["last_error"], 80), style="red"), fmt.one_line(r["body"], 40))
+            dead.add_row(fmt.plain(r["message_id"]), fmt.plain(r["attempts"]), Text(f"{r['died_at']:%H:%M:%S}"),
+                         Text(fmt.one_line(r["last_error"], 80), style="red"), Text(fmt.one_line(r["body"], 40)))
         return [head, dead]
     out: list = [_rows_table("Head (oldest first)", details.head)]
     if details.dead:
@@ -94,20 +95,20 @@ def _rows_table(title: str, rows: list[dict], style: str = "") -> Table:
             record.add_column("field", style="bold", no_wrap=True)
             record.add_column("value", overflow="fold")
             for c in columns:
-                record.add_row(c.replace("_", " "), Text(_value(r[c]), style=style))
+                record.add_row(fmt.plain(c.replace("_", " ")), Text(_value(r[c]), style=style))
             records.add_row(record)
         return records
     table = Table(title=title, expand=True)
     for column in columns:
-        table.add_column(column.replace("_", " "), overflow="fold")
+        table.add_column(fmt.plain(column.replace("_", " ")), overflow="fold")
     for r in rows:
         table.add_row(*[Text(_value(r[c]), style=style) for c in columns])
     return table
 
 
 def _value(value: object) -> str:
-    """A value on one line, long text cut at 300 characters (said by the ellipsis), figures and
-    timestamps whole."""
+    """A value on one line, inert, long text cut at 300 characters (said by the ellipsis), figures
+    and timestamps whole."""
     return "-" if value is None else fmt.one_line(str(value), 300)
 
 
@@ -119,7 +120,7 @@ def session_renderables(details: dict) -> list:
     info.add_column("field", style="bold", no_wrap=True)
     info.add_column("value", overflow="fold")
     for key in ("pid", "usename", "application_name", "client_addr", "state", "wait_event_type", "wait_event"):
-        info.add_row(key, str(s[key]) if s[key] is not None else "-")
+        info.add_row(key, fmt.plain(s[key]) if s[key] is not None else "-")
     for key in ("session_age_s", "xact_age_s", "query_age_s"):
         info.add_row(key.replace("_s", ""), fmt.seconds(s[key]))
     locks = Table(title="Locks", expand=True)
@@ -128,5 +129,5 @@ def session_renderables(details: dict) -> list:
     for lock in details["locks"]:
         what = lock["relation"] or lock["transactionid"] or (f"{lock['classid']}/{lock['objid']}" if lock["objid"] else "-")
         granted = Text("yes", style="green") if lock["granted"] else Text("WAITING", style="bold red")
-        locks.add_row(lock["locktype"], lock["mode"], granted, what)
-    return [info, Text("\nQuery:", style="bold"), Text(s["query"] or "-"), locks]
+        locks.add_row(fmt.plain(lock["locktype"]), fmt.plain(lock["mode"]), granted, fmt.plain(what))
+    return [info, Text("\nQuery:", style="bold"), Text(fmt.inert_lines(s["query"])), locks]

@@ -1,10 +1,12 @@
-"""Small modal screens: help, the notices log, yes/no confirmation, a one-line prompt."""
+"""Small modal screens: help, the notices log, yes/no confirmation, a one-line prompt. What they
+quote (a notice, a question naming a session or a queue, a host's error) is given to them as a
+str and shown as an inert `Text`, never as markup."""
 
 from __future__ import annotations
 
 from typing import ClassVar
 
-from rich.markup import escape
+from rich.cells import cell_len
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -12,6 +14,8 @@ from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label, Static
+
+from dbcore.text import inert
 
 
 class ScrollingBoxScreen(ModalScreen[None]):
@@ -49,8 +53,8 @@ class HelpScreen(ScrollingBoxScreen):
         table.add_column("Key", style="bold cyan", no_wrap=True)
         table.add_column("Action")
         table.add_column("Binding id", style="dim")
-        for key, description, binding_id in self._keys:
-            table.add_row(key, description, binding_id)
+        for key, description, binding_id in self._keys:  # a key from the config's [keys] may be "["
+            table.add_row(Text(inert(key)), Text(inert(description)), Text(inert(binding_id)))
         with self.scrolling_box("help-keys", "queuetop keys", "Esc, q or ?"):
             yield Label("Remap a key by its id in the config's \\[keys] table.")
             yield Static(table)
@@ -75,7 +79,7 @@ class NoticesScreen(ScrollingBoxScreen):
         table.add_column("At", style="dim", no_wrap=True)
         table.add_column("Notice", overflow="fold")  # wrapped, never cut
         for at, severity, text in self._notices:
-            table.add_row(at, Text(text, style=SEVERITY_STYLE.get(severity, "")))
+            table.add_row(at, Text(inert(text), style=SEVERITY_STYLE.get(severity, "")))
         with self.scrolling_box("notices-log", f"notices ({len(self._notices)})", "Esc, q or m"):
             yield Static(table if self._notices else Text("nothing yet: engine actions and scenario summaries are logged here"))
 
@@ -98,14 +102,16 @@ class HostsScreen(ScrollingBoxScreen):
 
     def __init__(self, rows: list[tuple[str, ...]], current: int) -> None:
         super().__init__()
-        self._rows = rows  # (number, name, state, worst queue, oldest, blocked, roots, sessions, sampled, why)
+        # (number, name, state, worst queue, oldest, blocked, roots, sessions, sampled, why), inert:
+        # a host's error and its worst queue's name are the database's text.
+        self._rows = [tuple(inert(cell) for cell in row) for row in rows]
         self._current = current
 
     def compose(self) -> ComposeResult:
         table = Table(box=None, expand=True, header_style="bold")
         figures = {"#", "Oldest", "Blocked", "Roots", "Sessions", "Sampled"}
         for column in ("#", "Host", "State", "Worst queue", "Oldest", "Blocked", "Roots", "Sessions", "Sampled"):
-            width = max([len(column), *(len(row[len(table.columns)]) for row in self._rows)])
+            width = max([len(column), *(cell_len(row[len(table.columns)]) for row in self._rows)])
             if column in figures:
                 table.add_column(column, no_wrap=True, min_width=width, justify="right" if column != "#" else "left")
             else:
@@ -140,7 +146,7 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label(escape(self.question))
+            yield Label(Text(inert(self.question)))
             yield Label("[b]y[/b] yes    [b]n[/b] / Esc no")
 
     def action_answer(self, answer: bool) -> None:
@@ -165,9 +171,9 @@ class PromptScreen(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label(escape(self.title_text))
-            yield Input(value=self.value, placeholder=self.placeholder, id="prompt-input")
-            yield Label(f"[dim]{escape(self.placeholder)} — Enter to run, Esc to cancel[/dim]")
+            yield Label(Text(inert(self.title_text)))
+            yield Input(value=inert(self.value), placeholder=inert(self.placeholder), id="prompt-input")
+            yield Label(Text(f"{inert(self.placeholder)} — Enter to run, Esc to cancel", style="dim"))
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self.dismiss(event.value.strip())

@@ -24,6 +24,8 @@ from textual.message import Message
 from textual.widgets import DataTable
 from textual.widgets.data_table import CellKey, ColumnKey, RowKey
 
+from dbcore.text import drop_partial_escape, inert
+
 
 class RowsShown(Message):
     """Which rows (lines) of a table or tree are on screen changed: (first, last, total), 1-based,
@@ -260,6 +262,8 @@ class KeyedTable(DataTable):
         """Make the table show exactly `rows` (key → cells, in column order), in that order."""
         full = {key: tuple(cells) for key, cells in rows.items()}
         changed = [key for key, cells in full.items() if self._full.get(key) != cells]  # the one comparison
+        for key in changed:  # only new and changed rows: the others were made inert when they came
+            full[key] = tuple([inert_cell(cell) for cell in full[key]])
         removed = any(k not in full for k in self._full)
         grew = self._measure(full, changed, everything=removed)
         self._full = full
@@ -410,6 +414,23 @@ class KeyedTable(DataTable):
         return [list(Segment.apply_style(segments, style, post_style))]
 
 
+def inert_cell(value: object) -> object:
+    """A cell as DataTable may be given it: no control character, and no `str` that it would read
+    as markup (it does, measuring a column and on its general drawing path: a queue called `[/]x`
+    would raise, `:warning:` would become an emoji). The panels make the database's text inert
+    themselves; this is the net under every table."""
+    if isinstance(value, str):
+        if value.isascii() and value.isprintable() and "[" not in value and value.count(":") < 2:
+            return value  # the common case, without a call
+        shown = inert(value)
+        return value if shown == value and "[" not in value and value.count(":") < 2 else Text(shown)
+    if isinstance(value, Text):
+        plain = value.plain
+        if not (plain.isascii() and plain.isprintable()) and inert(plain) != plain:
+            return Text(inert(plain), style=value.style)  # its spans would no longer fit: the cell's style only
+    return value
+
+
 def _cell_width(value: object) -> int:
     text = value.plain if isinstance(value, Text) else str(value)
     return len(text) if text.isascii() else cell_len(text)  # ASCII: one cell a character
@@ -420,4 +441,10 @@ def shorten(value: object, width: int) -> Text:
     columns are shortened)."""
     text = value.copy() if isinstance(value, Text) else Text(str(value))
     text.truncate(width, overflow="ellipsis")
+    plain = text.plain
+    if plain.endswith("…"):  # an escape (`\x1b`) is whole or cut off: half of one reads as other text
+        kept = drop_partial_escape(plain[:-1])
+        if len(kept) < len(plain) - 1:
+            text.right_crop(len(plain) - len(kept))
+            text.append("…")
     return text

@@ -15,7 +15,7 @@ from textual.containers import Vertical
 from textual.widgets import Sparkline, Static, Tree
 from textual.widgets.tree import TreeNode
 
-from probes.model import BlockedSession, Connections, QueueSample, Snapshot
+from probes.model import BlockedSession, Blocker, Connections, PreparedXact, QueueSample, Snapshot
 
 from .. import format as fmt
 from .keyed_table import Column, KeyedTable, RowsShown, rows_shown, shorten
@@ -36,10 +36,12 @@ CULPRIT_STATES = frozenset({"idle in transaction", "sleeping, open transaction"}
 def fit_segments(segments: list[tuple[str, str, bool]], width: int) -> Text:
     """(text, style, may be shortened) parts, in order, as many as fit `width` whole; a part that
     may be shortened (a name, a query) is cut with an ellipsis when at least 8 cells (besides its
-    leading spaces) are left for it. A figure is whole or absent."""
+    leading spaces) are left for it. A figure is whole or absent. Every part is made inert: the
+    tree's labels and the summary lines quote applications, queries and lock names."""
     kept: list[tuple[str, str]] = []
     used = 0
-    for text, style, shrinkable in segments:
+    for raw, style, shrinkable in segments:
+        text = fmt.inert(raw)
         size = cell_len(text)
         if used + size <= width:
             kept.append((text, style))
@@ -63,8 +65,8 @@ def _new_sample(recorded: dict[str, datetime], snapshot: Snapshot) -> str | None
 
 
 def _display_name(q: QueueSample) -> str:
-    """A queue's name as the Queues panel shows it: with its source, but for the engine's own."""
-    return q.name + SOURCE_SUFFIX.get(q.source, f" ({q.source})")
+    """A queue's name as the Queues panel shows it (inert): with its source, but for the engine's own."""
+    return fmt.inert(q.name + SOURCE_SUFFIX.get(q.source, f" ({q.source})"))
 
 
 def _matches(filter_text: str, *fields: object) -> bool:
@@ -89,6 +91,7 @@ class Panel(Vertical):
         super().__init__(**kwargs)
         self.border_title = title
         self._subtitles: dict[str, tuple[str, ...]] = {}
+        self._subtitle_shown = ""
         self.sort = self.SORTS[0][0]
         self._width_wanted = 0
 
@@ -128,8 +131,10 @@ class Panel(Vertical):
                     shown.append(text)
                     break
         subtitle = " · ".join(shown)
-        if subtitle != self.border_subtitle:
-            self.border_subtitle = subtitle
+        if subtitle != self._subtitle_shown:
+            self._subtitle_shown = subtitle
+            # A Text (a str border title is read as markup), inert: the stale part quotes an error.
+            self.border_subtitle = Text(fmt.inert(subtitle))
 
     def on_resize(self) -> None:
         self._render_subtitle()
@@ -340,7 +345,7 @@ class RingsPanel(Panel):
         for r in snapshot.rings:
             if not _matches(filter_text, r.name):
                 continue
-            name = Text(r.name, style="bold red" if r.used >= r.capacity else "")
+            name = fmt.plain(r.name, style="bold red" if r.used >= r.capacity else "")
             rows[r.name] = (name, f"{fmt.count(r.used)}/{fmt.count(r.capacity)}", fmt.bar(r.used, r.capacity),
                             fmt.count(r.refused_total))
         self.query_one(KeyedTable).sync(rows)
@@ -404,9 +409,9 @@ class LeasesPanel(Panel):
                 continue
             left = None if lease.expires_in_s is None else lease.expires_in_s - elapsed
             state = lease.state if not (lease.state == "held" and left is not None and left <= 0) else "expired"
-            style = {"held": "green", "expired": "bold red", "free": "dim"}[state]
+            style = {"held": "green", "expired": "bold red", "free": "dim"}.get(state, "")  # a recording may say anything
             rows[lease.name] = (
-                lease.name, Text(state, style=style), lease.holder or "-", fmt.count(lease.token),
+                fmt.inert(lease.name), fmt.plain(state, style=style), fmt.inert(lease.holder or "-"), fmt.count(lease.token),
                 Text(fmt.seconds(left), style="bold red" if left is not None and left <= 0 else ""),
             )
         self.query_one(KeyedTable).sync(rows)
@@ -442,6 +447,48 @@ def _deadlock_countdown(snapshot: Snapshot, members: list[BlockedSession]) -> st
     return f"deadlock, past deadlock_timeout {timeout:g}s (a session set its own?)"
 
 
+def label_width(tree_width: int, depth: int) -> int:
+    """The cells a tree label at `depth` has: the guides take 2 cells a level and 2 for the arrow."""
+    return tree_width - 2 * depth - 2
+
+
+# The Locks tree's labels: each part whole, in order (the figures first), a text part shortened
+# with an ellipsis, never a figure; every text from the database inert (fit_segments).
+
+
+def blocker_label(r: Blocker, tree_width: int) -> Text:
+    """A root blocker: its pid, state, how many it blocks, its transaction's age, its application
+    and query."""
+    return fit_segments([
+        (f"{r.pid} ", "bold", False),
+        (SHORT_STATES.get(r.state or "?", r.state or "?"), "bold red" if r.state in CULPRIT_STATES else "yellow", False),
+        (f"  blocks {r.blocked_count}", "", False), (f"  xact {fmt.seconds(r.xact_age_s)}", "", False),
+        (f"  {r.application or '-'}", "cyan", True), (f"  {fmt.one_line(r.query, 200)}", "", True),
+    ], label_width(tree_width, 1))
+
+
+def prepared_label(p: PreparedXact, tree_width: int) -> Text:
+    """A prepared transaction at the root of waits: no session holds it."""
+    return fit_segments([
+        ("prepared ", "bold red", False), (f"{p.gid!r}", "bold", True), (f"  blocks {p.blocked_count}", "", False),
+        (f"  age {fmt.seconds(p.age_s)}", "", False), ("  no session: COMMIT or ROLLBACK PREPARED", "yellow", True),
+        (f"  {p.owner or '?'}@{p.database or '?'}", "cyan", True),
+    ], label_width(tree_width, 1))
+
+
+def blocked_label(b: BlockedSession, depth: int, tree_width: int, here: str | None) -> Text:
+    """A waiting session at `depth`: how long it waits, for what, its application and query
+    (`here`: the database the dashboard watches, named only when the lock is in another)."""
+    return fit_segments([
+        (f"{b.pid} ", "bold", False), (f"waits {fmt.seconds(b.wait_s)}", "red", False),
+        (f"  {(b.mode or '?').removesuffix('Lock')}", "", True),
+        (f" {fmt.lock_target(b, here, with_row=False)}", "magenta", True),
+        (f" {b.row}" if b.row and b.lock_type in ("transactionid", "tuple") else "", "magenta", False),  # a ctid: whole or absent
+        (f"  {b.application or '-'}", "cyan", True),
+        (f"  {fmt.one_line(b.query, 200)}", "", True),
+    ], label_width(tree_width, depth))
+
+
 class LockTree(Tree[int]):
     """The blocking tree, without a scrollbar: the panel's border says which lines are shown."""
 
@@ -452,6 +499,16 @@ class LockTree(Tree[int]):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._rows_shown: tuple[int, int, int] | None = None
+
+    def process_label(self, label: str | Text) -> Text:
+        """A label is never markup (Tree reads a str label as markup) and never holds a control
+        character, whoever builds it; the labels here are built inert already (fit_segments)."""
+        if isinstance(label, str):
+            return Text(fmt.inert(label))
+        plain = label.plain
+        if not (plain.isascii() and plain.isprintable()) and fmt.inert(plain) != plain:
+            return Text(fmt.inert(plain), style=label.style)  # its spans would no longer fit
+        return label
 
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
         super().watch_scroll_y(old_value, new_value)
@@ -514,45 +571,12 @@ class LocksPanel(Panel):
 
         width = max(20, tree.size.width)
 
-        def fit(depth: int, segments: list[tuple[str, str, bool]]) -> Text:
-            # The tree's guides take 2 cells a level and 2 for the arrow; then each part whole,
-            # in order (the figures first), a text part shortened with an ellipsis, never a figure.
-            return fit_segments(segments, width - 2 * depth - 2)
-
-        def label_root(pid: int) -> Text:
-            r = roots[pid]
-            return fit(1, [
-                (f"{pid} ", "bold", False),
-                (SHORT_STATES.get(r.state or "?", r.state or "?"), "bold red" if r.state in CULPRIT_STATES else "yellow", False),
-                (f"  blocks {r.blocked_count}", "", False), (f"  xact {fmt.seconds(r.xact_age_s)}", "", False),
-                (f"  {r.application or '-'}", "cyan", True), (f"  {fmt.one_line(r.query, 200)}", "", True),
-            ])
-
-        def label_prepared(key: str) -> Text:
-            p = prepared[key]
-            return fit(1, [
-                ("prepared ", "bold red", False), (f"{p.gid!r}", "bold", True), (f"  blocks {p.blocked_count}", "", False),
-                (f"  age {fmt.seconds(p.age_s)}", "", False), ("  no session: COMMIT or ROLLBACK PREPARED", "yellow", True),
-                (f"  {p.owner or '?'}@{p.database or '?'}", "cyan", True),
-            ])
-
         def label_cycle(key: str) -> Text:
             members = cycles[key]
-            return fit(1, [
+            return fit_segments([
                 ("wait cycle ", "bold red", False), (" → ".join(map(str, [*members, members[0]])), "bold", False),
                 (f"  {_deadlock_countdown(snapshot, [blocked[m] for m in members])}", "yellow", True),
-            ])
-
-        def label_blocked(pid: int, depth: int) -> Text:
-            b = blocked[pid]
-            return fit(depth, [
-                (f"{pid} ", "bold", False), (f"waits {fmt.seconds(b.wait_s)}", "red", False),
-                (f"  {(b.mode or '?').removesuffix('Lock')}", "", True),
-                (f" {fmt.lock_target(b, snapshot.server.database, with_row=False)}", "magenta", True),
-                (f" {b.row}" if b.row and b.lock_type in ("transactionid", "tuple") else "", "magenta", False),  # a ctid: whole or absent
-                (f"  {b.application or '-'}", "cyan", True),
-                (f"  {fmt.one_line(b.query, 200)}", "", True),
-            ])
+            ], label_width(width, 1))
 
         def sample_of(path: tuple) -> object:
             """What a node's label shows: its label is rebuilt only when this changes."""
@@ -566,8 +590,10 @@ class LocksPanel(Panel):
         def label_of(path: tuple) -> Text:
             node = path[-1]
             if isinstance(node, str):
-                return label_cycle(node) if node.startswith("cycle:") else label_prepared(node)
-            return label_root(node) if len(path) == 1 and node in roots else label_blocked(node, len(path))
+                return label_cycle(node) if node.startswith("cycle:") else prepared_label(prepared[node], width)
+            if len(path) == 1 and node in roots:
+                return blocker_label(roots[node], width)
+            return blocked_label(blocked[node], len(path), width, snapshot.server.database)
 
         # Shape: which node hangs under which path. Labels change every tick; the shape rarely.
         paths: list[tuple] = []
@@ -719,8 +745,8 @@ class ConnectionsPanel(Panel):
             entries.sort(key=lambda e: (e[1] or "").lower())
         rows: dict[str, tuple[object, ...]] = {}
         for what, name, n in entries:
-            label = Text(SHORT_STATES.get(name, name), style="bold red" if name in CULPRIT_STATES else "") \
-                if what == "state" else (name or "(none)")
+            label = fmt.plain(SHORT_STATES.get(name, name), style="bold red" if name in CULPRIT_STATES else "") \
+                if what == "state" else (fmt.inert(name) or "(none)")
             rows[f"{what}:{name}"] = (fmt.count(n), what, label)
         self.query_one(KeyedTable).sync(rows)
 
