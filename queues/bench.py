@@ -10,7 +10,6 @@ handler) and the real enqueue path, so the ratio is the cost of the engine's cli
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import statistics
@@ -24,7 +23,7 @@ from typing import TypeVar
 
 import psycopg
 
-from dbcore.database import Target, connect, one
+from dbcore.database import Target, connect, for_child_process, one
 from dbcore.errors import UsageError
 from dbcore.sqlfiles import PLACEHOLDER, Queries
 
@@ -102,8 +101,9 @@ class EngineBench:
         ]
         for key, value in (defines or {}).items():
             cmd += ["-D", f"{key}={value}"]
-        cmd.append(self.target.conninfo)
-        env = {**os.environ, "PGAPPNAME": "queuetop-bench-pgbench"}
+        conninfo, env = for_child_process(self.target)
+        cmd.append(conninfo)
+        env["PGAPPNAME"] = "queuetop-bench-pgbench"
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
         match = re.search(r"tps = ([0-9.]+) \(without initial connection time\)", proc.stdout)
         failed = re.search(r"number of failed transactions: [1-9]", proc.stdout)

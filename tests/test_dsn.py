@@ -101,3 +101,68 @@ def test_a_password_typed_raw_in_a_uri_is_never_shown(password):
     dsn = f"postgresql://ops:{password}@db1:5432/app"
     assume(password not in "postgresql://ops:***@db1:5432/app" and "@" not in password)
     assert password not in mask_dsn(dsn)
+
+
+# -- issue 24: errors about a DSN are ours, never a parser's --------------------------------
+
+from dbcore.database import MASK as SHOWN_MASK  # noqa: E402
+
+
+@pytest.mark.parametrize(
+    "dsn, reason",
+    [
+        ("postgresql://u:Zq1 Zq2@h/db", "a space in a URI is written %20"),
+        ("postgresql://u:Zq1%zzZq2@h/db", "a % in a URI begins an escape"),
+        ("postgresql://u:Zq1@[::1/db", "an IPv6 address opened with [ is not closed with ]"),
+        ("host=h password='Zq1", "a quoted value is not closed"),
+        ("host=h password=Zq1 Zq2", "a word without ="),
+        ("host=h password=Zq1 Zq2=x", "libpq knows no option"),  # not "Zq2": it is a piece of the password
+        ("host=h bogus=1 password=Zq1", 'libpq knows no option "bogus"'),  # shown before the password: named
+        ("postgresql://u:Zq1@h/db?bogus=1", 'libpq knows no query parameter "bogus"'),
+        ("postgresql+psycopg://u:Zq1@h/db?bogus=1", 'libpq knows no option "bogus"'),
+        ("postgresql+psycopg://u:Zq1@Zq2:Zq3Zq4Zq5Zq6Zq7Zq8Zq9Zq0@h/db", "its port is not a number"),
+        ("postgresql+psycopg://u:Zq1@[::1/db", "its port is not a number"),
+    ],
+)
+def test_an_invalid_dsn_is_told_in_our_words_with_the_dsn_masked(dsn, reason):
+    with pytest.raises(UsageError) as raised:
+        resolve_target(dsn)
+    message = str(raised.value)
+    assert message.startswith(f"invalid DSN {mask_dsn(dsn)}: ") and reason in message, message
+    assert "Zq" not in message and SHOWN_MASK in message
+
+
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        "postgresql://u:Zq1@Zq2@h/db",  # libpq and SQLAlchemy: password "Zq1", host "Zq2@h"
+        "postgresql://u:Zq1/Zq2@h/db",  # libpq: host "u", port "Zq1"
+        "postgresql+psycopg://u:Zq1@Zq2@h/db",
+        "postgresql://u:Zq1@h/db?application_name=me@home",  # unambiguous to libpq, not to a reader: %40
+    ],
+)
+def test_a_raw_at_sign_besides_the_one_before_the_host_is_refused(dsn):
+    with pytest.raises(UsageError, match="%40") as raised:
+        resolve_target(dsn)
+    assert "Zq" not in str(raised.value)
+
+
+def test_an_encoded_at_sign_is_read_as_typed():
+    target = resolve_target("postgresql://u:Zq1%40Zq2@h/db?application_name=me%40home")
+    assert conninfo_to_dict(target.conninfo)["password"] == "Zq1@Zq2" and "Zq" not in target.masked
+
+
+@pytest.mark.parametrize(
+    "dsn, hidden",
+    [
+        ("host=h sslpassword=hunter22 dbname=app", "hunter22"),
+        ("postgresql://u@h/app?sslpassword=hunter22&sslmode=require", "hunter22"),
+        ("postgresql+psycopg://u@h/app?sslpassword=hunter22", "hunter22"),
+        ("host=h oauth_client_secret=hunter22", "hunter22"),
+        ("mssql+pyodbc://u@h/db?driver=FreeTDS&PWD=hunter22", "hunter22"),
+        ("mssql+pyodbc:///?odbc_connect=DRIVER%3D%7BFreeTDS%7D%3BSERVER%3Dh%3BPWD%3D%7Bhun%3Bter22%7D", "ter22"),
+    ],
+)
+def test_every_secret_key_is_masked_not_only_password(dsn, hidden):
+    target = resolve_target(dsn)
+    assert hidden not in target.masked and SHOWN_MASK in target.masked

@@ -14,7 +14,6 @@ the row's tuple lock); the locks probe is then timed `--cycles` times.
 
 from __future__ import annotations
 
-import os
 import shutil
 import statistics
 import subprocess
@@ -24,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from dbcore.database import Target, connect, one
+from dbcore.database import Target, connect, for_child_process, one
 from dbcore.errors import UsageError
 from dbcore.sqlfiles import Queries
 from probes.postgres import PostgresProbes, open_probe_connection
@@ -104,9 +103,10 @@ def _locks_pileup(target: Target, clients: int, cycles: int, say: Callable[[str]
         holder.execute(PILEUP_SQL["hold"])  # the transaction stays open: the row is held
         script = workdir / "update.sql"
         script.write_text(PILEUP_SQL["pgbench_update"] + "\n")
+        conninfo, env = for_child_process(target)
         process = subprocess.Popen(
-            [pgbench, "-n", "-f", str(script), "-c", str(clients), "-j", "2", "-T", "600", target.conninfo],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "PGAPPNAME": "queuetop-bench-pileup"},
+            [pgbench, "-n", "-f", str(script), "-c", str(clients), "-j", "2", "-T", "600", conninfo],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**env, "PGAPPNAME": "queuetop-bench-pileup"},
         )
         deadline = time.monotonic() + 60
         while one(admin.execute(PILEUP_SQL["waiting"]))[0] < clients:

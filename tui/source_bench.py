@@ -18,7 +18,6 @@ and River offer none in a language that runs here.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import statistics
 import subprocess
@@ -30,7 +29,7 @@ from typing import Any
 
 from psycopg import sql
 
-from dbcore.database import Target, connect, resolve_target
+from dbcore.database import Target, connect, for_child_process, resolve_target
 from dbcore.errors import UsageError
 from dbcore.sqlfiles import Queries
 from probes.config import Config
@@ -121,7 +120,7 @@ def _install(bench: Target, say: Callable[[str], None]) -> tuple[list[str], dict
     if shutil.which("node") and NODE_PEERS.exists():
         say("installing pg-boss and Graphile Worker schemas through Node.js")
         subprocess.run(["node", str(PEER_SCRIPTS / "install_schemas.mjs"), _libpq_uri(bench), *QUEUES], check=True,
-                       capture_output=True, timeout=300, env={**os.environ, "QUEUETOP_NODE_PEERS": str(NODE_PEERS)})
+                       capture_output=True, timeout=300, env={**for_child_process(bench)[1], "QUEUETOP_NODE_PEERS": str(NODE_PEERS)})
         installed += ["pg-boss", "graphile-worker"]
     else:
         reason = "Node.js and the peer packages are needed (make test installs them into .cache/node-peers)"
