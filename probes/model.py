@@ -6,8 +6,8 @@ Probes build these; the scheduler composes them into a `Snapshot`; the dashboard
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, is_dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from datetime import UTC, datetime
 from types import UnionType
 from typing import Any, Union, get_args, get_origin, get_type_hints
@@ -224,23 +224,48 @@ class Snapshot:
         return {key: _jsonable(value) for key, value in document.items()}
 
     @classmethod
-    def from_json(cls, document: Mapping[str, Any]) -> Snapshot:
+    def from_json(cls, document: Any) -> Snapshot:
         """A snapshot from its JSON object (`to_json`, or a line of a recording). Keys it does not
-        know are kept in `extra`, as `to_json` writes them; a later version is refused."""
+        know are kept in `extra`, as `to_json` writes them; a later version is refused. Every
+        value is checked against the model (`ShapeError`, a ValueError naming where and what):
+        what a recording holds may have been damaged or written by something else, and nothing
+        downstream should meet `"queues": null` or `"depth": "12"`."""
+        if not isinstance(document, Mapping):
+            raise ShapeError(f"a snapshot is a JSON object, not {_kind(document)}")
         version = document.get("version")
-        if version != SNAPSHOT_VERSION:
+        if type(version) is not int or version != SNAPSHOT_VERSION:
             raise ValueError(f"snapshot version {version!r}: this queuetop reads version {SNAPSHOT_VERSION}")
-        known = {f.name for f in fields(cls)} - {"extra"}
         values: dict[str, Any] = {}
-        for name, hint in _hints(cls).items():
-            if name == "extra" or name not in document:
+        for name, (decode, required) in _snapshot_fields().items():
+            if name not in document:
+                if required:
+                    raise ShapeError(f"{name}: missing")
                 continue
-            values[name] = _decode(hint, document[name])
-        connections = document.get("connections")
-        if isinstance(connections, Mapping) and connections.get("total") is None:
-            values["connections"] = None  # to_json's empty object: the probe did not run or failed
-        extra = {key: value for key, value in document.items() if key not in known and key != "version"}
+            value = document[name]
+            if name == "connections" and isinstance(value, Mapping) and value.get("total") is None:
+                values["connections"] = None  # to_json's empty object: the probe did not run or failed
+                continue
+            try:
+                values[name] = decode(value)
+            except ShapeError as exc:
+                raise exc.within(name) from None
+        extra = {key: value for key, value in document.items() if key not in _SNAPSHOT_KNOWN}
+        for key, value in extra.items():
+            _check_extra(key, value)
         return cls(**values, extra=extra)
+
+
+class ShapeError(ValueError):
+    """A snapshot's JSON that is not of the model's shape: where (`queues[3].depth`) and what."""
+
+    def __init__(self, message: str, where: str = "") -> None:
+        super().__init__(f"{where}: {message}" if where else message)
+        self.message, self.where = message, where
+
+    def within(self, outer: str) -> ShapeError:
+        """The same error, seen from the object that holds it."""
+        where = outer + ("" if not self.where else self.where if self.where.startswith("[") else "." + self.where)
+        return ShapeError(self.message, where)
 
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
@@ -301,25 +326,209 @@ _EMPTY_CONNECTIONS: dict[str, object] = {
 }
 
 
-def _decode(hint: Any, value: Any) -> Any:
-    """`value`, read from JSON, as the type `hint` names: dataclasses, tuples, dicts, datetimes."""
+# An integer beyond this is no figure a database keeps (bigint is 2**63): refused, since a float
+# of it (a rate, a ratio, a Prometheus sample) would overflow long before Python's int does.
+MAX_INT = 2**128
+# How deep a value kept as it is (a key of `extra` the model does not know) may nest: printing or
+# re-encoding it recurses.
+MAX_EXTRA_DEPTH = 32
+
+_Decoder = Callable[[Any], Any]
+_DECODERS: dict[Any, _Decoder] = {}
+
+
+def _kind(value: object) -> str:
+    """What a JSON value is, in words, for an error message."""
     if value is None:
-        return None
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer out of range" if abs(value) > MAX_INT else "an integer"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, (list, tuple)):
+        return "an array"
+    if isinstance(value, Mapping):
+        return "an object"
+    return type(value).__name__
+
+
+def _wrong(expected: str, value: object) -> ShapeError:
+    return ShapeError(f"expected {expected}, got {_kind(value)}")
+
+
+def _str(value: Any) -> str:
+    if type(value) is not str:
+        raise _wrong("a string", value)
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate (JSON's "\ud800"): no terminal or file can take it
+            raise ShapeError("a string with a lone surrogate") from None
+    return value
+
+
+def _int(value: Any) -> int:
+    if type(value) is not int or not -MAX_INT <= value <= MAX_INT:
+        raise _wrong("an integer", value)
+    return value
+
+
+def _float(value: Any) -> float:
+    if type(value) is float:
+        return value
+    if type(value) is int and -MAX_INT <= value <= MAX_INT:
+        return float(value)
+    raise _wrong("a number", value)
+
+
+def _bool(value: Any) -> bool:
+    if type(value) is not bool:
+        raise _wrong("true or false", value)
+    return value
+
+
+def _datetime(value: Any) -> datetime:
+    if type(value) is not str:
+        raise _wrong("an ISO-8601 time", value)
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise ShapeError(f"not an ISO-8601 time: {value[:40]!r}") from None
+
+
+def _decoder(hint: Any) -> _Decoder:
+    """A function reading a JSON value as the type `hint` names (dataclasses, tuples, dicts,
+    datetimes, optional values), raising ShapeError for a value of another shape."""
+    decode = _DECODERS.get(hint)
+    if decode is None:
+        decode = _DECODERS[hint] = _make_decoder(hint)
+    return decode
+
+
+def _make_decoder(hint: Any) -> _Decoder:
     origin = get_origin(hint)
     if origin in (Union, UnionType):
         options = [a for a in get_args(hint) if a is not type(None)]
-        return _decode(options[0], value) if len(options) == 1 else value
+        if len(options) != 1:
+            raise TypeError(f"no decoder for {hint!r}")
+        inner = _decoder(options[0])
+        return lambda value: None if value is None else inner(value)
     if origin is tuple:
-        (item, *_rest) = get_args(hint)
-        return tuple(_decode(item, v) for v in value)
+        item = _decoder(get_args(hint)[0])
+
+        def decode_tuple(value: Any) -> tuple[Any, ...]:
+            if type(value) is not list:
+                raise _wrong("an array", value)
+            out = []
+            for index, element in enumerate(value):
+                try:
+                    out.append(item(element))
+                except ShapeError as exc:
+                    raise exc.within(f"[{index}]") from None
+            return tuple(out)
+
+        return decode_tuple
     if origin is dict:
-        _key, item = get_args(hint)
-        return {k: _decode(item, v) for k, v in value.items()}
+        key_hint, item_hint = get_args(hint)
+        if key_hint is not str:
+            raise TypeError(f"no decoder for {hint!r}")
+        if item_hint is object:
+            return _extra_map
+        item = _decoder(item_hint)
+
+        def decode_dict(value: Any) -> dict[str, Any]:
+            if type(value) is not dict:
+                raise _wrong("an object", value)
+            out = {}
+            for key, element in value.items():
+                try:
+                    out[_str(key)] = item(element)
+                except ShapeError as exc:
+                    raise exc.within(f"[{key!r}]") from None
+            return out
+
+        return decode_dict
     if isinstance(hint, type) and is_dataclass(hint):
-        hints = _hints(hint)
-        return hint(**{name: _decode(hints[name], v) for name, v in value.items() if name in hints})
-    if hint is datetime:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    if hint is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    return value
+        return _dataclass_decoder(hint)
+    simple = {str: _str, int: _int, float: _float, bool: _bool, datetime: _datetime}.get(hint)
+    if simple is None:
+        raise TypeError(f"no decoder for {hint!r}")
+    return simple
+
+
+def _dataclass_decoder(cls: type) -> _Decoder:
+    hints = _hints(cls)
+    spec = {f.name: (_decoder(hints[f.name]), f.default is MISSING and f.default_factory is MISSING)
+            for f in fields(cls)}
+
+    def decode_sample(value: Any) -> Any:
+        if type(value) is not dict:
+            raise _wrong("an object", value)
+        values = {}
+        for name, (decode, required) in spec.items():
+            if name not in value:
+                if required:
+                    raise ShapeError("missing", name)
+                continue
+            try:
+                values[name] = decode(value[name])
+            except ShapeError as exc:
+                raise exc.within(name) from None
+        return cls(**values)  # keys it does not know are left out, as they always were
+
+    return decode_sample
+
+
+def _extra_map(value: Any) -> dict[str, object]:
+    if type(value) is not dict:
+        raise _wrong("an object", value)
+    for key, element in value.items():
+        _check_extra(key, element)
+    return dict(value)
+
+
+def _check_extra(key: str, value: object) -> None:
+    """A key of `extra`, kept as it is: those the model reads (host, connected) of their type,
+    strings readable, none nested beyond MAX_EXTRA_DEPTH."""
+    try:
+        if key == "host":
+            _str(value)
+        elif key == "connected":
+            _bool(value)
+        _check_nesting(value, MAX_EXTRA_DEPTH)
+    except ShapeError as exc:
+        raise exc.within(key) from None
+
+
+def _check_nesting(value: object, depth: int) -> None:
+    if isinstance(value, str):
+        _str(value)
+    elif isinstance(value, (list, dict)):
+        if depth <= 0:
+            raise ShapeError(f"nested deeper than {MAX_EXTRA_DEPTH}")
+        if isinstance(value, dict):
+            for key, element in value.items():
+                _str(key)
+                _check_nesting(element, depth - 1)
+        else:
+            for element in value:
+                _check_nesting(element, depth - 1)
+    elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
+        raise _wrong("an integer", value)
+
+
+_SNAPSHOT_FIELDS: dict[str, tuple[_Decoder, bool]] = {}
+_SNAPSHOT_KNOWN = frozenset({f.name for f in fields(Snapshot)} | {"version"}) - {"extra"}
+
+
+def _snapshot_fields() -> dict[str, tuple[_Decoder, bool]]:
+    """Snapshot's fields but `extra`: each one's decoder, and whether the key is required."""
+    if not _SNAPSHOT_FIELDS:
+        hints = _hints(Snapshot)
+        _SNAPSHOT_FIELDS.update({f.name: (_decoder(hints[f.name]), f.default is MISSING and f.default_factory is MISSING)
+                                 for f in fields(Snapshot) if f.name != "extra"})
+    return _SNAPSHOT_FIELDS

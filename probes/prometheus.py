@@ -11,10 +11,18 @@ A figure that cannot be known (null in the snapshot) is no sample at all, never 
 
 `/snapshot` serves the same cached snapshots as JSON lines (`queuetop snapshot --json`'s objects,
 one per host), so that a scrape can be checked against what the probes saw at the same instant.
+
+Label values come from the databases (queue, application, lease names...): each is made inert
+(dbcore/text.py: a control, bidi or other invisible character is written as `\\x1b`, `\\u202e`),
+and the client library escapes backslash, quote and newline. Many scrapers at once are served:
+the body of a scrape is formatted once per new snapshot and format (not once per scrape), every
+connection has a thread, and the listen backlog holds a burst of them (socketserver's default, 5,
+dropped connections under 50 concurrent scrapers: a client's SYN retried after 1, 3, 7 s).
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import socket
 import threading
@@ -23,11 +31,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from socketserver import ThreadingMixIn
 from typing import Any
+from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.registry import Collector
+
+from dbcore.text import inert
 
 from .model import Snapshot, as_utc
 
@@ -111,7 +123,9 @@ class _Families:
             spec = METRICS[name]
             family = self._families[name] = (CounterMetricFamily if spec.kind == "counter" else GaugeMetricFamily)(
                 name, spec.help, labels=spec.labels)
-        family.add_metric(["" if label is None else str(label) for label in labels], float(value))
+        # inert(): text from the database never carries a control character into a label
+        # (None is ""); the client escapes backslash, quote and newline itself.
+        family.add_metric([inert(label) for label in labels], float(value))
 
     def __iter__(self) -> Iterator[Metric]:
         return iter(self._families.values())
@@ -185,33 +199,112 @@ class SnapshotCollector(Collector):
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._snapshots: dict[str, Snapshot] = {}
+        self.generation = 0  # counts updates: a scrape's body is formatted once per generation
 
     def update(self, snapshot: Snapshot) -> None:
         with self._lock:
             self._snapshots[snapshot.host] = snapshot
+            self.generation += 1
 
     def snapshots(self) -> list[Snapshot]:
         with self._lock:
             return list(self._snapshots.values())
 
+    def state(self) -> tuple[int, list[Snapshot]]:
+        """The generation and its snapshots, read together."""
+        with self._lock:
+            return self.generation, list(self._snapshots.values())
+
     def collect(self) -> Iterator[Metric]:
         yield from families(self.snapshots())
 
 
+class _Fixed(Collector):
+    """The families of a given list of snapshots (one generation's), for an encoder; only the
+    samples named in `names`, if given (`/metrics?name[]=queuetop_up`)."""
+
+    def __init__(self, snapshots: list[Snapshot], names: set[str] | None = None) -> None:
+        self._snapshots = snapshots
+        self._names = names
+
+    def collect(self) -> Iterator[Metric]:
+        for family in families(self._snapshots):
+            if self._names is None:
+                yield family
+                continue
+            samples = [sample for sample in family.samples if sample.name in self._names]
+            if samples:
+                restricted = Metric(family.name, family.documentation, family.type, family.unit)
+                restricted.samples = samples
+                yield restricted
+
+
+class _Bodies:
+    """/metrics bodies of the collector's latest generation, one per format (text or OpenMetrics,
+    as the Accept header asks; gzipped or not): formatted by the first scrape that asks, under a
+    lock so that fifty scrapers arriving together format it once, then served as they are."""
+
+    def __init__(self, collector: SnapshotCollector) -> None:
+        self._collector = collector
+        self._lock = threading.Lock()
+        self._generation = -1
+        self._bodies: dict[tuple[str, bool], tuple[list[tuple[str, str]], bytes]] = {}
+
+    def get(self, accept: str, accept_encoding: str, names: set[str] | None = None) -> tuple[list[tuple[str, str]], bytes]:
+        """The headers and body of a scrape; one restricted to `names` is formatted afresh."""
+        encoder, content_type = choose_encoder(accept)
+        key = (content_type, gzip_accepted(accept_encoding))
+        if names is not None:
+            return self._format(encoder, key, self._collector.snapshots(), names)
+        with self._lock:
+            generation, snapshots = self._collector.state()
+            if generation != self._generation:
+                self._generation, self._bodies = generation, {}
+            found = self._bodies.get(key)
+            if found is None:
+                found = self._bodies[key] = self._format(encoder, key, snapshots)
+            return found
+
+    @staticmethod
+    def _format(encoder: Callable[[Collector], bytes], key: tuple[str, bool], snapshots: list[Snapshot],
+                names: set[str] | None = None) -> tuple[list[tuple[str, str]], bytes]:
+        body = encoder(_Fixed(snapshots, names))
+        headers = [("Content-Type", key[0])]
+        if key[1]:
+            body = gzip.compress(body, compresslevel=6, mtime=0)
+            headers.append(("Content-Encoding", "gzip"))
+        headers.append(("Content-Length", str(len(body))))
+        return headers, body
+
+
 class _QuietHandler(WSGIRequestHandler):
+    timeout = 30  # a client that connects and sends nothing holds its thread this long at most
+
+    def setup(self) -> None:
+        super().setup()
+        if self.connection.family in (socket.AF_INET, socket.AF_INET6):
+            # wsgiref sends the headers and the body in two writes: without this, Nagle holds
+            # the body back until the client's delayed ACK of the headers (up to 40 ms).
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
     def log_message(self, format: str, *args: Any) -> None:  # a scrape every few seconds is no news
         pass
 
 
 class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    """A thread per connection; a listen backlog for a burst of scrapers (the kernel caps it
+    at net.core.somaxconn)."""
+
     daemon_threads = True
+    request_queue_size = 1024
 
 
 def wsgi_app(collector: SnapshotCollector) -> Callable[..., Iterable[bytes]]:
     """/metrics (and /) from the collector's registry; /snapshot as JSON lines."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
-    metrics = make_wsgi_app(registry)
+    metrics = make_wsgi_app(registry)  # OPTIONS, and 405 for any other method
+    bodies = _Bodies(collector)
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path = environ.get("PATH_INFO") or "/"
@@ -220,6 +313,12 @@ def wsgi_app(collector: SnapshotCollector) -> Callable[..., Iterable[bytes]]:
             start_response("200 OK", [("Content-Type", "application/x-ndjson"), ("Content-Length", str(len(body)))])
             return [body]
         if path in ("/", "/metrics"):
+            if environ.get("REQUEST_METHOD") == "GET":
+                names = parse_qs(environ.get("QUERY_STRING", "")).get("name[]")
+                headers, body = bodies.get(environ.get("HTTP_ACCEPT", ""), environ.get("HTTP_ACCEPT_ENCODING", ""),
+                                           set(names) if names else None)
+                start_response("200 OK", list(headers))
+                return [body]
             return metrics(environ, start_response)
         start_response("404 Not Found", [("Content-Type", "text/plain")])
         return [b"queuetop: /metrics, or /snapshot\n"]

@@ -5,6 +5,7 @@ Grafana dashboard name only metrics the exporter serves, with only labels those 
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import select
@@ -12,8 +13,12 @@ import signal
 import subprocess
 import sys
 import threading
+import time
+import unicodedata
 import urllib.error
 import urllib.request
+from contextlib import contextmanager
+from dataclasses import replace
 
 import promql_parser
 import pytest
@@ -312,3 +317,135 @@ def test_paths_other_than_the_metrics_are_404(db, exporter_factory):
         exporter.get("/nothing")
     assert raised.value.code == 404
     wait_until(lambda: "queuetop_up" in exporter.get("/"), timeout=30, what="the metrics on /")
+
+
+# -- labels, and many scrapers at once ------------------------------------------------------------
+
+
+@contextmanager
+def _served(collector):
+    """`probes.prometheus.serve` in this process, on a free port: its base URL."""
+    from probes.prometheus import serve
+
+    server = serve(collector, "127.0.0.1", 0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _get(url: str, **headers: str) -> tuple[dict, bytes]:
+    request = urllib.request.Request(url, headers=headers)
+    with urllib.request.urlopen(request, timeout=10) as response:
+        body = response.read()
+        return dict(response.headers), gzip.decompress(body) if response.headers.get("Content-Encoding") == "gzip" else body
+
+
+HOSTILE = {
+    "esc": "jobs\x1b]2;pwned\x07", "csi": "jobs\x1b[2J", "c1": "jobs\x9b31m", "cr": "over\rwrite", "nl": "two\nlines",
+    "bidi": "rtl\u202eevil", "zero width": "zero\u200bwidth", "quote and backslash": 'a"b\\c', "tab": "a\tb",
+}
+
+
+def test_text_from_the_database_is_never_sent_raw_in_a_label():
+    """Queue, application, lease and host names with terminal escapes, carriage returns, bidi
+    overrides: every label value is inert() (`\\x1b` written out), in the text format and in
+    OpenMetrics, gzipped or not; the client escapes quote, backslash and newline."""
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
+
+    from dbcore.text import inert
+    from probes.prometheus import SnapshotCollector
+    from tui.sample import sample_snapshot
+
+    base = sample_snapshot(step=1)
+    names = list(HOSTILE.values())
+    snapshot = replace(
+        base,
+        queues=tuple(replace(base.queues[i % len(base.queues)], name=name) for i, name in enumerate(names)),
+        leases=tuple(replace(base.leases[0], name=name) for name in names),
+        blockers=tuple(replace(b, application=names[i % len(names)]) for i, b in enumerate(base.blockers)),
+        connections=replace(base.connections, by_application={name: n for n, name in enumerate(names)}),
+        extra={**base.extra, "host": "db\x1b[1m1"})
+    collector = SnapshotCollector()
+    collector.update(snapshot)
+    with _served(collector) as base_url:
+        for accept, parse in (("", text_string_to_metric_families),
+                              ("application/openmetrics-text; version=1.0.0; charset=utf-8", openmetrics_families)):
+            for encoding in ("", "gzip"):
+                _headers, body = _get(base_url + "/metrics", Accept=accept, **{"Accept-Encoding": encoding})
+                text = body.decode()
+                raw = sorted({c for c in text if c != "\n" and unicodedata.category(c) in ("Cc", "Cf")})
+                assert not raw, (accept, encoding, raw)
+                labels = {(s.name, k): set() for f in parse(text) for s in f.samples for k in s.labels}
+                for family in parse(text):
+                    for sample in family.samples:
+                        for key, value in sample.labels.items():
+                            labels[sample.name, key].add(value)
+                assert labels["queuetop_queue_depth", "queue"] >= {inert(name) for name in names}
+                assert labels["queuetop_lease_token", "lease"] == {inert(name) for name in names}
+                assert labels["queuetop_sessions_by_application", "application"] == {inert(name) for name in names}
+                assert labels["queuetop_up", "host"] == {"db\\x1b[1m1"}
+
+
+def test_a_scrape_serves_the_latest_snapshot_formatted_once_and_filters_by_name(monkeypatch):
+    import probes.prometheus as exporter
+    from probes.prometheus import SnapshotCollector
+    from tui.sample import sample_snapshot
+
+    formatted = []
+    monkeypatch.setattr(exporter, "families", lambda snapshots, real=exporter.families: formatted.append(1) or real(snapshots))
+    collector = SnapshotCollector()
+    first = replace(sample_snapshot(step=1), extra={"host": "a"})
+    collector.update(first)
+    with _served(collector) as base_url:
+        def depth() -> float:
+            _h, body = _get(base_url + "/metrics")
+            return next(s.value for f in text_string_to_metric_families(body.decode()) for s in f.samples
+                        if s.name == "queuetop_queue_depth" and s.labels["queue"] == first.queues[0].name)
+
+        for _ in range(5):
+            assert depth() == first.queues[0].depth
+        assert len(formatted) == 1  # five scrapes of one snapshot: formatted once
+        second = replace(first, queues=(replace(first.queues[0], depth=first.queues[0].depth + 17), *first.queues[1:]))
+        collector.update(second)
+        assert depth() == first.queues[0].depth + 17  # a new snapshot, a new body
+        assert len(formatted) == 2
+        _h, body = _get(base_url + "/metrics?name[]=queuetop_up&name[]=queuetop_queue_inserted_total")
+        assert {f.name for f in text_string_to_metric_families(body.decode())} == {"queuetop_up", "queuetop_queue_inserted"}
+
+
+def test_fifty_concurrent_scrapers_are_all_served_within_a_second(db, exporter_factory):
+    """50 scrapers connecting at once, 4 scrapes each, a new connection each (as Prometheus
+    makes): none times out (5 s), p99 under a second. A listen backlog of 5 (socketserver's
+    default) dropped connections here: SYN retried after 1 s, 3 s, 7 s."""
+    exporter = exporter_factory("--dsn", db.dsn, "--interval", "0.5")
+    wait_until(lambda: "queuetop_queue_depth" in exporter.get("/metrics") or "queuetop_up 1" in exporter.get("/metrics"),
+               timeout=30, what="the first sample")
+    start = threading.Barrier(50)
+    latencies: list[float] = []
+    failures: list[str] = []
+
+    def scrape() -> None:
+        start.wait()
+        for _ in range(4):
+            began = time.perf_counter()
+            try:
+                with urllib.request.urlopen(exporter.base + "/metrics", timeout=5) as response:
+                    assert b"queuetop_up" in response.read()
+                latencies.append(time.perf_counter() - began)
+            except Exception as exc:  # a timeout, a refused or reset connection: what this test is for
+                failures.append(f"{type(exc).__name__}: {exc} after {time.perf_counter() - began:.2f}s")
+
+    threads = [threading.Thread(target=scrape) for _ in range(50)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not failures, failures[:5]
+    latencies.sort()
+    p99 = latencies[int(len(latencies) * 0.99) - 1]
+    assert len(latencies) == 200 and p99 < 1.0, (p99, latencies[-5:])
+    assert exporter.stop() == 0

@@ -85,13 +85,18 @@ def test_a_size_limit_rotates_keeping_as_many_as_asked(tmp_path):
 
 
 def _killed_copy(path: Path, count: int) -> bytes:
-    """The bytes of a recording whose recorder was killed after `count` snapshots: flushed, no trailer."""
-    recorder = Recorder(path)
+    """The bytes of a recording by an earlier version (one gzip member, fully flushed after each
+    line) whose recorder was killed after `count` snapshots: no trailer."""
+    import io
+    import zlib
+
+    raw = io.BytesIO()
+    writer = gzip.GzipFile(fileobj=raw, mode="wb", mtime=0)
     for n in range(count):
-        recorder.write(_hosted(sample_snapshot(step=n), "a", n))
-    data = path.read_bytes()
-    recorder.close()
-    return data
+        writer.write((json.dumps(_hosted(sample_snapshot(step=n), "a", n).to_json(), separators=(",", ":")) + "\n").encode())
+        writer.flush(zlib.Z_FULL_FLUSH)
+    path.write_bytes(raw.getvalue())
+    return raw.getvalue()
 
 
 def test_recording_again_into_a_file_cut_short_keeps_both(tmp_path):
@@ -403,6 +408,11 @@ def test_a_recording_that_cannot_be_written_stops_with_one_line(db, tmp_path):
     assert len(errors) == 1 and errors[0].endswith(": File too large"), result.stderr
     written = int(errors[0].split("recording stopped after ")[1].split()[0])
     assert written >= 1 and len(Recording(path).tracks[f"local/{db.name}"].times) == written
+    # Cut back to the last whole snapshot: valid gzip, each line a whole snapshot.
+    check = subprocess.run(["gzip", "-t", str(path)], capture_output=True, text=True, timeout=30)
+    assert check.returncode == 0, check.stderr
+    with gzip.open(path) as f:
+        assert [json.loads(line)["host"] for line in f] == [f"local/{db.name}"] * written
 
 
 def test_recording_into_something_that_is_not_a_file_is_refused(cli, db, tmp_path):
