@@ -1,6 +1,6 @@
 """The user's configuration: queue tables the operator already has, declared in TOML.
 
-    # ~/.config/queuetop/config.toml (or --config FILE)
+    # ~/.config/queuetop/config.toml (or the file $QUEUETOP_CONFIG names, or --config FILE)
     [keys]                    # remap dashboard keys by binding id (see `?` in the dashboard)
     pause = "space"
 
@@ -33,16 +33,18 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from platformdirs import user_config_dir
 
-from dbcore.errors import UsageError
+from dbcore.errors import UsageError, first_line
 from dbcore.names import is_valid_name
 
 ENV_CONFIG = "QUEUETOP_CONFIG"
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 DEFAULT_INTERVAL_S = 2.0
 DEFAULT_WINDOW = 1000
 
@@ -87,6 +89,8 @@ class TargetSpec:
             value = os.environ.get(self.dsn_env, "").strip()
             if not value:
                 raise UsageError(f"target {self.name!r}: ${self.dsn_env} is not set")
+            if _CONTROL.search(value):
+                raise UsageError(f"target {self.name!r}: ${self.dsn_env} must be one line, without control characters")
             return value
         if self.service is not None:
             return f"service={self.service}"
@@ -117,28 +121,83 @@ def default_config_path() -> Path:
     return Path(user_config_dir("queuetop")) / "config.toml"
 
 
+MAX_CONFIG_BYTES = 1024 * 1024  # a config is a page of TOML: a larger file is not one
+
+
 def load_config(path: str | Path | None = None) -> Config:
-    """Read the config; a missing default file is an empty config, a missing explicit file or a
-    malformed one is a usage error (exit 2)."""
-    file = Path(path) if path is not None else default_config_path()
-    if not file.exists():
-        if path is not None:
-            raise UsageError(f"config file {str(file)!r} not found")
+    """Read the config: `path` (--config FILE), else the file $QUEUETOP_CONFIG names, else the
+    default file. A missing default file is an empty config; a missing file that was named, one
+    that is not a regular file (a directory, a FIFO, /dev/zero), one over MAX_CONFIG_BYTES or a
+    malformed one is a usage error (exit 2), said in one line, before anything is read from it."""
+    if path is not None:
+        file = Path(path)
+        text = _read_config(file, f"config file {str(file)!r}", required=True)
+    elif os.environ.get(ENV_CONFIG, ""):
+        file = Path(os.environ[ENV_CONFIG])
+        text = _read_config(file, f"config file {str(file)!r} (named by ${ENV_CONFIG})", required=True)
+    else:
+        file = default_config_path()
+        text = _read_config(file, f"config {str(file)!r}", required=False)
+    if text is None:
         return Config()
     try:
-        data = tomllib.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read config {str(file)!r}: {exc}") from None
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"malformed config {str(file)!r}: {exc}") from None
+        raise UsageError(f"malformed config {str(file)!r}: {first_line(exc)}") from None
+    except RecursionError:  # tomllib recurses once per nested array or inline table
+        raise UsageError(f"malformed config {str(file)!r}: arrays or inline tables nested too deeply") from None
     return parse_config(data, file)
+
+
+def _read_config(file: Path, where: str, *, required: bool) -> str | None:
+    """The file's text; None when it does not exist and is not `required` (the default file). It
+    is looked at before it is opened, and opened without blocking: a FIFO never hangs the command."""
+    try:
+        info = file.stat()
+    except FileNotFoundError:
+        if required:
+            raise UsageError(f"{where} not found") from None
+        return None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        raise UsageError(f"cannot read {where}: {_reason(exc)}") from None
+    _check_regular(where, info.st_mode, info.st_size)
+    try:
+        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise UsageError(f"cannot read {where}: {_reason(exc)}") from None
+    with os.fdopen(fd, "rb") as stream:
+        try:
+            opened = os.fstat(stream.fileno())  # replaced between the two looks: the second one counts
+            _check_regular(where, opened.st_mode, opened.st_size)
+            data = stream.read(MAX_CONFIG_BYTES + 1)
+        except OSError as exc:
+            raise UsageError(f"cannot read {where}: {_reason(exc)}") from None
+    if len(data) > MAX_CONFIG_BYTES:  # grew since it was looked at
+        raise UsageError(f"{where} is larger than {MAX_CONFIG_BYTES // 1024:,} KiB: not a queuetop config")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"cannot read {where}: not UTF-8 text (byte {exc.start})") from None
+
+
+def _check_regular(where: str, mode: int, size: int) -> None:
+    if stat.S_ISDIR(mode):
+        raise UsageError(f"{where} is a directory: name a TOML file")
+    if not stat.S_ISREG(mode):
+        raise UsageError(f"{where} is not a regular file (a FIFO, a socket or a device): name a TOML file")
+    if size > MAX_CONFIG_BYTES:
+        raise UsageError(f"{where} is larger than {MAX_CONFIG_BYTES // 1024:,} KiB: not a queuetop config")
+
+
+def _reason(exc: BaseException) -> str:
+    return exc.strerror if isinstance(exc, OSError) and exc.strerror else first_line(exc)
 
 
 def parse_config(data: dict, path: Path | None = None) -> Config:
     where = f"config {str(path)!r}" if path else "config"
     unknown = set(data) - {"probes", "queues", "keys", "sources", "targets"}
     if unknown:
-        raise UsageError(f"{where}: unknown section(s) {', '.join(sorted(unknown))}")
+        raise UsageError(f"{where}: unknown section(s) {_listed(unknown)}")
     probes = data.get("probes", {})
     if not isinstance(probes, dict):
         raise UsageError(f"{where}: [probes] must be a table")
@@ -156,7 +215,8 @@ def parse_config(data: dict, path: Path | None = None) -> Config:
     if len(set(names)) != len(names):
         raise UsageError(f"{where}: queue names must be unique")
     keys = data.get("keys", {})
-    if not isinstance(keys, dict) or not all(isinstance(k, str) and isinstance(v, str) and v for k, v in keys.items()):
+    if not isinstance(keys, dict) or not all(isinstance(k, str) and isinstance(v, str) and v and k.isprintable() and v.isprintable()
+                                             for k, v in keys.items()):
         raise UsageError(f"{where}: [keys] maps binding ids to keys, e.g. pause = \"space\"")
     disabled, options = _sources(data.get("sources", {}), where)
     return Config(interval_s=float(interval), window=window, queues=queues, keys=dict(keys), path=path,
@@ -164,6 +224,11 @@ def parse_config(data: dict, path: Path | None = None) -> Config:
 
 
 MAX_TARGETS = 16
+
+
+def _listed(names: set[str]) -> str:
+    """Names from the file, for an error: quoted where they hold anything unprintable (a key may)."""
+    return ", ".join(name if name.isprintable() else repr(name) for name in sorted(names))
 
 
 def _targets(entries: object, where: str) -> tuple[TargetSpec, ...]:
@@ -177,13 +242,16 @@ def _targets(entries: object, where: str) -> tuple[TargetSpec, ...]:
     for index, entry in enumerate(entries):
         unknown = set(entry) - {"name", "dsn", "dsn_env", "service"}
         if unknown:
-            raise UsageError(f"{where}: targets[{index}]: unknown key(s) {', '.join(sorted(unknown))}")
+            raise UsageError(f"{where}: targets[{index}]: unknown key(s) {_listed(unknown)}")
         name = entry.get("name")
         if not isinstance(name, str) or not is_valid_name(name):
             raise UsageError(f"{where}: targets[{index}]: name is required (letters, digits, . _ -)")
         given = {key: entry[key] for key in ("dsn", "dsn_env", "service") if key in entry}
-        if len(given) != 1 or not all(isinstance(v, str) and v.strip() and "\x00" not in v for v in given.values()):
+        if len(given) != 1 or not all(isinstance(v, str) and v.strip() for v in given.values()):
             raise UsageError(f"{where}: target {name!r}: give one of dsn, dsn_env or service, as a string")
+        for key, value in given.items():
+            if _CONTROL.search(value):  # it would be printed in errors: one line, always
+                raise UsageError(f"{where}: target {name!r}: {key} must be one line, without control characters")
         if "dsn_env" in given and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", given["dsn_env"]):
             raise UsageError(f"{where}: target {name!r}: dsn_env must name an environment variable")
         targets.append(TargetSpec(name=name, **{k: v.strip() for k, v in given.items()}))
@@ -216,7 +284,7 @@ def _sources(section: object, where: str) -> tuple[frozenset[str], dict[str, dic
         allowed = set(getattr(known[name], "options", ()))
         unknown = set(value) - allowed
         if unknown:
-            raise UsageError(f"{where}: [sources.{name}]: unknown option(s) {', '.join(sorted(unknown))}"
+            raise UsageError(f"{where}: [sources.{name}]: unknown option(s) {_listed(unknown)}"
                              + (f" (it takes {', '.join(sorted(allowed))})" if allowed else " (it takes none)"))
         for key, option in value.items():
             if not isinstance(option, str) or not is_valid_name(option):
@@ -238,7 +306,7 @@ def _declared_queue(entry: object, index: int, where: str) -> DeclaredQueue:
         raise UsageError(f"{where}: queues[{index}] must be a table")
     unknown = set(entry) - _KEYS
     if unknown:
-        raise UsageError(f"{where}: queues[{index}]: unknown key(s) {', '.join(sorted(unknown))}")
+        raise UsageError(f"{where}: queues[{index}]: unknown key(s) {_listed(unknown)}")
 
     def text(key: str) -> str | None:
         value = entry.get(key)

@@ -4,9 +4,9 @@ A handler is a callable taking a `Message`; it returns to succeed and raises to 
 message is retried, then dead-lettered). Specs:
 
     noop                  succeed at once
-    sleep:SECONDS         take that long, then succeed
-    fail:PROBABILITY      raise with that probability
-    crash:PROBABILITY     kill the whole worker process (SIGKILL) with that probability
+    sleep:SECONDS         take that long (0 to 3600), then succeed
+    fail:PROBABILITY      raise with that probability (0 to 1)
+    crash:PROBABILITY     kill the whole worker process (SIGKILL) with that probability (0 to 1)
     a,b,...               run several in order, e.g. sleep:0.01,fail:0.1
     package.module:func   a function of yours
 """
@@ -14,6 +14,7 @@ message is retried, then dead-lettered). Specs:
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import random
 import re
@@ -59,13 +60,19 @@ def _crash(probability: float) -> Handler:
     return handler
 
 
+MAX_SLEEP_S = 3600.0  # sleep:S: an hour per message is already far past any visibility worth having
+
+
 def _number(spec: str, text: str, *, probability: bool) -> float:
+    """The handler's parameter: a probability from 0 to 1, or seconds from 0 to MAX_SLEEP_S;
+    never NaN or infinite (NaN compares false with every bound, so it must be named)."""
+    expected = "a probability from 0 to 1" if probability else f"seconds from 0 to {MAX_SLEEP_S:,.0f}"
     try:
         value = float(text)
     except ValueError:
-        raise UsageError(f"invalid handler {spec!r}: {text!r} is not a number") from None
-    if value < 0 or (probability and value > 1):
-        raise UsageError(f"invalid handler {spec!r}: expected {'0..1' if probability else 'seconds >= 0'}")
+        raise UsageError(f"invalid handler {spec!r}: {text!r} is not a number ({expected})") from None
+    if not math.isfinite(value) or not 0 <= value <= (1 if probability else MAX_SLEEP_S):
+        raise UsageError(f"invalid handler {spec!r}: expected {expected}")
     return value
 
 

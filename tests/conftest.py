@@ -131,10 +131,22 @@ def pytest_terminal_summary(terminalreporter) -> None:
     if not FAULT_FIGURES and not BAD_INPUTS:
         return
     terminalreporter.write_sep("-", "fault suite")
-    if BAD_INPUTS:
+    if BAD_INPUTS["tried"]:
         terminalreporter.write_line(
             f"generated command lines (test_fuzz): tried {BAD_INPUTS['tried']}, refused cleanly {BAD_INPUTS['refused cleanly']}"
             f" (one line, the contract's exit code, nothing written), accepted {BAD_INPUTS['accepted']}")
+    if BAD_INPUTS["leak checks"]:  # tests/test_secrets.py
+        terminalreporter.write_line(
+            f"secrets (test_secrets): DSN forms × passwords tried {BAD_INPUTS['secret DSNs tried']}, leak checks "
+            f"{BAD_INPUTS['leak checks']}, leaks {BAD_INPUTS['leaks']}; /proc/PID/cmdline read {BAD_INPUTS['cmdline reads']} "
+            f"times, a secret there at most {BAD_INPUTS['cmdline window ms (max)']} ms after exec (before the entry point runs)")
+    if BAD_INPUTS["recording lines tried"] or BAD_INPUTS["recording lines fuzzed"]:  # tests/test_recording_faults.py
+        terminalreporter.write_line(
+            f"recordings (test_recording_faults): bad lines tried {BAD_INPUTS['recording lines tried']}, handled cleanly "
+            f"{BAD_INPUTS['recording lines handled cleanly']}; fuzzed lines {BAD_INPUTS['recording lines fuzzed']}, handled "
+            f"cleanly {BAD_INPUTS['recording lines fuzzed: handled cleanly']}; files cut short {BAD_INPUTS['recordings cut short']}, "
+            f"bytes damaged {BAD_INPUTS['recordings damaged']}; full disks {BAD_INPUTS['full disks (tmpfs)']} tmpfs, "
+            f"{BAD_INPUTS['full disks (RLIMIT_FSIZE)']} RLIMIT_FSIZE, each left valid gzip")
     if not FAULT_FIGURES:
         return
     for row in FAULT_FIGURES:

@@ -355,9 +355,13 @@ def test_work_until_empty_prints_one_summary_line(db, cli):
     failing = cli(
         "engine", "work", "jobs", "--until-empty", "--handler", "fail:1", "--max-attempts", "2", "--dsn", db.dsn
     )
-    assert failing.returncode == 0, failing.stderr
+    # Emptied, but not by processing: exit 1, the summary line printed all the same, one error line.
+    assert failing.returncode == 1, failing.stderr
     (summary,) = failing.json_lines()
     assert {k: summary[k] for k in ("processed", "retried", "dead")} == {"processed": 0, "retried": 2, "dead": 2}
+    assert failing.stderr.splitlines() == [
+        "queuetop: error: 2 message(s) of queue 'jobs' went to the dead-letter table in this run "
+        "(queuetop.dead_letters holds each with its last error)"]
     with db.connect() as conn:
         assert queue.counts(conn).depth == 0
         assert conn.execute("SELECT count(*) FROM queuetop.dead_letters").fetchone()[0] == 2
@@ -458,7 +462,7 @@ def test_a_name_with_a_trailing_newline_is_refused(db, cli, name):
     (("engine", "enqueue", "q", "--count", "99999999999999999999"), "must be between 1 and 100,000,000"),
     (("engine", "enqueue", "q", "--count", "1e20"), "is not a whole number"),
     (("snapshot", "--rates", "-1"), "must be between 0 and"),
-    (("engine", "work", "q", "--visibility", "1e13"), "must be more than 0 and at most"),
+    (("engine", "work", "q", "--visibility", "1e13"), "argument --visibility: '1e13' must be between 0.1 and 31,622,400"),
     (("engine", "lease", "renew", "l", "--holder", "h", "--ttl", "5", "--token", str(2**63)), "must be between 1 and"),
     (("engine", "compact", "--group", str(2**63)), "must be between 1 and"),
     (("engine", "work", "q", "--duration", "nan"), "is not a finite number"),

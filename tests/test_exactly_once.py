@@ -285,7 +285,7 @@ def test_scenario_naive_lets_duplicates_through(db, cli):
 
 def test_scenario_bad_options_are_one_line(db, cli):
     result = cli("engine", "scenario", "exactly-once", "--dsn", db.dsn, "--crash-rate", "1.5", "--json")
-    assert result.returncode == 2 and "--crash-rate must be" in result.stderr
+    assert result.returncode == 2 and "argument --crash-rate: '1.5' must be between 0 and 0.99" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and result.stdout == ""
 
 

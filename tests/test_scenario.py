@@ -83,7 +83,7 @@ def test_cli_json_line_without_the_compactor_keeps_the_deltas(db, cli):
     ("args", "message"),
     [
         (["--mode", "sideways"], "invalid choice"),
-        (["--mode", "naive", "--submitters", "0"], "--submitters must be between 1 and 256"),
+        (["--mode", "naive", "--submitters", "0"], "argument --submitters: '0' must be between 1 and 256"),
         (["--mode", "naive", "--users", "1", "--tasks", "4"], "--users must be between --tasks"),
     ],
 )

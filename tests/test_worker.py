@@ -261,8 +261,9 @@ def test_crash_looping_message_is_dead_lettered_in_claim_mode(db):
         if proc.returncode == -signal.SIGKILL:
             crashes += 1
             continue
-        assert proc.returncode == 0, err
+        assert proc.returncode == 1, err  # --until-empty: a message dead-lettered in this run is a failure
         assert json.loads(out.strip().splitlines()[-1])["dead"] == 1
+        assert "1 message(s) of queue 'jobs' went to the dead-letter table" in err
         break
     assert crashes == 2
     with db.connect() as conn:

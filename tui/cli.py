@@ -7,6 +7,7 @@ import itertools
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -17,11 +18,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import psycopg
-
-from dbcore.database import ENV_DSN, MASK, Target, connect, has_password, host_name, resolve_target
+from dbcore.database import ENV_DSN, Target, connect, has_password, hide_secrets, host_name, mask_dsn, resolve_target, secrets_of
 from dbcore.dialect import Session, open_session, translate_error
 from dbcore.errors import OperationFailed, QueuetopError, UsageError, first_line
+from dbcore.redact import mask_arguments, mask_raw
+from dbcore.text import inert_line
 from probes.config import Config
 from queues import __version__, schema
 from queues import lease as leases
@@ -31,10 +32,24 @@ PROG = "queuetop"
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse that reports a usage error as our one-line error (exit 2) instead of a usage dump."""
+    """argparse that reports a usage error as our one-line error (exit 2) instead of a usage dump.
+
+    No abbreviations, here and in every sub-command (allow_abbrev is this class's default, and
+    the sub-parsers are of this class): `--ds` taken for `--dsn` is a DSN under a name nothing
+    looks for to mask. argparse's messages quote the command line ("unrecognized arguments:
+    --ds=postgresql://u:pw@h"): every argument that may hold a secret is masked in them."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**{"allow_abbrev": False, **kwargs})
+        self._given: list[str] = []
+
+    def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        self._given = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(f"{message} (see `{self.prog} --help`)")
+        # from None: with --debug the traceback would show argparse's own error, unmasked.
+        raise UsageError(f"{mask_arguments(message, self._given)} (see `{self.prog} --help`)") from None
 
 
 # -- connecting -----------------------------------------------------------------------------
@@ -71,8 +86,9 @@ class Context:
 
         data_dir = getattr(self.args, "data_dir", None)
         target = embedded_target(Path(data_dir) if data_dir else None)
-        with connect(target, application_name="queuetop-cli:init") as conn:
-            schema.install(conn)  # the embedded default always carries the schema
+        if not getattr(self.args, "read_only", False):  # --read-only writes nothing, not even the schema
+            with connect(target, application_name="queuetop-cli:init") as conn:
+                schema.install(conn)  # the embedded default always carries the schema
         return target
 
     def targets(self, config: Config | None = None) -> list[tuple[str, Target]]:
@@ -80,6 +96,7 @@ class Context:
         name: every --dsn; else QUEUETOP_DSN; else the config's [[targets]]; else the embedded server."""
         if self._targets is None:
             named: list[tuple[str, Target]] = []
+            cautions: list[str] = []  # said once every target resolved: a config error is then its one line alone
             if self.dsns:
                 for dsn in self.dsns:
                     target = resolve_target(dsn)
@@ -90,9 +107,11 @@ class Context:
                     if target is None:
                         raise UsageError(f"target {spec.name!r}: empty DSN")
                     if spec.dsn is not None and has_password(target):
-                        warn(f"config: target {spec.name!r} holds a password; use ~/.pgpass, PGPASSWORD, a service "
-                             f"file or dsn_env instead")
+                        cautions.append(f"config: target {spec.name!r} holds a password; use ~/.pgpass, PGPASSWORD, a "
+                                        f"service file or dsn_env instead")
                     named.append((spec.name, target))
+                for message in cautions:
+                    warn(message)
             else:
                 named.append(("", self.target))
             # Unnamed targets are named by host and database; a name used twice gets #2, #3...
@@ -124,23 +143,19 @@ class Context:
         return session
 
     def scrub(self, text: str) -> str:
-        """Remove the DSN's password from any text we are about to print."""
-        raw = (self.dsns[0] if len(self.dsns) == 1 else "") or os.environ.get(ENV_DSN) or ""
-        if self._target is not None and self._target.dialect == "postgresql":
-            try:
-                password = psycopg.conninfo.conninfo_to_dict(self._target.conninfo).get("password")
-            except psycopg.Error:
-                password = None
-            if password:
-                text = text.replace(str(password), MASK)
-        if raw and raw in text and self._target is not None:
-            text = text.replace(raw, self._target.masked)
-        return text
+        """`text` about to be printed or logged, with every secret of every DSN this command was
+        given (each --dsn, QUEUETOP_DSN, the config's targets once resolved) out of it: a DSN as
+        typed becomes its masked form, and each secret (password, sslpassword, ...) ***."""
+        raws = {dsn.strip() for dsn in [*self.dsns, os.environ.get(ENV_DSN) or ""] if dsn.strip()}
+        resolved = [target for target in [self._target, *(target for _name, target in self._targets or ())] if target is not None]
+        for raw in sorted(raws, key=len, reverse=True):
+            text = text.replace(raw, mask_dsn(raw))
+        return hide_secrets(text, [secret for dsn in raws | {target.conninfo for target in resolved} for secret in secrets_of(dsn)])
 
 
 def warn(message: str) -> None:
     """One line on stderr that something works but should not be so (the command goes on)."""
-    print(f"{PROG}: warning: {message}", file=sys.stderr, flush=True)
+    print(f"{PROG}: warning: {inert_line(message)}", file=sys.stderr, flush=True)
 
 
 def emit(obj: object) -> None:
@@ -157,20 +172,77 @@ def cmd_engine_init(ctx: Context) -> int:
     return 0
 
 
+# A body's limits, stated in docs/engine.md. Nesting: Python's json parser recurses once per
+# level and PostgreSQL's json parser checks its stack, so a body 100,000 levels deep is an internal
+# error on one side or the other; 512 is far past any real document. Size: --stdin reads every
+# body before writing one (all or none), so what it holds is bounded too (`< /dev/zero` included).
+MAX_BODY_DEPTH = 512
+MAX_BODY_BYTES = 16 * 1024 * 1024
+MAX_STDIN_BYTES = 256 * 1024 * 1024
+_JSON_STRUCTURE = re.compile(r'[\[\]{}"\\]')
+
+
+def _check_body(text: str) -> str:
+    """A body within its limits, then valid JSON as PostgreSQL's json type takes it (the text is
+    kept exactly as given)."""
+    from queues.table_queue import parse_json_body
+
+    if len(text) > MAX_BODY_BYTES // 4 and len(text.encode("utf-8", "surrogatepass")) > MAX_BODY_BYTES:
+        raise UsageError(f"JSON body of more than {MAX_BODY_BYTES // 2**20} MiB: refused, nothing written")
+    if text.count("[") + text.count("{") > MAX_BODY_DEPTH:  # only then can it be too deep
+        depth, in_string, escaped_at = 0, False, -1
+        for match in _JSON_STRUCTURE.finditer(text):  # brackets inside strings do not nest
+            char, at = match.group(), match.start()
+            if at == escaped_at:
+                continue
+            if in_string:
+                if char == "\\":
+                    escaped_at = at + 1
+                elif char == '"':
+                    in_string = False
+            elif char == '"':
+                in_string = True
+            elif char in "[{":
+                depth += 1
+                if depth > MAX_BODY_DEPTH:
+                    raise UsageError(f"JSON body nested deeper than {MAX_BODY_DEPTH} levels: refused, nothing written")
+            elif char in "]}":
+                depth -= 1
+    return parse_json_body(text)
+
+
+def _stdin_bodies() -> list[str]:
+    """Every --stdin line that is not blank, each checked, read a bounded line at a time."""
+    stream = getattr(sys.stdin, "buffer", sys.stdin)  # bytes, where it has them
+    bodies: list[str] = []
+    total = number = 0
+    while raw := stream.readline(MAX_BODY_BYTES + 2):  # room for the body's \r\n
+        number += 1
+        total += len(raw)
+        if total > MAX_STDIN_BYTES or len(bodies) >= MAX_COUNT:
+            raise UsageError(f"standard input holds more than {MAX_STDIN_BYTES // 2**20} MiB or {MAX_COUNT:,} bodies: "
+                             "refused, nothing written")
+        try:
+            line = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+        except UnicodeDecodeError:
+            raise UsageError(f"malformed JSON body on standard input line {number}: not valid UTF-8") from None
+        body = line.strip()
+        if body:
+            try:
+                bodies.append(_check_body(body))
+            except UsageError as exc:
+                raise UsageError(f"standard input line {number}: {exc}") from None
+    return bodies
+
+
 def _bodies_from_args(args: argparse.Namespace) -> list[str] | Iterator[str] | None:
     """The bodies to write, validated now, before anything is written: every --stdin line is
     read and checked first (a list); --body is checked once and repeated lazily (--count may be
     large); None: the default bodies."""
-    from queues.table_queue import parse_json_body
-
     if args.stdin:
-        try:
-            bodies = [parse_json_body(line.strip()) for line in sys.stdin if line.strip()]
-        except UnicodeDecodeError:
-            raise UsageError("malformed JSON body on standard input: not valid UTF-8") from None
-        return bodies
+        return _stdin_bodies()
     if args.body is not None:
-        return itertools.repeat(parse_json_body(args.body), args.count)
+        return itertools.repeat(_check_body(args.body), args.count)
     return None
 
 
@@ -186,8 +258,6 @@ def cmd_engine_enqueue(ctx: Context) -> int:
 
     args = ctx.args
     check_name("queue", args.queue)
-    if args.batch < 1:
-        raise UsageError("--batch must be at least 1")
     bodies = _bodies_from_args(args)  # validated before anything is written
     with ctx.engine_session("enqueue") as conn:
         total = 0
@@ -213,7 +283,10 @@ def cmd_engine_work(ctx: Context) -> int:
 
     args = ctx.args
     check_name("queue", args.queue)  # before it goes into a connection's application_name
-    handler = parse_handler(args.handler)
+    try:
+        handler = parse_handler(args.handler)
+    except UsageError as exc:
+        raise UsageError(f"--handler: {exc}") from None
     options = WorkOptions(
         workers=args.workers,
         mode=args.mode,
@@ -230,6 +303,11 @@ def cmd_engine_work(ctx: Context) -> int:
     pool = WorkerPool(ctx.target, args.queue, handler, options)
     summary = pool.run()
     emit(summary.as_dict())
+    if args.until_empty and summary.dead:
+        # The queue is empty, but not because every message was processed: a script that drains
+        # a queue must not take dead letters for success. The summary line is printed all the same.
+        raise OperationFailed(f"{summary.dead:,} message(s) of queue {args.queue!r} went to the dead-letter table in this run "
+                              "(queuetop.dead_letters holds each with its last error)")
     return 0
 
 
@@ -482,20 +560,22 @@ def cmd_snapshot(ctx: Context) -> int:
     _print_snapshots(snapshots, args.json)
     unreachable = [s for s in snapshots if not s.connected]
     for snapshot in unreachable:
-        print(f"{PROG}: error: {snapshot.host}: {snapshot.extra.get('connection_error')}", file=sys.stderr)
+        reason = ctx.scrub(str(snapshot.extra.get("connection_error")))
+        print(f"{PROG}: error: {inert_line(snapshot.host)}: {inert_line(reason)}", file=sys.stderr)
     return 2 if unreachable else 0
 
 
 def _recorded_snapshot(ctx: Context) -> int:
     """`snapshot --from FILE --at TIME`: each recorded host as it was at TIME (the latest snapshot
     taken at or before it), as `snapshot` printed it then. No database is touched."""
-    from probes.recording import Recording
+    from probes.recording import Recording, read_warnings
 
     args = ctx.args
     if ctx.dsns or args.rates:
         raise UsageError("--from reads a recording: --dsn and --rates do not apply")
-    recording = Recording(args.from_file, keep_lines=False)  # one instant: its times, then its lines
-    snapshots = recording.at(recording.instant(args.at) if args.at is not None else recording.end)
+    with read_warnings(warn):  # what was skipped as damaged: one warning line; no snapshot at all: exit 2
+        recording = Recording(args.from_file, keep_lines=False)  # one instant: its times, then its lines
+        snapshots = recording.at(recording.instant(args.at) if args.at is not None else recording.end)
     _print_snapshots(list(snapshots.values()), args.json)
     return 0
 
@@ -509,7 +589,7 @@ def _print_snapshots(snapshots: list, as_json: bool) -> None:
             emit(snapshot.to_json())
         else:
             if len(snapshots) > 1:
-                print(f"== {snapshot.host} ==")
+                print(f"== {inert_line(snapshot.host)} ==")
             print(render(snapshot))
 
 
@@ -549,9 +629,17 @@ def cmd_record(ctx: Context) -> int:
 
 
 def cmd_replay(ctx: Context) -> int:
-    from tui.app import run_replay
+    """The dashboard on a recording. What reading it skipped as damaged is one warning line on
+    the terminal before the dashboard opens; while it runs, warnings go to the log file (on the
+    terminal they would scribble over the dashboard)."""
+    from probes.recording import read_warnings
+    from tui import app
 
-    return run_replay(ctx)
+    log_to_file = getattr(app, "_log_to_file", None)
+    if log_to_file is not None:
+        log_to_file()
+    with read_warnings(warn):
+        return app.run_replay(ctx)
 
 
 def _snapshot_of(target: Target, config: Config, host: str, rates: float):
@@ -683,12 +771,21 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def _non_negative_float(text: str) -> float:
-    """0 or more, at most a year's worth of seconds."""
-    value = _number(text)
-    if not 0 <= value <= MAX_SECONDS:
-        raise argparse.ArgumentTypeError(f"{text!r} must be between 0 and {MAX_SECONDS:,.0f}")
-    return value
+def _shown(value: float) -> str:
+    """A bound as the error states it: 3,600, 0.1."""
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:g}"
+
+
+def _float_between(low: float, high: float) -> Callable[[str], float]:
+    """A finite number from low to high, both included."""
+    def parse(text: str) -> float:
+        value = _number(text)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text!r} must be between {_shown(low)} and {_shown(high)}")
+        return value
+
+    parse.__name__ = "number"  # what argparse names in its own messages
+    return parse
 
 
 def _int_between(low: int, high: int) -> Callable[[str], int]:
@@ -721,27 +818,46 @@ def _connection_options(parser: argparse.ArgumentParser, *, top: bool = False) -
                         "(the dashboard, snapshot, export and record)")
     parser.add_argument("--data-dir", default=default, help="data directory of the embedded server (default: the user's data dir)")
     parser.add_argument("--debug", action="store_true", default=False if top else argparse.SUPPRESS, help="show tracebacks")
+    if not top:  # the top level's own --read-only is the dashboard's too; given after the command, the same flag
+        parser.add_argument("--read-only", action="store_true", default=argparse.SUPPRESS,
+                            help="refuse every command that writes to the database (exit 2, nothing written)")
 
 
-def _leaf(sub: argparse._SubParsersAction, name: str, func: Callable[[Context], int], help_text: str) -> argparse.ArgumentParser:
+def _leaf(sub: argparse._SubParsersAction, name: str, func: Callable[[Context], int], help_text: str, *,
+          writes: bool = False) -> argparse.ArgumentParser:
+    """A command. `writes`: it changes the database, so --read-only refuses it before it connects;
+    declared here, where the command is, so that no write command can forget the check."""
     parser = sub.add_parser(name, help=help_text, description=help_text)
     _connection_options(parser)
-    parser.set_defaults(func=func)
+    if writes:
+        command = parser.prog.removeprefix(f"{PROG} ")
+
+        def refuse_when_read_only(ctx: Context) -> int:
+            if getattr(ctx.args, "read_only", False):
+                raise UsageError(f"--read-only: {command!r} writes to the database; refused, nothing written")
+            return func(ctx)
+
+        parser.set_defaults(func=refuse_when_read_only, writes=True)
+    else:
+        parser.set_defaults(func=func, writes=False)
     return parser
 
 
 def _body_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--count", type=_count, default=1, help=f"number of messages (default 1, at most {MAX_COUNT:,})")
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--body", help="JSON body, stored exactly as given (default: {\"n\": i})")
-    group.add_argument("--stdin", action="store_true", help="read one JSON body per line from standard input")
+    group.add_argument("--body", help="JSON body, stored exactly as given (default: {\"n\": i}); at most "
+                       f"{MAX_BODY_DEPTH} levels deep and {MAX_BODY_BYTES // 2**20} MiB")
+    group.add_argument("--stdin", action="store_true",
+                       help=f"read one JSON body per line from standard input (at most {MAX_STDIN_BYTES // 2**20} MiB in all)")
 
 
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog=PROG, description="A terminal dashboard for database-backed queues and locks.")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     _connection_options(parser, top=True)
-    parser.add_argument("--interval", type=_positive_float, default=2.0, help="dashboard refresh interval in seconds")
+    parser.add_argument("--interval", type=_float_between(0.1, 3600), default=2.0,
+                        help="dashboard refresh interval in seconds, 0.1 to 3600 (default 2)")
     parser.add_argument("--read-only", action="store_true", help="disable every action that changes the database")
     parser.add_argument("--no-demo", action="store_true", help="do not start the demo workload on the embedded server")
     parser.add_argument("--config", default=None, help="TOML file declaring your own queue tables (default: the user's config dir)")
@@ -751,7 +867,7 @@ def build_parser() -> ArgumentParser:
     p = _leaf(commands, "snapshot", cmd_snapshot, "run every probe once and print what they saw")
     p.add_argument("--json", action="store_true", help="print the snapshot as one JSON object (version 1)")
     p.add_argument("--config", default=argparse.SUPPRESS, help="TOML file declaring your own queue tables")
-    p.add_argument("--rates", type=_non_negative_float, default=0.0, metavar="SECONDS",
+    p.add_argument("--rates", type=_float_between(0, 3600), default=0.0, metavar="SECONDS",
                    help="sample twice, SECONDS apart, so that enqueue/dequeue rates are known (default: once, rates null)")
     p.add_argument("--from", dest="from_file", default=None, metavar="FILE",
                    help="print a recorded instant instead (queuetop record): no database is touched")
@@ -763,99 +879,116 @@ def build_parser() -> ArgumentParser:
     p.add_argument("file", metavar="FILE")
     p.add_argument("--duration", type=_positive_float, default=None, metavar="SECONDS",
                    help="stop after this long (default: until Ctrl-C or SIGTERM)")
-    p.add_argument("--interval", type=_positive_float, default=None, metavar="SECONDS",
-                   help="seconds between samples (default: the config's probes.interval, 2)")
-    p.add_argument("--max-size", type=_positive_float, default=64.0, metavar="MB",
-                   help="rotate FILE when it passes this size: FILE.1, FILE.2, ... (default 64)")
+    p.add_argument("--interval", type=_float_between(0.1, 3600), default=None, metavar="SECONDS",
+                   help="seconds between samples, 0.1 to 3600 (default: the config's probes.interval, 2)")
+    p.add_argument("--max-size", type=_float_between(0.01, 1_000_000), default=64.0, metavar="MB",
+                   help="rotate FILE when it passes this size: FILE.1, FILE.2, ...; 0.01 to 1000000 (default 64)")
     p.add_argument("--keep", type=_int_between(0, 1000), default=5, help="rotated files to keep (default 5)")
     p.add_argument("--config", default=argparse.SUPPRESS, help="TOML file declaring your queue tables and [[targets]]")
 
     p = _leaf(commands, "replay", cmd_replay, "the dashboard on a recording (queuetop record): no database")
     p.add_argument("file", metavar="FILE")
     p.add_argument("--at", default=None, metavar="TIME", help="start at this time (as snapshot --at; default: the start)")
-    p.add_argument("--speed", type=_positive_float, default=1.0, help="times real time (default 1)")
+    p.add_argument("--speed", type=_float_between(0.01, 1000), default=1.0, help="times real time, 0.01 to 1000 (default 1)")
     p.add_argument("--paused", action="store_true", help="open paused (p plays)")
 
     engine = commands.add_parser("engine", help="drive the reference queue engine")
     engine_sub = engine.add_subparsers(title="engine commands", metavar="ACTION", required=True, parser_class=ArgumentParser)
 
-    _leaf(engine_sub, "init", cmd_engine_init, "install or upgrade the queuetop schema (idempotent)")
+    _leaf(engine_sub, "init", cmd_engine_init, "install or upgrade the queuetop schema (idempotent)", writes=True)
 
-    p = _leaf(engine_sub, "enqueue", cmd_engine_enqueue, "add messages to a queue (created on first use)")
+    p = _leaf(engine_sub, "enqueue", cmd_engine_enqueue, "add messages to a queue (created on first use)", writes=True)
     p.add_argument("queue")
     _body_options(p)
-    p.add_argument("--batch", type=_bigint, default=100, help="messages per INSERT statement (default 100; all in one transaction)")
+    p.add_argument("--batch", type=_int_between(1, 10_000), default=100,
+                   help="messages per INSERT statement, 1 to 10000 (default 100; all in one transaction)")
 
-    p = _leaf(engine_sub, "work", cmd_engine_work, "consume a queue with a pool of workers")
+    p = _leaf(engine_sub, "work", cmd_engine_work, "consume a queue with a pool of workers", writes=True)
     p.add_argument("queue")
-    p.add_argument("--workers", type=_bigint, default=1, help="maximum degree of parallelism (default 1)")
+    p.add_argument("--workers", type=_int_between(1, 256), default=1, help="maximum degree of parallelism, 1 to 256 (default 1)")
     p.add_argument("--handler", default="noop", help="noop | sleep:S | fail:P | crash:P | a,b | module:function (default noop)")
     p.add_argument("--until-empty", action="store_true", help="stop when the queue holds no ready or in-flight message")
     p.add_argument("--duration", type=_positive_float, default=None, help="stop after this many seconds")
-    p.add_argument("--max-attempts", type=_bigint, default=5, help="attempts before a message is dead-lettered (default 5)")
-    p.add_argument("--visibility", type=_positive_float, default=30.0,
-                   help="claim mode: seconds a claimed message stays hidden (default 30)")
+    # At most 1,000: the retry back-off doubles per attempt, and 2**1024 is past any float.
+    p.add_argument("--max-attempts", type=_int_between(1, 1000), default=5,
+                   help="attempts before a message is dead-lettered, 1 to 1000 (default 5)")
+    p.add_argument("--visibility", type=_float_between(0.1, MAX_SECONDS), default=30.0,
+                   help="claim mode: seconds a claimed message stays hidden, at least 0.1 (default 30)")
     p.add_argument("--mode", choices=("claim", "hold-transaction"), default="claim", help="processing mode (default claim)")
-    p.add_argument("--batch", type=_bigint, default=1, help="messages claimed per round trip (default 1)")
-    p.add_argument("--poll-interval", type=_positive_float, default=5.0, help="seconds between fallback polls of an idle queue (default 5)")
-    p.add_argument("--retry-delay", type=_non_negative_float, default=0.0, help="back-off before a retry, doubling per attempt (default 0)")
+    p.add_argument("--batch", type=_int_between(1, 10_000), default=1, help="messages claimed per round trip, 1 to 10000 (default 1)")
+    p.add_argument("--poll-interval", type=_float_between(0.01, 3600), default=5.0,
+                   help="seconds between fallback polls of an idle queue, 0.01 to 3600 (default 5)")
+    p.add_argument("--retry-delay", type=_float_between(0, 3600), default=0.0,
+                   help="back-off before a retry, doubling per attempt up to an hour; 0 to 3600 (default 0)")
 
-    p = _leaf(engine_sub, "compact", cmd_engine_compact, "fold pending status deltas into aggregates now (prints a JSON summary)")
+    p = _leaf(engine_sub, "compact", cmd_engine_compact, "fold pending status deltas into aggregates now (prints a JSON summary)",
+              writes=True)
     p.add_argument("--group", type=_int_between(1, BIGINT_MAX), default=None, metavar="KEY", help="only this group (task id)")
 
     scenario = engine_sub.add_parser("scenario", help="stories played against the database (print one JSON line)")
     scenario_sub = scenario.add_subparsers(title="scenarios", metavar="NAME", required=True, parser_class=ArgumentParser)
     p = _leaf(scenario_sub, "contention", cmd_scenario_contention,
-              "hot aggregate rows (naive) against insert-only deltas and a compactor (compacted)")
+              "hot aggregate rows (naive) against insert-only deltas and a compactor (compacted)", writes=True)
     p.add_argument("--mode", choices=("naive", "compacted"), required=True, help="naive: hot rows; compacted: deltas")
-    p.add_argument("--submitters", type=_bigint, default=16, help="concurrent answering sessions (default 16)")
-    p.add_argument("--duration", type=_positive_float, default=20.0, help="seconds to run (default 20)")
+    p.add_argument("--submitters", type=_int_between(1, 256), default=16, help="concurrent answering sessions, 1 to 256 (default 16)")
+    p.add_argument("--duration", type=_float_between(0.01, 86_400), default=20.0, help="seconds to run, up to 86400 (default 20)")
     p.add_argument("--no-compactor", action="store_true", help="compacted mode without the compacting agent")
-    p.add_argument("--tasks", type=_bigint, default=4, help="tasks answered in parallel (default 4)")
-    p.add_argument("--users", type=_bigint, default=100_000, help="users the tasks reach before the clock starts (default 100000)")
-    p.add_argument("--resubmit-every", type=_positive_float, default=2.0, help="seconds between (re)submissions (default 2)")
-    p.add_argument("--submission-seconds", type=_positive_float, default=1.0,
-                   help="how long a (re)submission transaction stays open (default 1)")
-    p.add_argument("--submission-users", type=_bigint, default=2000, help="new users per (re)submission (default 2000)")
-    p.add_argument("--submission-batches", type=_bigint, default=10, help="batches per (re)submission (default 10)")
-    p.add_argument("--compact-every", type=_positive_float, default=0.5, help="compactor interval in seconds (default 0.5)")
-    p.add_argument("--sample-every", type=_positive_float, default=0.1, help="seconds between lock samples (default 0.1)")
+    p.add_argument("--tasks", type=_int_between(1, 1000), default=4, help="tasks answered in parallel, 1 to 1000 (default 4)")
+    p.add_argument("--users", type=_int_between(1, 10_000_000), default=100_000,
+                   help="users the tasks reach before the clock starts, --tasks to 10000000 (default 100000)")
+    p.add_argument("--resubmit-every", type=_float_between(0.05, 3600), default=2.0,
+                   help="seconds between (re)submissions, 0.05 to 3600 (default 2)")
+    p.add_argument("--submission-seconds", type=_float_between(0, 600), default=1.0,
+                   help="how long a (re)submission transaction stays open, 0 to 600 (default 1)")
+    p.add_argument("--submission-users", type=_int_between(1, 1_000_000), default=2000,
+                   help="new users per (re)submission, 1 to 1000000 (default 2000)")
+    p.add_argument("--submission-batches", type=_int_between(1, 1000), default=10,
+                   help="batches per (re)submission, 1 to 1000 (default 10)")
+    p.add_argument("--compact-every", type=_float_between(0.05, 3600), default=0.5,
+                   help="compactor interval in seconds, 0.05 to 3600 (default 0.5)")
+    p.add_argument("--sample-every", type=_float_between(0.01, 60), default=0.1,
+                   help="seconds between lock samples, 0.01 to 60 (default 0.1)")
     p.add_argument("--keep", action="store_true", help="leave the scenario's tasks and rows in the database")
     p.add_argument("--json", action="store_true", help="print one JSON line (progress on stderr otherwise)")
 
     p = _leaf(scenario_sub, "exactly-once", cmd_scenario_exactly_once,
-              "messages through an inbox/outbox endpoint with duplicate deliveries and receiver crashes")
-    p.add_argument("--messages", type=_bigint, default=1000, help="messages sent (default 1000)")
-    p.add_argument("--duplicate-rate", type=_non_negative_float, default=0.2, help="share of messages signalled twice (default 0.2)")
-    p.add_argument("--crash-rate", type=_non_negative_float, default=0.02,
-                   help="chance that a delivery kills its receiving process at a random step (default 0.02)")
+              "messages through an inbox/outbox endpoint with duplicate deliveries and receiver crashes", writes=True)
+    p.add_argument("--messages", type=_int_between(1, 10_000_000), default=1000, help="messages sent, 1 to 10000000 (default 1000)")
+    p.add_argument("--duplicate-rate", type=_float_between(0, 1), default=0.2,
+                   help="share of messages signalled twice, 0 to 1 (default 0.2)")
+    p.add_argument("--crash-rate", type=_float_between(0, 0.99), default=0.02,
+                   help="chance that a delivery kills its receiving process at a random step, 0 to 0.99 (default 0.02)")
     p.add_argument("--variant", choices=("claims", "naive"), default="claims",
                    help="claims: inbox/outbox with claims; naive: check the inbox, then process (default claims)")
-    p.add_argument("--receivers", type=_bigint, default=4, help="receiving processes (default 4)")
-    p.add_argument("--visibility", type=_positive_float, default=1.0, help="seconds before a crashed delivery comes back (default 1)")
+    p.add_argument("--receivers", type=_int_between(1, 64), default=4, help="receiving processes, 1 to 64 (default 4)")
+    p.add_argument("--visibility", type=_float_between(0.1, 600), default=1.0,
+                   help="seconds before a crashed delivery comes back, 0.1 to 600 (default 1)")
     p.add_argument("--seed", type=_bigint, default=None, help="random seed (default: a random one, printed)")
     p.add_argument("--keep", action="store_true", help="leave the scenario's rows and signal queue in place")
     p.add_argument("--json", action="store_true", help="print one JSON line")
 
-    p = _leaf(scenario_sub, "relay", cmd_scenario_relay, "outbox relays scaled out by a lease, optionally killing the leader")
-    p.add_argument("--relays", type=_bigint, default=3, help="relay processes (default 3)")
-    p.add_argument("--messages", type=_bigint, default=10_000, help="outbox messages written (default 10000)")
+    p = _leaf(scenario_sub, "relay", cmd_scenario_relay, "outbox relays scaled out by a lease, optionally killing the leader",
+              writes=True)
+    p.add_argument("--relays", type=_int_between(1, 32), default=3, help="relay processes, 1 to 32 (default 3)")
+    p.add_argument("--messages", type=_int_between(1, 10_000_000), default=10_000,
+                   help="outbox messages written, 1 to 10000000 (default 10000)")
     p.add_argument("--kill-leader", action="store_true", help="SIGKILL the lease holder a third of the way through")
-    p.add_argument("--ttl", type=_positive_float, default=2.0, help="the relay lease's TTL in seconds (default 2)")
-    p.add_argument("--batch", type=_bigint, default=100, help="outbox rows per relay transaction (default 100)")
-    p.add_argument("--rate", type=_positive_float, default=2000.0, help="messages written per second (default 2000)")
+    p.add_argument("--ttl", type=_float_between(0.2, 600), default=2.0, help="the relay lease's TTL in seconds, 0.2 to 600 (default 2)")
+    p.add_argument("--batch", type=_int_between(1, 10_000), default=100, help="outbox rows per relay transaction, 1 to 10000 (default 100)")
+    p.add_argument("--rate", type=_float_between(1, 1_000_000), default=2000.0,
+                   help="messages written per second, 1 to 1000000 (default 2000)")
     p.add_argument("--keep", action="store_true", help="leave the scenario's queues in place")
     p.add_argument("--json", action="store_true", help="print one JSON line")
 
     ring = engine_sub.add_parser("ring", help="ring buffer queues")
     ring_sub = ring.add_subparsers(title="ring commands", metavar="ACTION", required=True, parser_class=ArgumentParser)
-    p = _leaf(ring_sub, "create", cmd_ring_create, "create a ring of fixed capacity")
+    p = _leaf(ring_sub, "create", cmd_ring_create, "create a ring of fixed capacity", writes=True)
     p.add_argument("name")
     p.add_argument("--capacity", type=_int_between(1, 10_000_000), required=True)
-    p = _leaf(ring_sub, "put", cmd_ring_put, "put messages (all or none; exit 3 when full)")
+    p = _leaf(ring_sub, "put", cmd_ring_put, "put messages (all or none; exit 3 when full)", writes=True)
     p.add_argument("name")
     _body_options(p)
-    p = _leaf(ring_sub, "take", cmd_ring_take, "take messages in order, printing each body on its own line")
+    p = _leaf(ring_sub, "take", cmd_ring_take, "take messages in order, printing each body on its own line", writes=True)
     p.add_argument("name")
     p.add_argument("--count", type=_count, default=1, help="at most this many (default 1)")
 
@@ -866,7 +999,7 @@ def build_parser() -> ArgumentParser:
         ("renew", cmd_lease_renew, "extend a lease you hold; prints the fencing token", True),
         ("release", cmd_lease_release, "release a lease you hold", False),
     ):
-        p = _leaf(lease_sub, name, func, text)
+        p = _leaf(lease_sub, name, func, text, writes=True)
         p.add_argument("name")
         p.add_argument("--holder", required=True)
         if with_ttl:
@@ -881,8 +1014,8 @@ def build_parser() -> ArgumentParser:
               "serve /metrics for Prometheus: every target sampled on its own schedule, scrapes read the cached snapshots")
     p.add_argument("--listen", type=_listen, default=("127.0.0.1", 9187), metavar="HOST:PORT",
                    help="address to serve on (default 127.0.0.1:9187; :9187 for every interface; port 0: any free port)")
-    p.add_argument("--interval", type=_positive_float, default=None, metavar="SECONDS",
-                   help="seconds between samples (default: the config's probes.interval, 2)")
+    p.add_argument("--interval", type=_float_between(0.1, 3600), default=None, metavar="SECONDS",
+                   help="seconds between samples, 0.1 to 3600 (default: the config's probes.interval, 2)")
     p.add_argument("--config", default=argparse.SUPPRESS, help="TOML file declaring your queue tables and [[targets]]")
 
     demo = commands.add_parser("demo", help="the demo workload of the embedded server")
@@ -890,52 +1023,65 @@ def build_parser() -> ArgumentParser:
     p = _leaf(demo_sub, "reset", cmd_demo_reset,
               "remove what the demo and the dashboard's prompts made (demo.* queues with their dead letters, rings, "
               "leases and tasks; the outbox relays' queues and lease; queues and leases created from prompts); "
-              "prints a JSON summary")
+              "prints a JSON summary", writes=True)
     p.add_argument("--force", action="store_true", help="reset even while the engine's sessions are connected")
 
     bench = commands.add_parser("bench", help="benchmarks (print JSON)")
     bench_sub = bench.add_subparsers(title="benchmarks", metavar="NAME", required=True, parser_class=ArgumentParser)
-    p = _leaf(bench_sub, "engine", cmd_bench_engine, "queuetop's dequeue/enqueue against pgbench running the same SQL")
+    p = _leaf(bench_sub, "engine", cmd_bench_engine, "queuetop's dequeue/enqueue against pgbench running the same SQL",
+              writes=True)
     p.add_argument("--json", action="store_true", help="print one JSON line")
-    p.add_argument("--messages", type=_bigint, default=100_000, help="messages per measured batch run (default 100000)")
-    p.add_argument("--single-messages", type=_bigint, default=10_000, help="messages per measured single-message run (default 10000)")
-    p.add_argument("--concurrency", type=_bigint, default=2, help="clients on both sides (default 2)")
-    p.add_argument("--batch", type=_bigint, default=100, help="batch size for the batch runs (default 100)")
-    p.add_argument("--rounds", type=_bigint, default=3, help="interleaved rounds; medians are reported (default 3)")
-    p.add_argument("--idle-seconds", type=_positive_float, default=10.0, help="how long to watch an idle queue (default 10)")
+    p.add_argument("--messages", type=_count, default=100_000, help="messages per measured batch run (default 100000)")
+    p.add_argument("--single-messages", type=_count, default=10_000, help="messages per measured single-message run (default 10000)")
+    p.add_argument("--concurrency", type=_int_between(1, 256), default=2, help="clients on both sides, 1 to 256 (default 2)")
+    p.add_argument("--batch", type=_int_between(1, 10_000), default=100, help="batch size for the batch runs, 1 to 10000 (default 100)")
+    p.add_argument("--rounds", type=_int_between(1, 100), default=3, help="interleaved rounds, 1 to 100; medians are reported (default 3)")
+    p.add_argument("--idle-seconds", type=_float_between(0.1, 3600), default=10.0,
+                   help="how long to watch an idle queue, 0.1 to 3600 (default 10)")
 
     p = _leaf(bench_sub, "probes", cmd_bench_probes,
-              "a full probe cycle's cost at a small and a large queue depth, and the locks probe's under a pile-up")
+              "a full probe cycle's cost at a small and a large queue depth, and the locks probe's under a pile-up",
+              writes=True)
     p.add_argument("--json", action="store_true", help="print one JSON line")
-    p.add_argument("--small-depth", type=_bigint, default=1_000, help="messages in the small run (default 1000)")
-    p.add_argument("--large-depth", type=_bigint, default=1_000_000, help="messages in the large run (default 1000000)")
-    p.add_argument("--idle-connections", type=_bigint, default=50, help="idle sessions held open meanwhile (default 50)")
-    p.add_argument("--cycles", type=_bigint, default=50, help="timed cycles per depth; p50/p95 reported (default 50)")
-    p.add_argument("--pileup", type=_bigint, default=16,
+    p.add_argument("--small-depth", type=_int_between(10, MAX_COUNT), default=1_000, help="messages in the small run (default 1000)")
+    p.add_argument("--large-depth", type=_int_between(10, MAX_COUNT), default=1_000_000, help="messages in the large run (default 1000000)")
+    p.add_argument("--idle-connections", type=_int_between(0, 1000), default=50,
+                   help="idle sessions held open meanwhile, 0 to 1000 (default 50)")
+    p.add_argument("--cycles", type=_int_between(1, 10_000), default=50,
+                   help="timed cycles per depth, 1 to 10000; p50/p95 reported (default 50)")
+    p.add_argument("--pileup", type=_int_between(0, 1000), default=16,
                    help="pgbench sessions waiting on one held row while the locks probe is timed; 0 skips it (default 16)")
 
     p = _leaf(bench_sub, "sources", cmd_bench_sources,
-              "the queue libraries' probe cost at a small and a large size, against their own monitoring calls")
+              "the queue libraries' probe cost at a small and a large size, against their own monitoring calls",
+              writes=True)
     p.add_argument("--json", action="store_true", help="print one JSON line")
-    p.add_argument("--small", type=_bigint, default=1_000, help="jobs per library in the small run (default 1000)")
-    p.add_argument("--large", type=_bigint, default=1_000_000, help="jobs per library in the large run (default 1000000)")
-    p.add_argument("--cycles", type=_bigint, default=20, help="timed cycles per size; p50 reported (default 20)")
+    p.add_argument("--small", type=_int_between(100, MAX_COUNT), default=1_000, help="jobs per library in the small run (default 1000)")
+    p.add_argument("--large", type=_int_between(100, MAX_COUNT), default=1_000_000,
+                   help="jobs per library in the large run (default 1000000)")
+    p.add_argument("--cycles", type=_int_between(1, 10_000), default=20,
+                   help="timed cycles per size, 1 to 10000; p50 reported (default 20)")
 
     p = _leaf(bench_sub, "peers", cmd_bench_peers,
-              "the engine's dequeue throughput beside PGMQ's and Procrastinate's own, same server and concurrency")
+              "the engine's dequeue throughput beside PGMQ's and Procrastinate's own, same server and concurrency",
+              writes=True)
     p.add_argument("--json", action="store_true", help="print one JSON line")
-    p.add_argument("--messages", type=_bigint, default=20_000, help="messages per run (default 20000)")
-    p.add_argument("--concurrency", type=_bigint, default=2, help="consuming sessions (default 2)")
-    p.add_argument("--batch", type=_bigint, default=100, help="messages per claim in the batch runs (default 100)")
-    p.add_argument("--rounds", type=_bigint, default=3, help="interleaved rounds; medians reported (default 3)")
+    p.add_argument("--messages", type=_count, default=20_000, help="messages per run (default 20000)")
+    p.add_argument("--concurrency", type=_int_between(1, 256), default=2, help="consuming sessions, 1 to 256 (default 2)")
+    p.add_argument("--batch", type=_int_between(1, 10_000), default=100,
+                   help="messages per claim in the batch runs, 1 to 10000 (default 100)")
+    p.add_argument("--rounds", type=_int_between(1, 100), default=3, help="interleaved rounds, 1 to 100; medians reported (default 3)")
 
     p = _leaf(bench_sub, "tui", cmd_bench_tui, "the dashboard's cost per snapshot and when idle (synthetic data, no database)")
     p.add_argument("--json", action="store_true", help="print one JSON line")
-    p.add_argument("--sessions", type=_bigint, default=500, help="client sessions in each snapshot, most blocked (default 500)")
-    p.add_argument("--queues", type=_bigint, default=50, help="queues in each snapshot (default 50)")
-    p.add_argument("--snapshots", type=_bigint, default=60, help="snapshots applied and timed (default 60)")
-    p.add_argument("--idle-seconds", type=_positive_float, default=10.0, help="how long to measure idle CPU (default 10)")
-    p.add_argument("--warm-up", type=_positive_float, default=15.0, help="seconds before measuring idle CPU (default 15)")
+    p.add_argument("--sessions", type=_int_between(1, 10_000), default=500,
+                   help="client sessions in each snapshot, most blocked; 1 to 10000 (default 500)")
+    p.add_argument("--queues", type=_int_between(1, 1000), default=50, help="queues in each snapshot, 1 to 1000 (default 50)")
+    p.add_argument("--snapshots", type=_int_between(1, 1000), default=60, help="snapshots applied and timed, 1 to 1000 (default 60)")
+    p.add_argument("--idle-seconds", type=_float_between(0.1, 3600), default=10.0,
+                   help="how long to measure idle CPU, 0.1 to 3600 (default 10)")
+    p.add_argument("--warm-up", type=_float_between(0, 3600), default=15.0,
+                   help="seconds before measuring idle CPU, 0 to 3600 (default 15)")
 
     server = commands.add_parser("server", help="the embedded PostgreSQL server")
     server_sub = server.add_subparsers(title="server commands", metavar="ACTION", required=True, parser_class=ArgumentParser)
@@ -945,14 +1091,17 @@ def build_parser() -> ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    _mask_process_title(argv)  # first: ps shows the command line to every user of the host
     logging.basicConfig(level=logging.WARNING, format="queuetop: %(levelname)s: %(message)s")
     # platformdirs warns, over two lines, on a host without a login session (SSH without systemd,
     # CI) whenever pgserver is imported: nothing an operator can act on, and an error must be one line.
     warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
-    argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
-    _mask_process_title(argv)
     ctx: Context | None = None
+    # Every log record (stderr, the dashboard's log file), whoever writes it, without the DSNs' secrets.
+    records = logging.getLogRecordFactory()
+    logging.setLogRecordFactory(_scrubbed_records(records, lambda text: ctx.scrub(text) if ctx is not None else text))
     try:
         args = build_parser().parse_args(argv)
         ctx = Context(args)
@@ -973,36 +1122,58 @@ def main(argv: Sequence[str] | None = None) -> int:
         if error is not None:
             return _fail(ctx, str(error), error.exit_code, debug)
         return _fail(ctx, f"internal error: {type(exc).__name__}: {first_line(exc)} (rerun with --debug for details)", 1, debug)
+    finally:
+        logging.setLogRecordFactory(records)
 
 
 def _mask_process_title(argv: list[str]) -> None:
-    """`ps` shows a process's command line for its whole life: with `--dsn` holding a password,
-    rewrite the title with the DSN masked (setproctitle overwrites the memory ps reads)."""
-    from dbcore.database import mask_dsn
+    """`ps` shows a process's command line to every user for its whole life: rewrite the title
+    with every argument that may hold a secret masked, a --dsn value by its parser (mask_dsn),
+    any other by the parser-free mask (dbcore/redact.py: a DSN given where none is expected).
+    The console script (tui/entry.py) set a coarser one before the slow imports."""
+    from tui.entry import set_title
 
-    shown, changed = [], False
+    shown = []
     for index, arg in enumerate(argv):
-        value = arg
-        if index and argv[index - 1] == "--dsn":
-            value = mask_dsn(arg)
-        elif arg.startswith("--dsn="):
-            value = "--dsn=" + mask_dsn(arg[len("--dsn="):])
-        changed = changed or value != arg
-        shown.append(value)
-    if changed:
         try:
-            import setproctitle
-        except ImportError:  # a dependency: only a broken install lacks it
-            return
-        setproctitle.setproctitle(" ".join([PROG, *shown]))
+            if index and argv[index - 1] == "--dsn":
+                value = mask_dsn(arg)
+            elif arg.startswith("--dsn="):
+                value = "--dsn=" + mask_dsn(arg[len("--dsn="):])
+            else:
+                value = mask_raw(arg)
+        except Exception:  # the title must never stop the command
+            value = mask_raw(arg)
+        shown.append(value)
+    if shown != argv:
+        set_title(shown)
+
+
+def _scrubbed_records(factory: Callable[..., logging.LogRecord], scrub: Callable[[str], str]) -> Callable[..., logging.LogRecord]:
+    """A log record factory: `factory`'s records, their message (and traceback) through `scrub`."""
+
+    def make(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = factory(*args, **kwargs)
+        try:
+            message = record.getMessage()
+            clean = scrub(message)
+            if clean != message:
+                record.msg, record.args = clean, None
+            if record.exc_info and not record.exc_text:
+                record.exc_text = scrub(logging.Formatter().formatException(record.exc_info))
+        except Exception:  # a record that cannot be formatted: logging reports it as it would have
+            pass
+        return record
+
+    return make
 
 
 def _fail(ctx: Context | None, message: str, code: int, debug: bool) -> int:
+    scrub = ctx.scrub if ctx is not None else str
     if debug:
-        traceback.print_exc()
-    if ctx is not None:
-        message = ctx.scrub(message)
-    print(f"{PROG}: error: {message}", file=sys.stderr, flush=True)
+        print(scrub(traceback.format_exc()), end="", file=sys.stderr)
+    # One line, inert: an error may quote a name or a message another application wrote.
+    print(f"{PROG}: error: {inert_line(scrub(message))}", file=sys.stderr, flush=True)
     return code
 
 
