@@ -18,12 +18,53 @@ identifier slots: a statement is chosen by name and the dialect supplies its tex
 
 from __future__ import annotations
 
+import math
+import os
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from .errors import QueuetopError
+from .errors import ConnectionFailed, QueuetopError, UsageError
+
+# The engine's commands on the command line (`queuetop-cli:<command>`: enqueue, ring put and take,
+# lease acquire, renew and release, compact, init...) write the engine's tables on behalf of
+# someone who waits for the answer: behind a lock another session holds, they give up after
+# this long with one line naming the holder (exit 1), rather than wait as long as it is held.
+# 5 s: far above the few milliseconds the engine's own statements hold a lock for, far below
+# "is it hung?". QUEUETOP_LOCK_TIMEOUT=SECONDS changes it (0: wait as long as it takes).
+LOCK_TIMEOUT_ENV = "QUEUETOP_LOCK_TIMEOUT"
+DEFAULT_LOCK_TIMEOUT_S = 5.0
+LOCK_TIMEOUT_APPLICATIONS = ("queuetop-cli:",)
+MAX_LOCK_TIMEOUT_S = 86_400.0
+
+
+@dataclass(frozen=True, slots=True)
+class LockTimeoutSetting:
+    """A session's lock timeout: `ms` (0: none); `given` when QUEUETOP_LOCK_TIMEOUT set it, which
+    overrides the database's own settings; queuetop's default does not (PostgreSQL: a
+    lock_timeout the server, database, role or DSN sets is kept)."""
+
+    ms: int
+    given: bool
+
+
+def lock_timeout_for(application_name: str) -> LockTimeoutSetting | None:
+    """The lock timeout of a session opened under `application_name`: the command line's engine
+    commands get one; every other session (a worker pool, a relay, the probes) keeps its own rules."""
+    if not application_name.startswith(LOCK_TIMEOUT_APPLICATIONS):
+        return None
+    raw = os.environ.get(LOCK_TIMEOUT_ENV, "").strip()
+    if not raw:
+        return LockTimeoutSetting(ms=int(DEFAULT_LOCK_TIMEOUT_S * 1000), given=False)
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not (math.isfinite(seconds) and 0 <= seconds <= MAX_LOCK_TIMEOUT_S):
+        raise UsageError(f"{LOCK_TIMEOUT_ENV} must be a number of seconds from 0 to {MAX_LOCK_TIMEOUT_S:.0f} "
+                         f"(0: wait as long as a lock is held), not {raw!r}")
+    return LockTimeoutSetting(ms=math.ceil(seconds * 1000), given=True)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,7 +117,10 @@ class Dialect(Protocol):
     capabilities: Capabilities
 
     def connect(self, target: Any, *, application_name: str, autocommit: bool = True, connect_timeout: int = 10,
-                options: dict[str, str] | None = None) -> Session: ...
+                options: dict[str, str] | None = None, lock_timeout: LockTimeoutSetting | None = None) -> Session:
+        """A session; `lock_timeout`: how long its statements wait for a lock (None: the database's
+        own setting), a lock timeout raised as LockTimeout (exit 1)."""
+        ...
 
     def quote(self, *parts: str) -> str:
         """A (schema-qualified) identifier as SQL text."""
@@ -137,9 +181,11 @@ def dialect_of(session: Any) -> Dialect:
 
 def open_session(target: Any, *, application_name: str, autocommit: bool = True, connect_timeout: int = 10,
                  options: dict[str, str] | None = None) -> Session:
-    """A session on `target`, in its dialect."""
+    """A session on `target`, in its dialect; with a lock timeout when it is one of the command
+    line's engine commands (`lock_timeout_for`)."""
     return dialect_named(target.dialect).connect(target, application_name=application_name, autocommit=autocommit,
-                                                 connect_timeout=connect_timeout, options=options)
+                                                 connect_timeout=connect_timeout, options=options,
+                                                 lock_timeout=lock_timeout_for(application_name))
 
 
 def translate_error(exc: BaseException, target: Any = None) -> QueuetopError | None:
@@ -149,3 +195,9 @@ def translate_error(exc: BaseException, target: Any = None) -> QueuetopError | N
         if error is not None:
             return error
     return None
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """Whether `exc`, from any dialect, says the database could not be reached or the connection
+    was lost (a restart, an outage, too many connections), rather than that a statement failed."""
+    return isinstance(exc, ConnectionFailed) or isinstance(translate_error(exc), ConnectionFailed)

@@ -19,12 +19,22 @@ class OperationFailed(QueuetopError):
 
 class DatabaseRefused(OperationFailed):
     """A statement the database refused (exit 1), from a dialect whose driver errors are not
-    psycopg's. `sqlstate` is queuetop's own code where the refusal is the engine's: SQL Server's
+    psycopg's (or, for a lock timeout, from either: LockTimeout). `sqlstate` is PostgreSQL's code
+    for the same refusal, or queuetop's own where the refusal is the engine's: SQL Server's
     THROW 50404 in the engine's T-SQL is PostgreSQL's RAISE ... ERRCODE 'QT404' (unknown ring)."""
 
     def __init__(self, message: str, sqlstate: str | None = None) -> None:
         super().__init__(message)
         self.sqlstate = sqlstate
+
+
+class LockTimeout(DatabaseRefused):
+    """A statement waited its session's whole lock timeout for a lock another session holds, and
+    was cancelled (exit 1: the operation failed at run time; run it again once the holder is
+    done). The message names the holder where it could be seen (dbcore/lockwait.py)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, sqlstate="55P03")
 
 
 class UsageError(QueuetopError):

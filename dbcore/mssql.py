@@ -25,12 +25,12 @@ import importlib
 import json
 import re
 import threading
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Any
 
-from .dialect import Capabilities
-from .errors import ConnectionFailed, DatabaseRefused, MissingPrivilege, QueuetopError, UsageError, first_line
+from .dialect import Capabilities, LockTimeoutSetting
+from .errors import ConnectionFailed, DatabaseRefused, LockTimeout, MissingPrivilege, QueuetopError, UsageError, first_line
 from .sqlfiles import NamedQuery, read_script
 
 if TYPE_CHECKING:
@@ -63,30 +63,33 @@ class MssqlDialect:
     capabilities = Capabilities(notify=False, arrays=False, prepared_hot_path=False, driver_pools=True, cancel_query=False)
 
     def __init__(self) -> None:
-        self._engines: dict[tuple[str, str, int], sqlalchemy.Engine] = {}
+        self._engines: dict[tuple[str, str, int, str, int | None], sqlalchemy.Engine] = {}
         self._lock = threading.Lock()
 
     # -- connecting ----------------------------------------------------------------------------
 
-    def _engine(self, target: Target, application_name: str, connect_timeout: int) -> sqlalchemy.Engine:
-        """One pooled engine per target, application name and timeout."""
-        key = (target.conninfo, application_name, connect_timeout)
+    def _engine(self, target: Target, application_name: str, connect_timeout: int, *, setup: str = "",
+                query_timeout_s: int | None = None) -> sqlalchemy.Engine:
+        """One pooled engine per target, application name, timeout and session setup: `setup`
+        (T-SQL SET statements) and `query_timeout_s` (pyodbc's) are given to each connection the
+        pool opens, so a connection that replaces a lost one is set up as the first was."""
+        key = (target.conninfo, application_name, connect_timeout, setup, query_timeout_s)
         with self._lock:
             engine = self._engines.get(key)
             if engine is None:
-                engine = self._engines[key] = _create_engine(target, application_name, connect_timeout)
+                engine = self._engines[key] = _create_engine(target, application_name, connect_timeout,
+                                                             setup=setup, query_timeout_s=query_timeout_s)
         return engine
 
     def connect(self, target: Target, *, application_name: str, autocommit: bool = True,
-                connect_timeout: int = DEFAULT_LOGIN_TIMEOUT_S, options: dict[str, str] | None = None) -> MssqlSession:
-        from sqlalchemy import exc as sa_exc
-
-        engine = self._engine(target, application_name[:128], connect_timeout)
-        try:
-            conn = engine.connect()
-        except sa_exc.DBAPIError as exc:
-            raise _cannot_connect(target, exc) from None
-        return MssqlSession(self, conn, target)
+                connect_timeout: int = DEFAULT_LOGIN_TIMEOUT_S, options: dict[str, str] | None = None,
+                lock_timeout: LockTimeoutSetting | None = None) -> MssqlSession:
+        # SQL Server's LOCK_TIMEOUT 0 means "do not wait at all"; QUEUETOP_LOCK_TIMEOUT=0 means
+        # "wait as long as it takes", which is SQL Server's default (-1): nothing to set.
+        setup = (read_script("dbcore", "mssql", "lock_timeout.sql").replace("{lock_timeout_ms}", str(int(lock_timeout.ms)))
+                 if lock_timeout is not None and lock_timeout.ms > 0 else "")
+        engine = self._engine(target, application_name[:128], connect_timeout, setup=setup)
+        return MssqlSession(self, _opener(engine, target), target)
 
     # -- SQL text ------------------------------------------------------------------------------
 
@@ -107,16 +110,9 @@ class MssqlDialect:
         lock timeout, low deadlock priority, a 2 s query timeout (pyodbc's, whole seconds), rows as
         dictionaries. SQL Server has no read-only session: the probes' T-SQL is SELECT only
         (tests/test_mssql_probes_sql.py) and the login's grants do the rest."""
-        from sqlalchemy import exc as sa_exc
-
-        engine = self._engine(target, application_name[:128], DEFAULT_LOGIN_TIMEOUT_S)
-        try:
-            conn = engine.connect().execution_options(isolation_level="AUTOCOMMIT")
-            conn.exec_driver_sql(read_script("dbcore", "mssql", "probe_session.sql"))
-            conn.connection.dbapi_connection.timeout = PROBE_QUERY_TIMEOUT_S  # type: ignore[union-attr]
-        except sa_exc.DBAPIError as exc:
-            raise _cannot_connect(target, exc) from None
-        return MssqlSession(self, conn, target, dict_rows=True, autocommit=True)
+        engine = self._engine(target, application_name[:128], DEFAULT_LOGIN_TIMEOUT_S,
+                              setup=read_script("dbcore", "mssql", "probe_session.sql"), query_timeout_s=PROBE_QUERY_TIMEOUT_S)
+        return MssqlSession(self, _opener(engine, target, isolation_level="AUTOCOMMIT"), target, dict_rows=True, autocommit=True)
 
     def set_isolation(self, session: MssqlSession, level: str) -> None:
         session.set_isolation(level)
@@ -142,7 +138,8 @@ class MssqlDialect:
         if state == "HYT00":  # pyodbc's query timeout (at login it is the login timeout: connect() says so)
             return DatabaseRefused(f"statement timeout: {message}", sqlstate="57014")
         if number == 1222:  # SET LOCK_TIMEOUT expired
-            return DatabaseRefused(f"lock timeout: {message}", sqlstate="55P03")
+            return LockTimeout(f"lock timeout: {message} (another session holds a lock this statement needs: "
+                               "`queuetop snapshot` shows the lock tree)")
         if number in (1205, 3960) or state == "40001":  # deadlock victim, snapshot update conflict: retry the transaction
             return DatabaseRefused(f"transaction must be retried: {message}", sqlstate="40001")
         if state.startswith(_CONNECTION_STATES):
@@ -175,13 +172,26 @@ class _Buffered:
 
 
 class MssqlSession:
-    """One pooled SQLAlchemy connection, with psycopg's surface: `execute()` and `transaction()`."""
+    """One pooled SQLAlchemy connection, with psycopg's surface: `execute()` and `transaction()`.
 
-    def __init__(self, dialect: MssqlDialect, conn: sqlalchemy.Connection, target: Target, *, dict_rows: bool = False,
-                 autocommit: bool = False) -> None:
+    A failed statement never leaves the session unusable (the probes run one after another on one
+    session, each failing on its own): outside `transaction()` the failure is rolled back at once;
+    when it cost the connection (a lost link, a query timeout: SQLAlchemy invalidates the
+    connection, and its next statement would raise PendingRollbackError), the connection is
+    discarded and the next statement runs on a new one, set up as the first was (the engine's
+    setup, the isolation level)."""
+
+    def __init__(self, dialect: MssqlDialect, conn: sqlalchemy.Connection | Callable[[], sqlalchemy.Connection],
+                 target: Target, *, dict_rows: bool = False, autocommit: bool = False) -> None:
         self.dialect = dialect
         self.target = target
-        self._conn = conn
+        # How to open the connection again; a connection given as it is (tests) is reopened from
+        # its engine, at its isolation level.
+        self._open: Callable[[], sqlalchemy.Connection] = conn if callable(conn) else conn.engine.connect
+        self._conn = conn() if callable(conn) else conn
+        # set_isolation's level (or the given connection's), given again to a reopened connection
+        self._isolation: str | None = None if callable(conn) else conn.get_execution_options().get("isolation_level")
+        self._lost = False  # the connection was invalidated: the next statement opens another
         self._depth = 0
         self._dict_rows = dict_rows  # the probes read columns by name
         self._autocommit = autocommit  # the connection itself is in AUTOCOMMIT: nothing to commit
@@ -192,6 +202,7 @@ class MssqlSession:
         text_sql = query.in_dialect(self.dialect.name) if hasattr(query, "in_dialect") else str(query)
         values = {key: json.dumps(list(value)) if isinstance(value, (list, tuple)) else value
                   for key, value in (params or {}).items()}
+        self._reopen_if_lost()
         try:
             result = self._conn.execute(text(self.dialect.bind(text_sql)), values)
             rows: list[Any] = []
@@ -201,19 +212,53 @@ class MssqlSession:
             if self._depth == 0 and not self._autocommit:
                 self._conn.commit()
         except Exception as exc:
-            if self._depth == 0 and not self._autocommit and not self._conn.closed:
-                self._conn.rollback()
+            if self._depth == 0:
+                self._recover()
             error = self.dialect.translate(exc, self.target)
             if error is None:
                 raise
             raise error from exc
         return buffered
 
+    def _recover(self) -> None:
+        """After a failure outside `transaction()`: roll back (in AUTOCOMMIT too: SQLAlchemy still
+        keeps a transaction of its own, which an invalidated connection leaves pending), and
+        when the connection was invalidated, have the next statement open another."""
+        from sqlalchemy import exc as sa_exc
+
+        if self._conn.closed:
+            return
+        try:
+            self._conn.rollback()
+        except sa_exc.SQLAlchemyError:  # the rollback itself failed: the link is gone
+            self._lost = True
+        if self._conn.invalidated:
+            self._lost = True
+
+    def _reopen_if_lost(self) -> None:
+        """A connection lost by an earlier failure is closed (its pool slot freed) and another
+        opened, as this session's first was; a failure to open is a ConnectionFailed, and the
+        next statement tries again."""
+        from sqlalchemy import exc as sa_exc
+
+        if not self._lost:
+            return
+        with suppress(sa_exc.SQLAlchemyError):
+            self._conn.close()
+        try:
+            conn = self._open()
+            if self._isolation is not None:
+                conn = conn.execution_options(isolation_level=self._isolation)
+        except sa_exc.DBAPIError as exc:
+            raise _cannot_connect(self.target, exc) from None
+        self._conn, self._lost = conn, False
+
     @contextmanager
     def transaction(self, *, force_rollback: bool = False) -> Iterator[MssqlSession]:
         """A transaction; nested blocks are savepoints, as psycopg's are. `force_rollback`: rolled
         back even when the block succeeds (a trial, as psycopg's)."""
         if self._depth == 0:
+            self._reopen_if_lost()
             if self._conn.in_transaction():
                 self._conn.commit()
             block: Any = self._conn.begin()
@@ -222,23 +267,28 @@ class MssqlSession:
         self._depth += 1
         try:
             yield self
-        except BaseException:
-            block.rollback()
-            raise
-        else:
             if force_rollback:
                 block.rollback()
             else:
                 block.commit()
+        except BaseException:  # the block's, or its commit's (a link lost at COMMIT)
+            try:
+                block.rollback()  # a no-op for a block already ended
+            finally:
+                if self._depth == 1:
+                    self._recover()
+            raise
         finally:
             self._depth -= 1
 
     def set_isolation(self, level: str) -> None:
         """SQLAlchemy's execution option, not a `SET` statement: the pool resets it when the
         connection is returned, so it does not leak to the connection's next user."""
+        self._reopen_if_lost()
         if self._conn.in_transaction():
             self._conn.commit()
-        self._conn = self._conn.execution_options(isolation_level=level.upper())
+        self._isolation = level.upper()
+        self._conn = self._conn.execution_options(isolation_level=self._isolation)
 
     def cursor(self) -> MssqlSession:
         """psycopg's `conn.cursor()`, kept by the worker for a connection's life: here the
@@ -283,7 +333,23 @@ def parse_url(raw: str, masked: str) -> tuple[str, int | None]:
     return raw, seconds
 
 
-def _create_engine(target: Target, application_name: str, connect_timeout: int) -> sqlalchemy.Engine:
+def _opener(engine: sqlalchemy.Engine, target: Target, *, isolation_level: str | None = None) -> Callable[[], sqlalchemy.Connection]:
+    """How a session opens its connection (again, after one is lost): a driver error is a ConnectionFailed."""
+
+    def open_connection() -> sqlalchemy.Connection:
+        from sqlalchemy import exc as sa_exc
+
+        try:
+            conn = engine.connect()
+            return conn.execution_options(isolation_level=isolation_level) if isolation_level else conn
+        except sa_exc.DBAPIError as exc:
+            raise _cannot_connect(target, exc) from None
+
+    return open_connection
+
+
+def _create_engine(target: Target, application_name: str, connect_timeout: int, *, setup: str = "",
+                   query_timeout_s: int | None = None) -> sqlalchemy.Engine:
     try:
         importlib.import_module("pyodbc")  # the driver SQLAlchemy will load: a clear error if it is missing
     except ImportError as exc:  # not installed, or its libodbc.so.2 is not (unixODBC)
@@ -295,13 +361,29 @@ def _create_engine(target: Target, application_name: str, connect_timeout: int) 
     url = make_url(target.conninfo)
     timeout = url.query.get("connect_timeout")
     url = url.difference_update_query(OWN_KEYS).update_query_dict({"APP": application_name})
-    return create_engine(
+    engine = create_engine(
         url,
         connect_args={"timeout": int(str(timeout)) if timeout else connect_timeout},  # the login timeout
         pool_pre_ping=True,  # a pooled connection the server dropped is replaced, not handed out
         pool_size=5,
         max_overflow=20,
     )
+    if setup or query_timeout_s:
+        from sqlalchemy import event
+
+        @event.listens_for(engine, "connect")
+        def _set_up(dbapi_connection: Any, _record: Any) -> None:
+            """Each new connection of this engine: its SET statements, its query timeout."""
+            if setup:
+                cursor = dbapi_connection.cursor()
+                try:
+                    cursor.execute(setup)
+                finally:
+                    cursor.close()
+            if query_timeout_s:
+                dbapi_connection.timeout = query_timeout_s
+
+    return engine
 
 
 @functools.lru_cache(maxsize=1024)

@@ -4,15 +4,20 @@ LISTEN/NOTIFY need the connection itself."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import re
 from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 
 from .database import Target, connect
-from .dialect import Capabilities
-from .errors import ConnectionFailed, OperationFailed, QueuetopError, UsageError, first_line
+from .dialect import Capabilities, LockTimeoutSetting
+from .errors import ConnectionFailed, LockTimeout, OperationFailed, QueuetopError, UsageError, first_line
+from .lockwait import apply_lock_timeout
 
 
 class PostgresDialect:
@@ -21,9 +26,16 @@ class PostgresDialect:
     capabilities = Capabilities(notify=True, arrays=True, prepared_hot_path=True, binary_params=True)
 
     def connect(self, target: Target, *, application_name: str, autocommit: bool = True, connect_timeout: int = 10,
-                options: dict[str, str] | None = None) -> psycopg.Connection[Any]:
-        return connect(target, application_name=application_name, autocommit=autocommit,
+                options: dict[str, str] | None = None, lock_timeout: LockTimeoutSetting | None = None) -> psycopg.Connection[Any]:
+        conn = connect(target, application_name=application_name, autocommit=autocommit,
                        connect_timeout=connect_timeout, options=options)
+        if lock_timeout is not None:
+            try:
+                apply_lock_timeout(conn, target, ms=lock_timeout.ms, given=lock_timeout.given)
+            except BaseException:
+                conn.close()
+                raise
+        return conn
 
     def quote(self, *parts: str) -> str:
         return sql.Identifier(*parts).as_string(None)
@@ -41,10 +53,50 @@ class PostgresDialect:
         return connect(target, application_name=application_name, options=settings, row_factory=dict_row)
 
     def translate(self, exc: BaseException, target: Target | None) -> QueuetopError | None:
-        if isinstance(exc, psycopg.OperationalError):
+        if not isinstance(exc, psycopg.Error):
+            return None
+        # psycopg files a timeout, a cancel, a deadlock and a full disk under OperationalError,
+        # with a lost connection: only the SQLSTATE tells a statement's failure (exit 1) from
+        # the connection's (exit 2).
+        if isinstance(exc, psycopg.errors.QueryCanceled):
+            return OperationFailed(statement_cancelled(exc, target))
+        if isinstance(exc, psycopg.errors.LockNotAvailable):  # a session without dbcore/lockwait.py's watch
+            return LockTimeout(f"lock timeout: {first_line(exc)} (the lock_timeout setting)")
+        if isinstance(exc, psycopg.OperationalError) and connection_lost(exc):
             return ConnectionFailed(f"database connection failed: {first_line(exc)}")
         if isinstance(exc, psycopg.errors.InsufficientPrivilege):
             return UsageError(f"missing privilege: {first_line(exc)}")
-        if isinstance(exc, psycopg.Error):
-            return OperationFailed(f"database error: {first_line(exc)}")
-        return None
+        return OperationFailed(f"database error: {first_line(exc)}")
+
+
+# SQLSTATEs of a connection lost or refused, rather than a statement's failure: class 08
+# (connection exception), the server shutting down or starting (57P01-57P05), too many
+# connections (53300). libpq's own errors (the server closed the connection) carry none.
+_CONNECTION_STATES = ("08", "57P0", "53300")
+# `-c statement_timeout=1`, `--statement-timeout=1` in libpq's `options` (the DSN's, PGOPTIONS).
+_STATEMENT_TIMEOUT_OPTION = re.compile(r"(?:-c\s*|--)statement[_-]timeout\s*=\s*(\S+)")
+
+
+def connection_lost(exc: psycopg.Error) -> bool:
+    """Whether a psycopg error says the connection could not be made or was lost."""
+    state = exc.sqlstate or ""
+    return isinstance(exc, psycopg.OperationalError) and (not state or state.startswith(_CONNECTION_STATES))
+
+
+def statement_cancelled(exc: psycopg.Error, target: Target | None) -> str:
+    """A cancelled statement (57014) in one line: by the statement timeout, naming the setting
+    and, when the DSN or PGOPTIONS sets it, its value; or by another session (pg_cancel_backend)."""
+    line = first_line(exc)
+    if "statement timeout" not in line:
+        return f"statement cancelled: {line} (another session cancelled it: pg_cancel_backend, or the dashboard)"
+    where = "the statement_timeout setting of the server, database or role"
+    options = [("PGOPTIONS", os.environ.get("PGOPTIONS", ""))]
+    if target is not None:
+        with contextlib.suppress(psycopg.Error):
+            options.insert(0, ("the DSN's options", str(conninfo_to_dict(target.conninfo).get("options") or "")))
+    for source, text in options:
+        found = _STATEMENT_TIMEOUT_OPTION.findall(text)
+        if found:
+            where = f"statement_timeout={found[-1]} in {source}"
+            break
+    return f"statement timeout: {line} ({where}: raise it)"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import psycopg
 
-from dbcore.errors import DatabaseRefused, MissingPrivilege, first_line
+from dbcore.errors import ConnectionFailed, DatabaseRefused, MissingPrivilege, first_line
 
 STATEMENT_TIMEOUT_MS = 2000
 LOCK_TIMEOUT_MS = 100
@@ -26,5 +26,6 @@ def describe_error(exc: Exception) -> str:
     return line
 
 
-# What a probe statement's failure can be, in any dialect.
-PROBE_FAILURES = (psycopg.Error, DatabaseRefused, MissingPrivilege)
+# What a probe statement's failure can be, in any dialect: a lost connection too (psycopg's is a
+# psycopg.Error; SQL Server's a ConnectionFailed, after which its session reopens for the next probe).
+PROBE_FAILURES = (psycopg.Error, DatabaseRefused, MissingPrivilege, ConnectionFailed)

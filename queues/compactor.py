@@ -25,10 +25,11 @@ from datetime import UTC, datetime
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from dbcore.database import SESSION_ERRORS, Target, one
-from dbcore.dialect import Session, open_session
-from dbcore.errors import UsageError
+from dbcore.dialect import Session, connection_lost, open_session
+from dbcore.errors import UsageError, first_line
 
 from . import schema
+from .link import ConnectionState
 
 log = logging.getLogger("queuetop.compactor")
 NAME = "task_status"
@@ -150,6 +151,9 @@ class CompactorAgent:
         self.rows_folded = 0
         self.errors = 0
         self._conn: Session | None = None  # kept between runs; reopened after a failure
+        self._opened_at: float | None = None  # when _conn was opened (time.monotonic())
+        self._link = ConnectionState(f"compactor {NAME}", log)
+        self._said: str | None = None  # the failure last said, other than a lost database
         self._scheduler = BackgroundScheduler(
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None}, timezone=UTC
         )
@@ -166,13 +170,23 @@ class CompactorAgent:
     def run_once(self) -> CompactionResult | None:
         try:
             if self._conn is None or self._conn.closed:
+                self._opened_at = None
                 self._conn = open_session(self.target, application_name=self.application_name)
+                self._opened_at = time.monotonic()
             self.last = compact(self._conn)
         except SESSION_ERRORS as exc:
             self.errors += 1
-            log.warning("compaction failed: %s", exc)
+            # Once per change, not once per run (queues/link.py): a lost database in two lines,
+            # lost and back; another failure once, until a run succeeds.
+            if connection_lost(exc):
+                self._link.lost("compactor", exc, opened_at=self._opened_at)
+            elif first_line(exc) != self._said:
+                self._said = first_line(exc)
+                log.warning("compaction failed: %s", first_line(exc))
             self._close()
             return None
+        self._link.back("compactor")
+        self._said = None
         self.runs += 1
         self.rows_folded += self.last.rows_deleted
         return self.last

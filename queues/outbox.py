@@ -31,12 +31,13 @@ from collections import defaultdict
 from collections.abc import Callable
 
 from dbcore.database import SESSION_ERRORS, Target, one
-from dbcore.dialect import Session, open_session
-from dbcore.errors import LeaseHeld, QueuetopError
+from dbcore.dialect import Session, connection_lost, open_session
+from dbcore.errors import LeaseHeld, QueuetopError, first_line
 from dbcore.names import check_name
 
 from . import lease as leases
 from . import lifeline
+from .link import ConnectionState
 from .schema import ENGINE_SQL
 from .table_queue import TableQueue
 
@@ -101,7 +102,12 @@ class Relay:
         self._queues: dict[str, TableQueue] = {}
 
     def run(self, stop: threading.Event) -> None:
+        # Said once per change, not once per attempt (queues/link.py): a lost database in two
+        # lines, lost and back; any other failure once, until the relay has moved rows again.
+        link = ConnectionState(self.holder, log, retrying="reconnecting")
+        said: tuple[str, int] | None = None
         while not stop.is_set():
+            opened_at: float | None = None
             try:
                 # A relay session is never idle inside a transaction unless its process stalled:
                 # then the server ends the session, and the locks of its batch with it.
@@ -109,9 +115,15 @@ class Relay:
                 # its session ends, and the new leader's outbox_take passes them with READPAST.)
                 with open_session(self.target, application_name=f"queuetop-relay:{self.holder}",
                                   options={"idle_in_transaction_session_timeout": str(int(self.ttl_s * 2000))}) as conn:
+                    opened_at = time.monotonic()
+                    link.back("relay")
                     self._serve(conn, stop)
             except SESSION_ERRORS as exc:  # the database went away, a queue vanished...
-                log.warning("%s: %s; reconnecting", self.holder, exc)
+                if connection_lost(exc):
+                    link.lost("relay", exc, opened_at=opened_at)
+                elif said != (first_line(exc), self.relayed):
+                    said = (first_line(exc), self.relayed)
+                    log.warning("%s: %s; reconnecting", self.holder, first_line(exc))
                 stop.wait(min(1.0, self.ttl_s / 4))
 
     def _serve(self, conn: Session, stop: threading.Event) -> None:

@@ -25,11 +25,12 @@ import psycopg
 
 from dbcore.database import Executor, Target, connect
 from dbcore.dialect import dialect_named, open_session
-from dbcore.errors import ConnectionFailed, OperationFailed, QueuetopError, UsageError, connection_cause, first_line
+from dbcore.errors import ConnectionFailed, OperationFailed, QueuetopError, UsageError, first_line
 from dbcore.names import check_name
 
 from .handlers import Handler
 from .hotpath import HotPath
+from .link import ConnectionState
 from .schema import ENGINE_SQL
 from .table_queue import Message, TableQueue
 
@@ -47,50 +48,6 @@ RECONNECT_CAP_S = 10.0
 def reconnect_delay(failures: int) -> float:
     """How long to wait after `failures` failed attempts in a row (1, 2, ...)."""
     return min(RECONNECT_CAP_S, RECONNECT_FIRST_S * 2 ** (failures - 1)) * random.uniform(0.8, 1.2)
-
-
-class ConnectionState:
-    """The pool's link to the database, said once per change (lost / back), not once per worker
-    and attempt: a worker pool is a long-running service, and 40 s of outage was 167 lines."""
-
-    def __init__(self, queue: str) -> None:
-        self.queue = queue
-        self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)
-        self._down: set[str] = set()  # who cannot reach the database now: "worker 3", "listener"
-        self._since: float | None = None
-        self._recoveries = 0  # how often a thread that was down got through again
-
-    def lost(self, who: str, exc: BaseException) -> None:
-        with self._lock:
-            first = not self._down
-            self._down.add(who)
-            if first:
-                self._since = time.monotonic()
-                log.warning("queue %s: lost the database (%s); retrying with back-off up to %.0f s",
-                            self.queue, connection_cause(exc), RECONNECT_CAP_S)
-
-    def back(self, who: str) -> None:
-        with self._lock:
-            if who not in self._down:
-                return
-            self._down.discard(who)
-            self._recoveries += 1
-            self._changed.notify_all()  # the others' back-offs end now: the database answers
-            if not self._down and self._since is not None:
-                log.warning("queue %s: the database answers again after %.1f s", self.queue, time.monotonic() - self._since)
-                self._since = None
-
-    def pause(self, seconds: float, stop: threading.Event) -> None:
-        """Wait out a back-off: `seconds`, or less if another thread got through meanwhile or the
-        pool is stopping (stop() calls wake())."""
-        with self._changed:
-            seen = self._recoveries
-            self._changed.wait_for(lambda: stop.is_set() or self._recoveries != seen, timeout=seconds)
-
-    def wake(self) -> None:
-        with self._changed:
-            self._changed.notify_all()
 
 
 class PlainPath:
@@ -222,7 +179,10 @@ class WorkerPool:
         self._queue: TableQueue | None = None
         # Claim/take statements sent, one slot per worker thread (each writes only its own).
         self._poll_counts = [0] * self.options.workers
-        self._link = ConnectionState(queue_name)
+        # One line when the pool loses the database and one when it is back, not one per worker
+        # nor per attempt (queues/link.py).
+        self._link = ConnectionState(f"queue {queue_name}", log,
+                                     retrying=f"retrying with back-off up to {RECONNECT_CAP_S:.0f} s")
         self._capabilities = dialect_named(target.dialect).capabilities  # LISTEN or poll; the hot path or not
 
     @property
@@ -319,10 +279,13 @@ class WorkerPool:
         stop_fd = self._stop_pipe[0]
         next_tick = time.monotonic() + interval
         listener_failures = 0
+        opened_at = 0.0
         while not self._stop.is_set():
             try:
                 if conn is None or conn.closed:
+                    conn = None
                     conn = connect(self.target, application_name=self._app_name("listen"))
+                    opened_at = time.monotonic()
                     conn.execute(ENGINE_SQL["listen_enqueue"])
                 # Wait on the socket and on the stop pipe together, so that stop() ends the wait
                 # at once rather than at the next tick; then drain what arrived.
@@ -340,7 +303,7 @@ class WorkerPool:
                     next_tick = time.monotonic() + interval
             except Exception as exc:  # the listener is an optimisation: fall back to polling
                 listener_failures += 1
-                self._link.lost("listener", exc)
+                self._link.lost("listener", exc, opened_at=opened_at if conn is not None else None)
                 if conn is not None:
                     conn.close()
                 conn = None
@@ -379,6 +342,7 @@ class WorkerPool:
                 self._link.lost(who, exc)
                 self._link.pause(reconnect_delay(failures), self._stop)
                 continue
+            opened_at = time.monotonic()
             failures = 0
             self._link.back(who)
             try:
@@ -389,7 +353,7 @@ class WorkerPool:
                         self._hold_loop(conn, index)
                 return
             except (psycopg.OperationalError, ConnectionFailed) as exc:  # the connection was lost, in any dialect
-                self._link.lost(who, exc)
+                self._link.lost(who, exc, opened_at=opened_at)
                 self._link.pause(reconnect_delay(1), self._stop)
 
     def _idle(self, conn: Executor, seen_generation: int) -> bool:

@@ -128,3 +128,97 @@ def test_the_dashboards_sampler_on_an_unreachable_sql_server_says_why():
     assert snap.extra["connection_error"].startswith("Unable to connect"), snap.extra
     assert snap.probes["locks"].error == f"cannot reach the database: {snap.extra['connection_error']}"
     assert PASSWORD not in repr(snap) and QUOTED not in repr(snap)
+
+
+# -- a session whose statement fails, for real ------------------------------------------------------
+# tests/tds.py speaks enough TDS for pyodbc and FreeTDS to log in and run statements: these fail
+# through the real driver, as a SQL Server's would, and SQLAlchemy reacts to each as it does to a
+# SQL Server's (a timeout and a lost link invalidate the connection).
+
+
+@pytest.fixture
+def tds() -> Iterator[object]:
+    from .tds import tds_listener
+
+    with tds_listener() as listener:
+        yield listener
+
+
+def _probe_session(tds):
+    from dbcore.database import resolve_target
+    from probes.postgres import open_probe_connection
+
+    return open_probe_connection(resolve_target(tds.url()))
+
+
+PROBE_SETUP = "SET LOCK_TIMEOUT 100;"  # from dbcore/sql/mssql/probe_session.sql
+
+
+@pytest.mark.parametrize(("statement", "error", "connection_lost"), [
+    ("fail", "database error: Invalid object name 'fail'. (SQLSTATE 42S02)", False),
+    ("hang", "statement timeout: Timeout expired (SQLSTATE HYT00)", True),  # pyodbc's query timeout, 2 s
+    ("drop", "database connection failed: Unexpected EOF from the server (SQLSTATE 01000)", True),
+], ids=["error", "timeout", "dropped"])
+def test_a_probe_session_goes_on_after_a_statement_fails_for_real(tds, statement, error, connection_lost):
+    """The issue's case: after a failed statement the next raised SQLAlchemy's PendingRollbackError
+    (the timeout and the lost link invalidate the connection), and `snapshot` died. Now the
+    failure is rolled back, a lost connection replaced by a new one set up as the first was."""
+    session = _probe_session(tds)
+    try:
+        assert session.execute("SELECT 1").fetchall() == [{"value": "1"}]
+        with pytest.raises(Exception) as raised:
+            session.execute(f"SELECT '{statement}'")
+        assert str(raised.value) == error
+        assert session.execute("SELECT 1").fetchall() == [{"value": "1"}]  # and the one after it
+    finally:
+        session.close()
+    ran_on = [n for n, batches in enumerate(tds.batches) if "SELECT 1" in batches]
+    failed_on = [n for n, batches in enumerate(tds.batches) if f"SELECT '{statement}'" in batches]
+    assert len(failed_on) == 1 and ran_on
+    if connection_lost:  # the statement after it ran on another connection, set up as the probes' are
+        assert ran_on[-1] != failed_on[0]
+        assert any(PROBE_SETUP in batch for batch in tds.batches[ran_on[-1]])
+    else:  # the same connection went on
+        assert ran_on[-1] == failed_on[0]
+
+
+def test_the_probe_runner_goes_on_to_the_next_probe_after_one_times_out(tds):
+    """run_probe, as `snapshot` runs each probe in turn on one session: the probe that timed out
+    reports its failure, and the next probe reports its rows."""
+    from probes.sampler import run_probe
+
+    class Probes:
+        def __init__(self) -> None:
+            self.notes: dict[str, str] = {}
+            self.unread: dict[str, tuple[str, ...]] = {}
+
+        def slow(self, conn):
+            return conn.execute("SELECT 'hang'").fetchall()
+
+        def quick(self, conn):
+            return conn.execute("SELECT 1").fetchall()
+
+    session = _probe_session(tds)
+    try:
+        probes = Probes()
+        slow, quick = (run_probe(probes, name, session) for name in ("slow", "quick"))
+    finally:
+        session.close()
+    assert slow[1] is None and slow[0].error == "skipped: statement timeout (2000 ms) reached"
+    assert quick[0].error is None and quick[1] == [{"value": "1"}]
+
+
+def test_the_command_lines_engine_sessions_wait_at_most_their_lock_timeout(tds, monkeypatch):
+    """SQL Server's side of the lock timeout: each connection of an engine command's session gets
+    SET LOCK_TIMEOUT (QUEUETOP_LOCK_TIMEOUT, 5 s by default); other sessions keep the server's."""
+    from dbcore.database import resolve_target
+    from dbcore.dialect import open_session
+
+    target = resolve_target(tds.url())
+    monkeypatch.setenv("QUEUETOP_LOCK_TIMEOUT", "2.5")
+    with open_session(target, application_name="queuetop-cli:enqueue") as session:
+        session.execute("SELECT 1")
+    with open_session(target, application_name="queuetop-work:claim:q") as session:
+        session.execute("SELECT 1")
+    setups = [[b.strip().splitlines()[-1] for b in batches if "LOCK_TIMEOUT" in b] for batches in tds.batches]
+    assert setups == [["SET LOCK_TIMEOUT 2500;"], []], tds.batches

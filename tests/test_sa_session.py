@@ -87,6 +87,33 @@ def test_a_failed_statement_outside_a_transaction_leaves_the_session_usable(db, 
     assert _count(db) == 2
 
 
+@pytest.mark.parametrize("autocommit", [False, True], ids=["session", "probe-session"])
+def test_a_statement_that_costs_the_connection_leaves_the_session_usable_on_a_new_one(db, table, autocommit):
+    """The server ends the session's connection (as a restart, or SQL Server's KILL, would):
+    SQLAlchemy invalidates it. A probe session's next statement (the connection in AUTOCOMMIT)
+    used to raise PendingRollbackError. Now the next statement runs on a new connection, in
+    AUTOCOMMIT again for a probe session."""
+    engine = sa.create_engine(sa.engine.URL.create("postgresql+psycopg", username="postgres", database=db.name,
+                                                   query={"host": db.server.socket_dir}), poolclass=sa.pool.NullPool)
+    opener = (lambda: engine.connect().execution_options(isolation_level="AUTOCOMMIT")) if autocommit else engine.connect
+    session = MssqlSession(_PostgresBind(), opener, db.target, autocommit=autocommit)
+    try:
+        first = session.execute("SELECT pg_backend_pid()").fetchone()[0]
+        with db.connect() as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (first,))
+        with pytest.raises(Exception, match=r"terminating connection|server closed the connection"):
+            session.execute("SELECT 1")
+        assert session.execute("SELECT pg_backend_pid()").fetchone()[0] != first  # no PendingRollbackError
+        session.execute("INSERT INTO t VALUES (1, 'a')")
+        assert _count(db) == 1  # committed at once, as before the loss
+        with session.transaction():  # and a transaction
+            session.execute("INSERT INTO t VALUES (2, 'b')")
+        assert _count(db) == 2
+    finally:
+        session.close()
+        engine.dispose()
+
+
 def test_list_parameters_go_as_json_text_and_colons_in_literals_stay(db, table, session):
     row = session.execute("SELECT %(ids)s::text AS ids, '12:30:00' AS at, 'a::b' AS s, 'x%%' AS p", {"ids": [1, 2, 3]}).fetchone()
     assert json.loads(row[0]) == [1, 2, 3]

@@ -27,9 +27,9 @@ from .conftest import REPO
 
 PACKAGES = ("dbcore", "queues", "probes", "tui")
 LOADER = "dbcore/sqlfiles.py"  # Queries itself: the one place a name is looked up by value
-SQL_PACKAGES = ("queues", "probes", "tui")
+SQL_PACKAGES = ("dbcore", "queues", "probes", "tui")
 # Files run whole, not looked up by name.
-SCRIPTS = {("queues", "schema.sql")}
+SCRIPTS = {("queues", "schema.sql"), ("dbcore", "probe_session.sql"), ("dbcore", "lock_timeout.sql")}
 # A SQL statement: an upper-case keyword that opens one, then more text. Case-sensitive on
 # purpose: "select a session first" is English, "SELECT id FROM" is SQL.
 STATEMENT = re.compile(

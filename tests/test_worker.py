@@ -306,3 +306,37 @@ def test_reconnect_back_off_is_capped_with_jitter():
     assert 0.4 <= min(first) and max(first) <= 0.6 and len({round(d, 3) for d in first}) > 10  # jittered
     assert all(RECONNECT_CAP_S * 0.8 <= reconnect_delay(50) <= RECONNECT_CAP_S * 1.2 for _ in range(50))
     assert reconnect_delay(3) > reconnect_delay(1) * 2  # doubling (beyond the jitter)
+
+
+def test_a_late_notice_of_a_told_outage_is_not_told_again(caplog):
+    """The pool's link (queues/link.py): lost and back once per outage. A thread that finds, after
+    the outage was told over, that its connection from before it was cut, goes down and comes
+    back silently; if it then cannot connect either, that is a new outage, and is told."""
+    import logging
+
+    from queues.link import ConnectionState
+
+    link = ConnectionState("queue q", logging.getLogger("queuetop.worker"))
+    cut = ConnectionError("server closed the connection unexpectedly")
+    refused = ConnectionError("Connection refused")
+    with caplog.at_level(logging.WARNING, logger="queuetop.worker"):
+        before = time.monotonic()  # the connections every thread opened at the start
+        link.lost("listener", cut, opened_at=before)
+        link.lost("worker 0", cut, opened_at=before)
+        link.back("listener")
+        link.back("worker 0")
+        assert [r.getMessage() for r in caplog.records] == [
+            "queue q: lost the database (server closed the connection unexpectedly); retrying",
+            caplog.records[1].getMessage()]
+        assert caplog.records[1].getMessage().startswith("queue q: the database answers again after ")
+        link.lost("worker 1", cut, opened_at=before)  # busy in its handler: it notices only now
+        link.back("worker 1")
+        assert len(caplog.records) == 2 and not link.down
+        link.lost("worker 2", cut, opened_at=before)  # another late one, whose reconnection fails:
+        link.lost("worker 2", refused)  # the database is gone again
+        assert len(caplog.records) == 3 and caplog.records[2].getMessage().endswith("(Connection refused); retrying")
+        link.back("worker 2")
+        assert len(caplog.records) == 4 and caplog.records[3].getMessage().startswith("queue q: the database answers again")
+        reopened = time.monotonic()  # a connection opened after that outage began: its loss is news
+        link.lost("worker 0", cut, opened_at=reopened)
+        assert len(caplog.records) == 5 and link.down
