@@ -25,7 +25,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from dbcore.database import Target, connection_kwargs
+from dbcore.database import Target, connection_kwargs, hide_secrets, secrets_of
 from dbcore.dialect import dialect_named
 from dbcore.errors import ConnectionFailed, connection_cause
 
@@ -152,7 +152,9 @@ class ExplainingPool(ConnectionPool[PooledConnection]):
         try:
             conn = super()._connect(timeout)
         except Exception as exc:
-            self.last_connect_error = connection_cause(exc)
+            # libpq does not echo a password today; the reason goes into snapshots and recordings,
+            # so it is scrubbed of the DSN's secrets all the same.
+            self.last_connect_error = hide_secrets(connection_cause(exc), secrets_of(str(self.conninfo)))
             raise
         self.last_connect_error = None
         return conn
@@ -311,7 +313,7 @@ class Sampler:
                 # The pool's own timeout says only "couldn't get a connection after 0.50 sec";
                 # the reason is what its last attempt to connect was told.
                 cause = self._pool.last_connect_error if isinstance(exc, (PoolTimeout, ConnectionFailed)) else None
-                reason = cause or connection_cause(exc)
+                reason = cause or hide_secrets(connection_cause(exc), secrets_of(self.target.conninfo))
                 if self._connected or reason != self._last_error:  # one line per change, not per probe
                     log.warning("lost the database: %s; retrying", reason)
                 self._last_error = reason
