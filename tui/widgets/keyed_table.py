@@ -420,10 +420,9 @@ def inert_cell(value: object) -> object:
     would raise, `:warning:` would become an emoji). The panels make the database's text inert
     themselves; this is the net under every table."""
     if isinstance(value, str):
-        if value.isascii() and value.isprintable() and "[" not in value and value.count(":") < 2:
-            return value  # the common case, without a call
-        shown = inert(value)
-        return value if shown == value and "[" not in value and value.count(":") < 2 else Text(shown)
+        if "[" not in value and value.count(":") < 2 and ((value.isascii() and value.isprintable()) or inert(value) == value):
+            return value  # printable ASCII, the common case, is judged without a call
+        return Text(inert(value))
     if isinstance(value, Text):
         plain = value.plain
         if not (plain.isascii() and plain.isprintable()) and inert(plain) != plain:
