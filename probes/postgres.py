@@ -19,6 +19,7 @@ from psycopg import sql
 
 from dbcore.database import DictRow, Target, one
 from dbcore.dialect import dialect_named
+from dbcore.pgversions import check_supported, versioned
 from dbcore.sqlfiles import Queries
 
 from .config import Config
@@ -59,6 +60,15 @@ PROBE_SETTINGS = {
     "max_parallel_workers_per_gather": "0",
     "enable_seqscan": "off",
     "enable_bitmapscan": "off",
+    # What a stock server's settings would otherwise make a monitor pay for:
+    # - JIT (on by default wherever PostgreSQL is built with LLVM, as Debian's is): a read that
+    #   no index serves is costed around 1e10 with the scans above disabled, far past
+    #   jit_above_cost, and compiling it with inlining took 5.9 s for 2 ms of execution, past
+    #   the statement timeout. A probe's statements are small and short: never worth compiling.
+    "jit": "off",
+    # A server (or role) whose default isolation is SERIALIZABLE would make every probe read take
+    # predicate locks, which can fail the monitored application's transactions.
+    "default_transaction_isolation": "read committed",
 }
 PROBE_NAMES = ("queues", "rings", "leases", "locks", "connections", "compaction")
 COMPACTION_COUNT_CAP = 20_000
@@ -121,9 +131,15 @@ class PostgresProbes:
     def server(self, conn: ProbeConnection, label: str | None = None) -> ServerInfo:
         row = one(conn.execute(SERVER_SQL["server_info"]))
         self._version_num = row["version_num"]
+        check_supported(self._version_num)
         self._server = ServerInfo(dialect=self.dialect, version=row["version"], database=row["database"], label=label,
                                   deadlock_timeout_s=row["deadlock_timeout_s"])
         return self._server
+
+    def _versioned(self, query: str) -> sql.SQL:
+        """`query` as this server's major writes it (dbcore/pgversions.py; the version is the
+        server probe's, which every cycle runs first)."""
+        return sql.SQL(versioned(query, self._version_num))
 
     # -- queues --------------------------------------------------------------------------
 
@@ -242,18 +258,17 @@ class PostgresProbes:
 
     def locks(self, conn: ProbeConnection) -> LockPicture:
         """Blocked sessions, root blockers and prepared transactions (see probes/locks.py)."""
-        wait_start = "coalesce(l.waitstart, a.state_change)" if self._version_num >= 140000 else "a.state_change"
-        query = sql.SQL(LOCKS_SQL["waiting"]).format(wait_start=sql.SQL(wait_start))
         # pg_locks and pg_blocking_pids are not read at one instant: a wait that ended in between
         # has no blockers left and is not reported.
-        rows = conn.execute(query).fetchall()
+        rows = conn.execute(self._versioned(LOCKS_SQL["waiting"])).fetchall()
         prepared = (rows[0]["prepared"] if rows else None) or []
         waiting_rows = [r for r in rows if r["pid"] is not None and r["blocked_by"]]
         by_prepared: dict[int, set[str]] = {}
         if prepared and any(0 in r["blocked_by"] for r in waiting_rows):
             by_prepared = prepared_blockers(waiting_rows, prepared, conn.execute(LOCKS_SQL["prepared_locks"]).fetchall())
         mentioned = {pid for row in waiting_rows for pid in row["blocked_by"] if pid} - {r["pid"] for r in waiting_rows}
-        others = {r["pid"]: r for r in conn.execute(LOCKS_SQL["sessions"], {"pids": sorted(mentioned)})} if mentioned else {}
+        others = ({r["pid"]: r for r in conn.execute(self._versioned(LOCKS_SQL["sessions"]), {"pids": sorted(mentioned)})}
+                  if mentioned else {})
         if any(r["state"] is None for r in [*waiting_rows, *others.values()]):
             self.notes["locks"] = "queries and states of other roles' sessions hidden: grant pg_read_all_stats to see them"
         return (*build_lock_tree(waiting_rows, others, prepared, by_prepared), self.app_locks(conn))
@@ -264,7 +279,7 @@ class PostgresProbes:
             AppLock(pid=r["pid"], resource=r["resource"], mode=r["mode"], granted=bool(r["granted"]), wait_s=r["wait_s"],
                     application=r["application_name"], database=r["database"], owner_type=r["owner_type"],
                     principal=r["principal"])
-            for r in conn.execute(LOCKS_SQL["applocks"])
+            for r in conn.execute(self._versioned(LOCKS_SQL["applocks"]))
         )
 
     # -- connections ---------------------------------------------------------------------
@@ -274,7 +289,7 @@ class PostgresProbes:
         settings = one(conn.execute(CONNECTIONS_SQL["max_connections"]))
         by_state: dict[str, int] = {}
         by_app: dict[str, int] = {}
-        oldest = xmin = None
+        oldest = None
         for r in rows:
             state = r["state"] or "unknown"  # other roles' sessions without pg_read_all_stats
             by_state[state] = by_state.get(state, 0) + 1
@@ -282,12 +297,11 @@ class PostgresProbes:
             by_app[app] = by_app.get(app, 0) + 1
             if r["xact_age_s"] is not None and (oldest is None or r["xact_age_s"] > oldest["xact_age_s"]):
                 oldest = r
-            if r["xmin_age"] is not None and (xmin is None or r["xmin_age"] > xmin["xmin_age"]):
-                xmin = r
+        xmin = self.xmin_horizon_holder(conn, rows)
         hidden = sum(1 for r in rows if r["state"] is None)
         if hidden:
             self.notes["connections"] = (
-                f"state, transaction age and xmin of {hidden} other roles' sessions hidden: "
+                f"state and transaction age of {hidden} other roles' sessions hidden: "
                 "grant pg_read_all_stats to see them"
             )
         return Connections(
@@ -299,9 +313,19 @@ class PostgresProbes:
             oldest_xact_pid=oldest["pid"] if oldest else None,
             oldest_xact_state=oldest["state"] if oldest else None,
             xmin_holder_pid=xmin["pid"] if xmin else None,
-            xmin_holder_age_xids=xmin["xmin_age"] if xmin else None,
+            xmin_holder_age_xids=xmin["age_xids"] if xmin else None,
             xmin_holder_application=xmin["application_name"] if xmin else None,
+            xmin_holder_kind=xmin["kind"] if xmin else None,
+            xmin_holder_name=xmin["name"] if xmin else None,
         )
+
+    def xmin_horizon_holder(self, conn: ProbeConnection, sessions: list[DictRow]) -> DictRow | None:
+        """What holds this database's xmin horizon back the most (kind, pid, name,
+        application_name, age_xids), as the server computes it (connections.sql's xmin_horizon):
+        a session's transaction id or snapshot, a prepared transaction, a replication slot.
+        `sessions`: the connections statement's rows, for a dialect that finds it among them."""
+        row: DictRow | None = conn.execute(CONNECTIONS_SQL["xmin_horizon"]).fetchone()
+        return row
 
 
 def _latest(a: datetime | None, b: datetime | None) -> datetime | None:

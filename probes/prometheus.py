@@ -5,9 +5,13 @@ autocommit, timeouts, one pool per host); each hands its snapshot to `SnapshotCo
 A scrape only formats the cached snapshots: it never touches a database, so Prometheus scraping
 every 5 s costs the monitored databases nothing more than the sampler's own interval.
 
-Every metric is declared in METRICS (name, type, help, labels): the exporter serves those and
-no others, and the tests check that the shipped alert rules and Grafana dashboard name only these.
-A figure that cannot be known (null in the snapshot) is no sample at all, never a 0.
+Every metric is declared in METRICS (name, type, help, labels, the probe it comes from): the
+exporter serves those and no others, and the tests check that the shipped alert rules and Grafana
+dashboard name only these. Unknown is absent: a figure that cannot be known (null in the snapshot)
+is no sample at all, never a 0; nor is any figure of a probe that failed or did not run (the
+sampler's ProbeStatus says which), nor any of a host that is down but its `queuetop_up 0` and its
+probes' errors. No label takes a value per session: root blockers are counted by state, and
+applications are the few with the most sessions plus `(other)`.
 
 `/snapshot` serves the same cached snapshots as JSON lines (`queuetop snapshot --json`'s objects,
 one per host), so that a scrape can be checked against what the probes saw at the same instant.
@@ -29,6 +33,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from importlib.metadata import PackageNotFoundError, version
 from socketserver import ThreadingMixIn
 from typing import Any
 from urllib.parse import parse_qs
@@ -41,7 +46,8 @@ from prometheus_client.registry import Collector
 
 from dbcore.text import inert
 
-from .model import Snapshot, as_utc
+from .model import ProbeStatus, Snapshot, as_utc
+from .sampler import unreachable_status
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,59 +55,94 @@ class MetricSpec:
     kind: str  # "gauge" | "counter" (a counter's samples are served as NAME_total)
     help: str
     labels: tuple[str, ...]
+    # The probe whose figure it is: none of its samples is served while that probe fails (unknown
+    # is absent, never a 0 that reads as calm). None: the exporter's and the host's own.
+    probe: str | None = None
 
 
 Q = ("host", "source", "queue")
+
+
+def _queue(kind: str, help: str) -> MetricSpec:
+    return MetricSpec(kind, help, Q, "queues")
+
+
 METRICS: dict[str, MetricSpec] = {
-    # the hosts and the probes
+    # the exporter, the hosts and the probes
+    "queuetop_build_info": MetricSpec("gauge", "1, with the version of queuetop that serves these metrics", ("version",)),
     "queuetop_up": MetricSpec("gauge", "1 while the host's database answers, 0 while it is unreachable", ("host",)),
+    "queuetop_server_info": MetricSpec("gauge", "1, with the database server's dialect and version (while it answers)",
+                                       ("host", "dialect", "version")),
     "queuetop_snapshot_timestamp_seconds": MetricSpec("gauge", "When the cached snapshot was taken (Unix time)", ("host",)),
-    "queuetop_probe_duration_seconds": MetricSpec("gauge", "What the probe cost on the database, last run", ("host", "probe")),
+    "queuetop_probe_duration_seconds": MetricSpec("gauge", "What the probe cost on the database, last run (absent: it did not run)",
+                                                  ("host", "probe")),
     "queuetop_probe_error": MetricSpec("gauge", "1 when the probe failed or could not see everything, last run", ("host", "probe")),
     # queues (every source: the engine's, outbox, inboxes, job tables, the libraries')
-    "queuetop_queue_depth": MetricSpec("gauge", "Messages ready, in flight or delayed", Q),
-    "queuetop_queue_ready": MetricSpec("gauge", "Messages claimable now", Q),
-    "queuetop_queue_in_flight": MetricSpec("gauge", "Messages being worked", Q),
-    "queuetop_queue_delayed": MetricSpec("gauge", "Messages scheduled for later or backing off", Q),
-    "queuetop_queue_dead": MetricSpec("gauge", "Messages failed for good (dead letters, archived failures)", Q),
-    "queuetop_queue_oldest_ready_age_seconds": MetricSpec("gauge", "Age of the oldest claimable message", Q),
-    "queuetop_queue_enqueued_per_second": MetricSpec("gauge", "Enqueue rate between the last two samples", Q),
-    "queuetop_queue_dequeued_per_second": MetricSpec("gauge", "Dequeue rate between the last two samples", Q),
-    "queuetop_queue_depth_is_estimate": MetricSpec("gauge", "1 when depth is an estimate (a queue deeper than the probe reads)", Q),
-    "queuetop_queue_dead_tuples": MetricSpec("gauge", "Dead tuples (PostgreSQL) or ghost records (SQL Server) of the queue's table", Q),
-    "queuetop_queue_inserted": MetricSpec("counter", "Rows inserted into the queue's table (the table's statistics)", Q),
-    "queuetop_queue_deleted": MetricSpec("counter", "Rows deleted from the queue's table (the table's statistics)", Q),
+    "queuetop_queue_depth": _queue("gauge", "Messages ready, in flight or delayed"),
+    "queuetop_queue_ready": _queue("gauge", "Messages claimable now"),
+    "queuetop_queue_in_flight": _queue("gauge", "Messages being worked"),
+    "queuetop_queue_delayed": _queue("gauge", "Messages scheduled for later or backing off"),
+    "queuetop_queue_dead": _queue("gauge", "Messages failed for good (dead letters, archived failures)"),
+    "queuetop_queue_oldest_ready_age_seconds": _queue("gauge", "Age of the oldest claimable message"),
+    "queuetop_queue_enqueued_per_second": _queue("gauge", "Messages enqueued per second between the probe's last two samples"),
+    "queuetop_queue_dequeued_per_second": _queue("gauge", "Messages dequeued per second between the probe's last two samples"),
+    "queuetop_queue_depth_is_estimate": _queue("gauge", "1 when depth is an estimate (a queue deeper than the probe reads)"),
+    "queuetop_queue_dead_tuples": _queue("gauge", "Dead tuples (PostgreSQL) or ghost records (SQL Server) of the queue's table"),
+    "queuetop_queue_table_inserted_rows": _queue("counter", "Rows inserted into the queue's table (the table's statistics)"),
+    "queuetop_queue_table_deleted_rows": _queue("counter", "Rows deleted from the queue's table (the table's statistics)"),
     # rings
-    "queuetop_ring_capacity": MetricSpec("gauge", "Cells of the ring", ("host", "ring")),
-    "queuetop_ring_used": MetricSpec("gauge", "Full cells of the ring", ("host", "ring")),
-    "queuetop_ring_refused": MetricSpec("counter", "Puts refused because the ring was full", ("host", "ring")),
+    "queuetop_ring_capacity": MetricSpec("gauge", "Cells of the ring", ("host", "ring"), "rings"),
+    "queuetop_ring_used": MetricSpec("gauge", "Full cells of the ring", ("host", "ring"), "rings"),
+    "queuetop_ring_refused": MetricSpec("counter", "Puts refused because the ring was full", ("host", "ring"), "rings"),
     # leases
-    "queuetop_lease_expires_in_seconds": MetricSpec("gauge", "Seconds until the lease expires (negative: expired)", ("host", "lease")),
-    "queuetop_lease_token": MetricSpec("gauge", "The lease's fencing token", ("host", "lease")),
+    "queuetop_lease_expires_in_seconds": MetricSpec("gauge", "Seconds until the lease expires (negative: expired)",
+                                                    ("host", "lease"), "leases"),
+    "queuetop_lease_token": MetricSpec("gauge", "The lease's fencing token", ("host", "lease"), "leases"),
     "queuetop_lease_state": MetricSpec("gauge", "1 for the lease's state (held, expired: held past its expiry, free)",
-                                       ("host", "lease", "state")),
+                                       ("host", "lease", "state"), "leases"),
     # locks
-    "queuetop_blocked_sessions": MetricSpec("gauge", "Sessions waiting on a lock", ("host",)),
-    "queuetop_blocked_wait_max_seconds": MetricSpec("gauge", "The longest wait of a blocked session", ("host",)),
-    "queuetop_root_blockers": MetricSpec("gauge", "Sessions at the root of a blocking chain", ("host",)),
-    "queuetop_root_blocker_blocked_sessions": MetricSpec(
-        "gauge", "Sessions a root blocker holds up, directly or behind others, with its state",
-        ("host", "pid", "state", "application")),
-    "queuetop_prepared_transactions": MetricSpec("gauge", "Transactions prepared for two-phase commit (locks with no session)", ("host",)),
-    "queuetop_app_locks": MetricSpec("gauge", "Application locks (advisory, sp_getapplock) held or waited for", ("host", "granted")),
+    "queuetop_blocked_sessions": MetricSpec("gauge", "Sessions waiting on a lock", ("host",), "locks"),
+    "queuetop_blocked_wait_max_seconds": MetricSpec("gauge", "The longest wait of a blocked session (0: none waits)", ("host",), "locks"),
+    "queuetop_root_blockers": MetricSpec("gauge", "Sessions at the root of a blocking chain", ("host",), "locks"),
+    "queuetop_root_blockers_by_state": MetricSpec("gauge", "Sessions at the root of a blocking chain, by their state",
+                                                  ("host", "state"), "locks"),
+    "queuetop_root_blocker_blocked_sessions_max": MetricSpec(
+        "gauge", "The most sessions one root blocker in this state holds up, directly or behind others", ("host", "state"), "locks"),
+    "queuetop_root_blocker_info": MetricSpec(
+        "gauge", "1 for each of the root blockers holding up the most sessions (at most 3 per host): pid, state, application",
+        ("host", "pid", "state", "application"), "locks"),
+    "queuetop_prepared_transactions": MetricSpec("gauge", "Transactions prepared for two-phase commit (locks with no session)",
+                                                 ("host",), "locks"),
+    "queuetop_app_locks": MetricSpec("gauge", "Application locks (advisory, sp_getapplock) held or waited for",
+                                     ("host", "granted"), "locks"),
     # connections
-    "queuetop_sessions": MetricSpec("gauge", "Sessions on the server", ("host",)),
-    "queuetop_sessions_max": MetricSpec("gauge", "max_connections (@@MAX_CONNECTIONS)", ("host",)),
-    "queuetop_sessions_by_state": MetricSpec("gauge", "Sessions by state", ("host", "state")),
-    "queuetop_sessions_by_application": MetricSpec("gauge", "Sessions by application name", ("host", "application")),
-    "queuetop_oldest_transaction_age_seconds": MetricSpec("gauge", "Age of the oldest open transaction", ("host",)),
-    "queuetop_xmin_horizon_age_xids": MetricSpec("gauge", "Transactions the oldest snapshot holds the xmin horizon back by", ("host",)),
+    "queuetop_sessions": MetricSpec("gauge", "Sessions on the server", ("host",), "connections"),
+    "queuetop_sessions_max": MetricSpec("gauge", "max_connections (@@MAX_CONNECTIONS)", ("host",), "connections"),
+    "queuetop_sessions_by_state": MetricSpec("gauge", "Sessions by state", ("host", "state"), "connections"),
+    "queuetop_sessions_by_application": MetricSpec(
+        "gauge", "Sessions by application name: the 10 applications with the most, the rest under (other)",
+        ("host", "application"), "connections"),
+    "queuetop_oldest_transaction_age_seconds": MetricSpec("gauge", "Age of the oldest open transaction", ("host",), "connections"),
+    "queuetop_xmin_horizon_age_xids": MetricSpec(
+        "gauge", "Transactions by which the session holding the xmin horizon (oldest snapshot or transaction) holds it back",
+        ("host",), "connections"),
     # the compactor
-    "queuetop_compaction_pending_deltas": MetricSpec("gauge", "Delta rows waiting to be folded", ("host", "name")),
-    "queuetop_compaction_groups": MetricSpec("gauge", "Groups with pending deltas", ("host", "name")),
-    "queuetop_compaction_last_run_timestamp_seconds": MetricSpec("gauge", "When the compactor last ran (Unix time)", ("host", "name")),
+    "queuetop_compaction_pending_deltas": MetricSpec("gauge", "Delta rows waiting to be folded", ("host", "name"), "compaction"),
+    "queuetop_compaction_groups": MetricSpec("gauge", "Groups with pending deltas", ("host", "name"), "compaction"),
+    "queuetop_compaction_last_run_timestamp_seconds": MetricSpec("gauge", "When the compactor last ran (Unix time)",
+                                                                 ("host", "name"), "compaction"),
+    "queuetop_compaction_runs": MetricSpec("counter", "Compactions run", ("host", "name"), "compaction"),
 }
 LEASE_STATES = ("held", "expired", "free")
+# Bounded label values: the applications with the most sessions each have a series, the rest are
+# summed under OTHER_APPLICATIONS; root blockers are counted by state, and only the few holding up
+# the most sessions are named (pid, application) in queuetop_root_blocker_info.
+TOP_APPLICATIONS = 10
+OTHER_APPLICATIONS = "(other)"
+TOP_ROOT_BLOCKERS = 3
+UNKNOWN_STATE = "unknown"  # a state the probe's role may not see (no pg_read_all_stats)
+# The status the sampler gives a probe it had no connection to run (probes/sampler.py).
+_NOT_RUN = unreachable_status("").error or "cannot reach the database: "
 
 
 def served_names() -> set[str]:
@@ -109,18 +150,43 @@ def served_names() -> set[str]:
     return {name + ("_total" if spec.kind == "counter" else "") for name, spec in METRICS.items()}
 
 
+def build_version() -> str:
+    """queuetop's version, as installed."""
+    try:
+        return version("queuetop")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+_BUILD_VERSION = build_version()
+
+
+def probe_ran(status: ProbeStatus) -> bool:
+    """Whether the probe ran on the database last time (a host that is down runs none)."""
+    return not (status.error or "").startswith(_NOT_RUN)
+
+
+def probe_failed(status: ProbeStatus) -> bool:
+    """Whether what the probe reports is unknown: it failed (`unread == ("all",)`, probes/sampler.py)
+    or did not run. A probe that saw only part (a queue source that failed, another role's
+    sessions hidden) has an error too, but its figures are good."""
+    return status.error is not None and (status.unread == ("all",) or not probe_ran(status))
+
+
 class _Families:
-    """The metric families of one scrape, filled sample by sample."""
+    """The metric families of one scrape, filled sample by sample; a sample of a probe that is not
+    `known` (it failed, or did not run) is dropped."""
 
     def __init__(self) -> None:
         self._families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {}
+        self.known: set[str] = set()
 
     def add(self, name: str, labels: Iterable[object], value: float | int | bool | None) -> None:
-        if value is None:
+        spec = METRICS[name]
+        if value is None or (spec.probe is not None and spec.probe not in self.known):
             return  # unknown: no sample, never a made-up 0
         family = self._families.get(name)
         if family is None:
-            spec = METRICS[name]
             family = self._families[name] = (CounterMetricFamily if spec.kind == "counter" else GaugeMetricFamily)(
                 name, spec.help, labels=spec.labels)
         # inert(): text from the database never carries a control character into a label
@@ -133,24 +199,22 @@ class _Families:
 
 def families(snapshots: Iterable[Snapshot]) -> list[Metric]:
     out = _Families()
+    out.add("queuetop_build_info", [_BUILD_VERSION], 1)
     for s in snapshots:
         host = s.host
         connected = s.connected
         out.add("queuetop_up", [host], connected)
         out.add("queuetop_snapshot_timestamp_seconds", [host], _epoch(s.taken_at))
         for probe, status in s.probes.items():
-            out.add("queuetop_probe_duration_seconds", [host, probe], status.elapsed_ms / 1000)
+            if connected and probe_ran(status):
+                out.add("queuetop_probe_duration_seconds", [host, probe], status.elapsed_ms / 1000)
             out.add("queuetop_probe_error", [host, probe], status.error is not None)
-        if not connected:
-            continue  # what the host had is unknown now: absent, not stale
-        for q in s.queues:
-            labels = [host, q.source, q.name]
-            for name, value in (("depth", q.depth), ("ready", q.ready), ("in_flight", q.in_flight), ("delayed", q.delayed),
-                                ("dead", q.dead), ("oldest_ready_age_seconds", q.oldest_ready_age_s),
-                                ("enqueued_per_second", q.enqueued_per_s), ("dequeued_per_second", q.dequeued_per_s),
-                                ("depth_is_estimate", q.depth_is_estimate), ("dead_tuples", q.dead_tuples),
-                                ("inserted", q.inserted_total), ("deleted", q.deleted_total)):
-                out.add(f"queuetop_queue_{name}", labels, value)
+        # A host that is down: what it had is unknown now (absent, not stale); each probe that
+        # failed: its figures are unknown; a probe missing from the snapshot did not run.
+        out.known = {probe for probe, status in s.probes.items() if not probe_failed(status)} if connected else set()
+        if connected and s.server.version is not None:
+            out.add("queuetop_server_info", [host, s.server.dialect, s.server.version], 1)
+        _queues(out, s)
         for r in s.rings:
             out.add("queuetop_ring_capacity", [host, r.name], r.capacity)
             out.add("queuetop_ring_used", [host, r.name], r.used)
@@ -160,30 +224,82 @@ def families(snapshots: Iterable[Snapshot]) -> list[Metric]:
             out.add("queuetop_lease_token", [host, lease.name], lease.token)
             for state in LEASE_STATES:
                 out.add("queuetop_lease_state", [host, lease.name, state], lease.state == state)
-        out.add("queuetop_blocked_sessions", [host], len(s.blocked))
-        waits = [b.wait_s for b in s.blocked if b.wait_s is not None]
-        out.add("queuetop_blocked_wait_max_seconds", [host], max(waits) if waits else (0 if not s.blocked else None))
-        out.add("queuetop_root_blockers", [host], len(s.blockers))
-        for root in s.blockers:
-            out.add("queuetop_root_blocker_blocked_sessions", [host, root.pid, root.state, root.application], root.blocked_count)
-        out.add("queuetop_prepared_transactions", [host], len(s.prepared_xacts))
-        for granted in (True, False):
-            out.add("queuetop_app_locks", [host, str(granted).lower()], sum(1 for a in s.app_locks if a.granted is granted))
-        c = s.connections
-        if c is not None:
-            out.add("queuetop_sessions", [host], c.total)
-            out.add("queuetop_sessions_max", [host], c.max)
-            for state, n in c.by_state.items():
-                out.add("queuetop_sessions_by_state", [host, state], n)
-            for application, n in c.by_application.items():
-                out.add("queuetop_sessions_by_application", [host, application], n)
-            out.add("queuetop_oldest_transaction_age_seconds", [host], c.oldest_xact_age_s)
-            out.add("queuetop_xmin_horizon_age_xids", [host], c.xmin_holder_age_xids)
+        _locks(out, s)
+        _connections(out, s)
         for comp in s.compaction:
             out.add("queuetop_compaction_pending_deltas", [host, comp.name], comp.pending_deltas)
             out.add("queuetop_compaction_groups", [host, comp.name], comp.groups)
             out.add("queuetop_compaction_last_run_timestamp_seconds", [host, comp.name], _epoch(comp.last_run_at))
+            out.add("queuetop_compaction_runs", [host, comp.name], comp.runs_total)
     return list(out)
+
+
+def _queues(out: _Families, s: Snapshot) -> None:
+    status = s.probes.get("queues")
+    unread = set(status.unread) if status is not None else set()  # sources that failed: their queues are unknown
+    for q in s.queues:
+        if q.source in unread:
+            continue
+        labels = [s.host, q.source, q.name]
+        for name, value in (("depth", q.depth), ("ready", q.ready), ("in_flight", q.in_flight), ("delayed", q.delayed),
+                            ("dead", q.dead), ("oldest_ready_age_seconds", q.oldest_ready_age_s),
+                            ("enqueued_per_second", q.enqueued_per_s), ("dequeued_per_second", q.dequeued_per_s),
+                            # whether a depth nobody could read is an estimate is unknown too
+                            ("depth_is_estimate", q.depth_is_estimate if q.depth is not None else None),
+                            ("dead_tuples", q.dead_tuples), ("table_inserted_rows", q.inserted_total),
+                            ("table_deleted_rows", q.deleted_total)):
+            out.add(f"queuetop_queue_{name}", labels, value)
+
+
+def _locks(out: _Families, s: Snapshot) -> None:
+    host = s.host
+    out.add("queuetop_blocked_sessions", [host], len(s.blocked))
+    waits = [b.wait_s for b in s.blocked if b.wait_s is not None]
+    out.add("queuetop_blocked_wait_max_seconds", [host], max(waits) if waits else (0 if not s.blocked else None))
+    out.add("queuetop_root_blockers", [host], len(s.blockers))
+    by_state: dict[str, list[int]] = {}
+    for root in s.blockers:
+        by_state.setdefault(inert(root.state or UNKNOWN_STATE), []).append(root.blocked_count)
+    for state, counts in by_state.items():
+        out.add("queuetop_root_blockers_by_state", [host, state], len(counts))
+        out.add("queuetop_root_blocker_blocked_sessions_max", [host, state], max(counts))
+    for root in sorted(s.blockers, key=lambda b: (-b.blocked_count, b.pid))[:TOP_ROOT_BLOCKERS]:
+        out.add("queuetop_root_blocker_info", [host, root.pid, root.state or UNKNOWN_STATE, root.application], 1)
+    out.add("queuetop_prepared_transactions", [host], len(s.prepared_xacts))
+    for granted in (True, False):
+        out.add("queuetop_app_locks", [host, str(granted).lower()], sum(1 for a in s.app_locks if a.granted is granted))
+
+
+def _connections(out: _Families, s: Snapshot) -> None:
+    c = s.connections
+    if c is None:
+        return
+    host = s.host
+    out.add("queuetop_sessions", [host], c.total)
+    out.add("queuetop_sessions_max", [host], c.max)
+    for state, n in c.by_state.items():
+        out.add("queuetop_sessions_by_state", [host, state], n)
+    for application, n in top_applications(c.by_application).items():
+        out.add("queuetop_sessions_by_application", [host, application], n)
+    out.add("queuetop_oldest_transaction_age_seconds", [host], c.oldest_xact_age_s)
+    out.add("queuetop_xmin_horizon_age_xids", [host], c.xmin_holder_age_xids)
+
+
+def top_applications(by_application: dict[str, int], top: int = TOP_APPLICATIONS) -> dict[str, int]:
+    """Sessions by application as labels may carry them: inert names (two names that read the same
+    once inert are one), the `top` applications with the most sessions, the rest summed under
+    OTHER_APPLICATIONS (so the series stay few, whatever the clients call themselves)."""
+    merged: dict[str, int] = {}
+    for application, n in by_application.items():
+        label = inert(application)
+        merged[label] = merged.get(label, 0) + n
+    rest = merged.pop(OTHER_APPLICATIONS, 0)  # an application that calls itself "(other)" is counted with the rest
+    ranked = sorted(merged.items(), key=lambda kv: (-kv[1], kv[0]))
+    kept = dict(ranked[:top])
+    rest += sum(n for _application, n in ranked[top:])
+    if rest:
+        kept[OTHER_APPLICATIONS] = rest
+    return kept
 
 
 def _epoch(value: datetime | None) -> float | None:

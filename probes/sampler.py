@@ -25,9 +25,10 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from dbcore.database import Target, connection_kwargs, hide_secrets, secrets_of
+from dbcore.database import Target, connection_kwargs, hide_secrets, refuse_if_too_old, secrets_of
 from dbcore.dialect import dialect_named
 from dbcore.errors import ConnectionFailed, connection_cause
+from dbcore.pgversions import UnsupportedServer
 
 from .config import Config
 from .failures import PROBE_FAILURES, describe_error
@@ -155,6 +156,10 @@ class ExplainingPool(ConnectionPool[PooledConnection]):
             # libpq does not echo a password today; the reason goes into snapshots and recordings,
             # so it is scrubbed of the DSN's secrets all the same.
             self.last_connect_error = hide_secrets(connection_cause(exc), secrets_of(str(self.conninfo)))
+            try:
+                refuse_if_too_old(str(self.conninfo), exc)  # PostgreSQL 11 refuses the probes' settings: say why
+            except UnsupportedServer as too_old:
+                self.last_connect_error = str(too_old)
             raise
         self.last_connect_error = None
         return conn
@@ -308,11 +313,13 @@ class Sampler:
                 if not self._connected and self._last_error is not None:
                     log.warning("the database answers again")
                 self._connected, self._last_error = True, None
-            except (PoolTimeout, psycopg.OperationalError, ConnectionFailed) as exc:
+            except (PoolTimeout, psycopg.OperationalError, ConnectionFailed, UnsupportedServer) as exc:
                 self._connected = False
                 # The pool's own timeout says only "couldn't get a connection after 0.50 sec";
                 # the reason is what its last attempt to connect was told.
-                cause = self._pool.last_connect_error if isinstance(exc, (PoolTimeout, ConnectionFailed)) else None
+                # A server too old is a host the probes cannot use: shown as one that is down, with its reason.
+                cause = str(exc) if isinstance(exc, UnsupportedServer) else (
+                    self._pool.last_connect_error if isinstance(exc, (PoolTimeout, ConnectionFailed)) else None)
                 reason = cause or hide_secrets(connection_cause(exc), secrets_of(self.target.conninfo))
                 if self._connected or reason != self._last_error:  # one line per change, not per probe
                     log.warning("lost the database: %s; retrying", reason)

@@ -24,6 +24,7 @@ from dbcore.database import Executor, one
 from dbcore.dialect import Session, dialect_of
 from dbcore.errors import UsageError
 from dbcore.names import check_name
+from dbcore.pgversions import versioned
 from dbcore.sqlfiles import PLACEHOLDER, QueryName
 
 from . import schema
@@ -97,7 +98,7 @@ class TableQueue:
             schema.lock_init(conn)
             conn.execute(queue.statement_for(conn, "create_queue_table"))
             if dialect_of(conn).capabilities.notify:  # the trigger only feeds LISTEN/NOTIFY
-                conn.execute(queue.statement_for(conn, "create_queue_trigger"))
+                conn.execute(queue.trigger_statement(conn))
             conn.execute(schema.ENGINE_SQL["register_queue"], {"name": name, "table_name": queue.table_name})
         return queue
 
@@ -140,6 +141,12 @@ class TableQueue:
 
     def _sql(self, query_name: QueryName) -> sql.Composed:
         return sql.SQL(schema.ENGINE_SQL[query_name]).format(**self._identifiers)
+
+    def trigger_statement(self, conn: Any) -> sql.Composed:
+        """The LISTEN/NOTIFY trigger's DDL as this server's major writes it (dbcore/pgversions.py);
+        only a dialect with notify (PostgreSQL: a psycopg connection) has the trigger."""
+        text = versioned(schema.ENGINE_SQL["create_queue_trigger"], conn.info.server_version)
+        return sql.SQL(text).format(**self._identifiers)
 
     def statement(self, query_name: QueryName) -> str:
         """The exact text sent for `query_name` (cached: the hot path formats nothing)."""

@@ -78,8 +78,36 @@ def _private_embedded_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
     os.environ["QUEUETOP_DATA_DIR"] = str(tmp_path_factory.mktemp("embedded") / "pgdata")
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--server", default=None, metavar="MAJOR",
+        help="run the server-matrix subset (tests marked `matrix`) on a real PostgreSQL of this major "
+             "(12-18; tests/servers.py fetches it) instead of the embedded one")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With --server, only the matrix subset runs: the rest needs the embedded server's own parts."""
+    if config.getoption("--server") is None:
+        return
+    def in_subset(item: pytest.Item) -> bool:  # SQL Server's runs of a conformance test are not the matrix's
+        params = getattr(item, "callspec", None)
+        return item.get_closest_marker("matrix") is not None and (params is None or params.params.get("engine_db") != "mssql")
+
+    config.hook.pytest_deselected(items=[item for item in items if not in_subset(item)])
+    items[:] = [item for item in items if in_subset(item)]
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    major = config.getoption("--server")
+    return f"server: PostgreSQL {major} (tests/servers.py), the matrix subset" if major else "server: the embedded PostgreSQL (pgserver)"
+
+
 @pytest.fixture(scope="session")
-def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def pg_server(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> Iterator[Server]:
+    major = pytestconfig.getoption("--server")
+    if major is not None:
+        yield from _matrix_server(major, tmp_path_factory)
+        return
     import logging
 
     import pgserver
@@ -104,12 +132,33 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     # restart reuses the options pgserver started it with (socket only, no TCP).
     pgserver.pg_ctl(["-w", "-m", "fast", "-l", str(Path(pgdata) / "log"), "restart"], pgdata=Path(pgdata), user=user, timeout=60)
     _wait_accepting(admin_uri)
-    with psycopg.connect(admin_uri, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(TEMPLATE)))
-    with psycopg.connect(Server(socket_dir, admin_uri).uri(TEMPLATE), autocommit=True) as conn:
-        schema.install(conn)
-    yield Server(socket_dir=socket_dir, admin_uri=admin_uri)
+    yield _with_template(Server(socket_dir=socket_dir, admin_uri=admin_uri))
     server.cleanup()
+
+
+def _matrix_server(major: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A real server of `major` with stock settings (tests/servers.py); the run fails, not skips,
+    when it cannot be had: a matrix that silently ran nothing would read as a pass."""
+    from .servers import BUILDS, MatrixServer
+
+    if major not in BUILDS:
+        raise pytest.UsageError(f"--server {major}: one of {', '.join(BUILDS)}")
+    server = MatrixServer(major, tmp_path_factory.mktemp(f"pg{major}"))
+    try:
+        with psycopg.connect(server.admin_uri, autocommit=True) as conn:  # as on the embedded server (trust here)
+            conn.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(sql.Identifier(PASSWORD_ROLE), sql.Literal(PASSWORD)))
+        yield _with_template(Server(socket_dir=server.socket_dir, admin_uri=server.admin_uri))
+    finally:
+        server.cleanup()
+
+
+def _with_template(server: Server) -> Server:
+    """The template database every test's `db` is copied from, with the engine's schema."""
+    with psycopg.connect(server.admin_uri, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(TEMPLATE)))
+    with psycopg.connect(server.uri(TEMPLATE), autocommit=True) as conn:
+        schema.install(conn)
+    return server
 
 
 _counter = itertools.count()
@@ -167,7 +216,22 @@ def db(pg_server: Server, request: pytest.FixtureRequest) -> Iterator[Database]:
     database = make_database(pg_server)
     yield database
     with psycopg.connect(pg_server.admin_uri, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database.name)))
+        drop_database(conn, database.name)
+
+
+def drop_database(admin: psycopg.Connection, name: str) -> None:
+    """DROP DATABASE, ending its sessions first (`WITH (FORCE)` is PostgreSQL 13's; the matrix runs 12).
+    A session that connects in between makes the drop fail: ended again, then dropped."""
+    for attempt in range(5):
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+                      (name,))
+        try:
+            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
+            return
+        except psycopg.errors.ObjectInUse:
+            if attempt == 4:
+                raise
+            time.sleep(0.2)
 
 
 def make_database(pg_server: Server, prefix: str = "t") -> Database:
@@ -314,6 +378,13 @@ class NodeWorkload:
         finally:
             if self.proc.poll() is None:
                 self.proc.kill()
+
+
+def flush_stats(conn: psycopg.Connection) -> None:
+    """Make `conn`'s table statistics visible to other sessions: pg_stat_force_next_flush() from
+    PostgreSQL 15; before it a backend sends its counters when it goes idle, at most every 500 ms,
+    so a caller polling for them runs this on each poll (each statement is a new chance)."""
+    conn.execute("SELECT pg_stat_force_next_flush()" if conn.info.server_version >= 150000 else "SELECT 1")
 
 
 def wait_until(predicate: Callable[[], object], *, timeout: float = 10.0, interval: float = 0.02, what: str = "condition") -> object:

@@ -3,6 +3,8 @@ is no place to measure speed, but it must prove the harness works and pgbench ag
 
 from __future__ import annotations
 
+import pytest
+
 from queues.bench import to_pgbench
 
 from .conftest import wait_until
@@ -65,6 +67,7 @@ def test_bench_tui_tiny_run(cli):
     assert 0 <= report["idle_cpu_percent_quiet_database"] <= 100
 
 
+@pytest.mark.matrix  # its database is made and dropped on every major (DROP DATABASE ... WITH (FORCE) is 13's)
 def test_bench_sources_tiny_run_reads_every_library_right(db, cli, node_peers):
     """The five libraries installed their own way, filled, and read: each queue's figures are
     the fill's exact mix (the jobs are few, so nothing is estimated)."""

@@ -15,7 +15,7 @@ from dbcore.database import MASK, mask_dsn
 from queues import lease, ring
 from queues.table_queue import TableQueue
 
-from .conftest import PASSWORD, PASSWORD_ROLE
+from .conftest import PASSWORD, PASSWORD_ROLE, drop_database
 
 HOSTILE = 'x"; drop table y; --'
 
@@ -173,7 +173,7 @@ def own_database(db):
         )
     yield name
     with psycopg.connect(db.server.admin_uri, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        drop_database(conn, name)
 
 
 def test_right_password_works_and_is_never_printed(db, cli, own_database):

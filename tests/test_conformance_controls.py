@@ -18,6 +18,8 @@ from queues.table_queue import TableQueue
 from .conftest import wait_until
 from .test_conformance_probes import IDLE_WITH_OPEN_TRANSACTION, Waiter
 
+pytestmark = pytest.mark.matrix  # the server matrix runs these on every supported major
+
 
 @pytest.fixture
 def controls(engine_db):

@@ -13,11 +13,15 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+import pytest
+
 from probes.sampler import run_cycle
 from queues import schema
 from queues.table_queue import TableQueue
 
 from .conftest import wait_until
+
+pytestmark = pytest.mark.matrix  # the server matrix runs these on every supported major
 
 # What the blocker's state reads as in each dialect: an open transaction, doing nothing.
 IDLE_WITH_OPEN_TRANSACTION = {"postgresql": "idle in transaction", "mssql": "sleeping, open transaction"}

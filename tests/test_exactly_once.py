@@ -254,7 +254,7 @@ def test_receiver_killed_at_each_step_processes_exactly_once(db, step):
 # -- the scenario: real processes, random crash points, duplicates --------------------------
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("seed", [pytest.param(1, marks=pytest.mark.matrix), 2, 3])  # the matrix: one seed
 def test_scenario_claims_exactly_once_at_random_crash_points(engine_db, seed):
     db = engine_db
     from queues.scenarios.exactly_once import ExactlyOnceScenario

@@ -13,6 +13,8 @@ from queues import lease
 
 from .conftest import wait_until
 
+pytestmark = pytest.mark.matrix  # the server matrix runs these on every supported major
+
 LONG = 60.0  # a ttl no test outlives
 SHORT = 0.3
 

@@ -7,12 +7,15 @@ import json
 from contextlib import contextmanager
 
 import psycopg
+import pytest
 from psycopg import sql
 
 from tui.report import render
 
-from .conftest import wait_until
+from .conftest import drop_database, wait_until
 from .test_probes import blocked_of, sessions, snapshot, wait_blocked
+
+pytestmark = pytest.mark.matrix  # the server matrix runs these on every supported major
 
 
 def test_a_row_wait_names_the_table_and_the_row(db):
@@ -150,7 +153,7 @@ def test_a_lock_in_another_database_is_not_named_from_this_one(db, pg_server):
             thread.join(10)
     finally:
         with psycopg.connect(pg_server.admin_uri, autocommit=True) as admin:
-            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(other)))
+            drop_database(admin, other)
 
 
 def _quietly(conn, statement: str) -> None:

@@ -128,6 +128,7 @@ def _try_acquire(conn, holder):
         return None
 
 
+@pytest.mark.matrix
 def test_relay_scenario_kill_leader_small(engine_db, cli):
     """A conformance test: the scenario's sessions and the relays' open through the seam."""
     db = engine_db

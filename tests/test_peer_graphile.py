@@ -14,6 +14,8 @@ from probes.sampler import run_cycle
 
 from .conftest import PASSWORD, PASSWORD_ROLE, NodeWorkload
 
+pytestmark = pytest.mark.matrix  # the server matrix runs these on every supported major
+
 TRUTH = """
 SELECT count(*) FILTER (WHERE j.locked_at IS NULL AND j.attempts < j.max_attempts AND j.run_at <= now()
                           AND coalesce(q.locked_at IS NULL, true)),

@@ -14,6 +14,8 @@ from probes.details import queue_details
 from probes.postgres import open_probe_connection
 from probes.sampler import run_cycle
 
+pytestmark = pytest.mark.matrix  # the server matrix runs these on every supported major
+
 pgmq = pytest.importorskip("pgmq", reason="the pgmq client is a test dependency (pip install -e '.[test]')")
 
 

@@ -15,6 +15,8 @@ from probes.sampler import run_cycle
 
 from .conftest import wait_until
 
+pytestmark = pytest.mark.matrix  # the server matrix runs these on every supported major
+
 procrastinate = pytest.importorskip("procrastinate", reason="procrastinate is a test dependency (pip install -e '.[test]')")
 
 

@@ -18,6 +18,8 @@ from probes.details import queue_details
 from probes.postgres import open_probe_connection
 from probes.sampler import run_cycle
 
+pytestmark = pytest.mark.matrix  # the server matrix runs these on every supported major
+
 riverqueue = pytest.importorskip("riverqueue", reason="River's Python client is a test dependency (pip install -e '.[test]')")
 sqlalchemy = pytest.importorskip("sqlalchemy")
 

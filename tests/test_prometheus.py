@@ -9,6 +9,7 @@ import gzip
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,13 +20,16 @@ import urllib.error
 import urllib.request
 from contextlib import contextmanager
 from dataclasses import replace
+from importlib.metadata import version
 
 import promql_parser
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from probes.postgres import PROBE_NAMES
 from probes.prometheus import METRICS, served_names
+from probes.sampler import unreachable_status
 from queues import lease as leases
 from queues import ring as rings
 from queues.table_queue import TableQueue
@@ -33,6 +37,7 @@ from queues.table_queue import TableQueue
 from .conftest import REPO, wait_until
 
 ALERTS = REPO / "docs" / "prometheus-alerts.yml"
+NOT_RUN = unreachable_status("").error or "?"  # the sampler's status of a probe it had no connection for
 GRAFANA = REPO / "docs" / "grafana-dashboard.json"
 
 
@@ -78,10 +83,49 @@ def _grouping_labels(node) -> set[str]:
     return labels
 
 
-def check_expression(expr: str, where: str) -> set[str]:
+RANGE_OF_COUNTER = {"rate", "irate", "increase", "resets"}  # what a counter is read through
+RANGE_OF_GAUGE = {"delta", "idelta", "deriv", "predict_linear", "changes"} | {
+    f"{f}_over_time" for f in ("avg", "min", "max", "sum", "count", "last", "present", "stddev", "stdvar", "quantile")}
+
+
+def _counter_misuse(node, inside: str | None = None) -> list[str]:
+    """Prometheus conventions: a counter is read through rate() and its kin (its raw value is an
+    accident of when the server last restarted), and those functions are given counters only
+    (rate() of a gauge reads every fall as a reset)."""
+    kind = type(node).__name__
+    if kind == "MatrixSelector":
+        node = node.vector_selector
+        kind = "VectorSelector"
+    if kind == "VectorSelector":
+        spec = METRICS.get(node.name.removesuffix("_total"))
+        counter = node.name.endswith("_total") and spec is not None and spec.kind == "counter"
+        if counter and inside in RANGE_OF_GAUGE:
+            return [f"{inside}() of the counter {node.name}"]
+        if counter and inside not in RANGE_OF_COUNTER:
+            return [f"the counter {node.name} outside rate(), irate() or increase()"]
+        if not counter and inside in RANGE_OF_COUNTER:
+            return [f"{inside}() of the gauge {node.name}"]
+        return []
+    found = []
+    if kind == "Call":
+        for argument in node.args or []:
+            found += _counter_misuse(argument, node.func.name)
+        return found
+    for attribute in ("lhs", "rhs", "expr", "param"):
+        child = getattr(node, attribute, None)
+        if child is not None and not isinstance(child, (str, int, float)):
+            # a subquery's range is the function's: rate(x[5m:]) is rate's, (x) is not
+            found += _counter_misuse(child, inside if kind == "SubqueryExpr" else None)
+    return found
+
+
+def check_expression(expr: str, where: str, *, counters: bool = True) -> set[str]:
     """Parse `expr`; every metric it names is served, every label it matches on or groups by is
-    one those metrics carry. Returns the metric names."""
+    one those metrics carry, counters are read through rate() and rate() reads only counters.
+    Returns the metric names."""
     tree = promql_parser.parse(expr)
+    misuse = _counter_misuse(tree) if counters else []
+    assert not misuse, f"{where}: {'; '.join(misuse)}"
     selectors = _selectors(tree)
     assert selectors, f"{where}: no metric in {expr!r}"
     names = {s.name for s in selectors}
@@ -106,9 +150,13 @@ def test_every_alert_rule_names_only_metrics_the_exporter_serves():
         assert rule["annotations"]["summary"] and rule["annotations"]["description"]
         named |= check_expression(rule["expr"], rule["alert"])
     # What the issue names: oldest ready age, dead letters growing, an expired lease nobody holds,
-    # an idle-in-transaction root blocker, a database the exporter cannot reach.
+    # an idle-in-transaction root blocker, a database the exporter cannot reach, a probe failing.
     assert {"queuetop_queue_oldest_ready_age_seconds", "queuetop_queue_dead", "queuetop_lease_state",
-            "queuetop_root_blocker_blocked_sessions", "queuetop_up"} <= named
+            "queuetop_root_blocker_blocked_sessions_max", "queuetop_up", "queuetop_probe_error"} <= named
+    # A host that is down fails every probe: DatabaseDisconnected says so, ProbeFailing stays silent
+    # (promtool's unit tests below show it; this says how).
+    (failing,) = [rule for rule in rules if rule["alert"] == "QueuetopProbeFailing"]
+    assert "queuetop_up" in check_expression(failing["expr"], "QueuetopProbeFailing") and "unless" in failing["expr"]
 
 
 def test_a_wrong_rule_is_caught():
@@ -118,6 +166,16 @@ def test_a_wrong_rule_is_caught():
         check_expression('queuetop_queue_depth{table="x"} > 5', "label")
     with pytest.raises(AssertionError, match="groups by"):
         check_expression("max by (queue) (queuetop_up)", "grouping")
+    with pytest.raises(AssertionError, match=r"rate\(\) of the gauge queuetop_queue_depth"):
+        check_expression("rate(queuetop_queue_depth[5m]) > 1", "rate of a gauge")
+    with pytest.raises(AssertionError, match="the counter queuetop_ring_refused_total outside rate"):
+        check_expression("queuetop_ring_refused_total > 100", "a raw counter")
+    with pytest.raises(AssertionError, match=r"delta\(\) of the counter"):
+        check_expression("delta(queuetop_queue_table_inserted_rows_total[5m]) > 1", "delta of a counter")
+    with pytest.raises(AssertionError, match="not served"):  # renamed or removed: no rule may name them
+        check_expression("queuetop_root_blocker_blocked_sessions > 3", "removed")
+    assert check_expression("sum by (host) (rate(queuetop_queue_table_inserted_rows_total[5m]))", "ok") == {
+        "queuetop_queue_table_inserted_rows_total"}
 
 
 def test_the_grafana_dashboard_queries_only_served_metrics():
@@ -136,9 +194,18 @@ def test_the_grafana_dashboard_queries_only_served_metrics():
 
 
 def test_the_metrics_are_documented():
+    """Every metric served is in the table of docs/prometheus.md, with its type, labels and probe;
+    the table names no other (a renamed or removed metric leaves no trace there)."""
     text = (REPO / "docs" / "prometheus.md").read_text()
-    missing = [name for name in served_names() if f"`{name}`" not in text]
-    assert not missing, missing
+    rows = {}
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if line.startswith("| `queuetop_") and len(cells) >= 5:
+            rows[cells[0].strip("`")] = cells
+    assert set(rows) == served_names(), (sorted(set(rows) - served_names()), sorted(served_names() - set(rows)))
+    for name, spec in METRICS.items():
+        cells = rows[name + ("_total" if spec.kind == "counter" else "")]
+        assert cells[1] == spec.kind and cells[2] == ", ".join(spec.labels) and cells[3] == (spec.probe or "-"), (name, cells)
 
 
 # -- the exporter over HTTP ------------------------------------------------------------------
@@ -239,7 +306,7 @@ def test_scraped_values_equal_the_snapshot_taken_at_the_same_instant_while_a_wor
             for metric, key in (("depth", "depth"), ("ready", "ready"), ("in_flight", "in_flight"), ("delayed", "delayed"),
                                 ("dead", "dead"), ("oldest_ready_age_seconds", "oldest_ready_age_s"),
                                 ("enqueued_per_second", "enqueued_per_s"), ("dequeued_per_second", "dequeued_per_s"),
-                                ("inserted_total", "inserted_total"), ("deleted_total", "deleted_total")):
+                                ("table_inserted_rows_total", "inserted_total"), ("table_deleted_rows_total", "deleted_total")):
                 if q[key] is None:
                     assert (f"queuetop_queue_{metric}", labels) not in metrics  # unknown: absent, not 0
                 else:
@@ -254,12 +321,25 @@ def test_scraped_values_equal_the_snapshot_taken_at_the_same_instant_while_a_wor
             assert metrics[("queuetop_lease_state", (*lease_labels[:1], ("lease", "prom_lease"), ("state", "held")))] == 1
             assert metrics[("queuetop_blocked_sessions", (("host", host),))] == len(snapshot["blocked"]) >= 1
             (root,) = [b for b in snapshot["blockers"] if b["application"] == "prom-blocker"]
-            root_labels = (("application", "prom-blocker"), ("host", host), ("pid", str(root["pid"])), ("state", root["state"]))
-            assert metrics[("queuetop_root_blocker_blocked_sessions", root_labels)] == root["blocked_count"] >= 1
             assert root["state"] == "idle in transaction"
+            idle = (("host", host), ("state", "idle in transaction"))
+            assert metrics[("queuetop_root_blocker_blocked_sessions_max", idle)] == max(
+                b["blocked_count"] for b in snapshot["blockers"] if b["state"] == "idle in transaction") >= 1
+            assert metrics[("queuetop_root_blockers_by_state", idle)] == sum(
+                1 for b in snapshot["blockers"] if b["state"] == "idle in transaction")
+            info = (("application", "prom-blocker"), ("host", host), ("pid", str(root["pid"])), ("state", root["state"]))
+            assert metrics[("queuetop_root_blocker_info", info)] == 1
+            assert not [key for key in metrics if "pid" in dict(key[1]) and key[0] != "queuetop_root_blocker_info"]
+            assert metrics[("queuetop_server_info", (("dialect", "postgresql"), ("host", host),
+                                                     ("version", snapshot["server"]["version"])))] == 1
+            assert metrics[("queuetop_build_info", (("version", version("queuetop")),))] == 1
             assert metrics[("queuetop_sessions", (("host", host),))] == snapshot["connections"]["total"]
             for probe, status in snapshot["probes"].items():
-                assert metrics[("queuetop_probe_duration_seconds", (("host", host), ("probe", probe)))] == status["elapsed_ms"] / 1000
+                duration = ("queuetop_probe_duration_seconds", (("host", host), ("probe", probe)))
+                if (status["error"] or "").startswith(NOT_RUN):  # a turn that found no connection: it cost nothing known
+                    assert duration not in metrics
+                else:
+                    assert metrics[duration] == status["elapsed_ms"] / 1000
                 assert metrics[("queuetop_probe_error", (("host", host), ("probe", probe)))] == (status["error"] is not None)
             assert metrics[("queuetop_up", (("host", host),))] == 1
             seen = snapshot["queues"]
@@ -287,11 +367,24 @@ def test_a_scrape_never_samples_the_database(db, exporter_factory):
 
 def test_a_host_that_is_down_is_up_0_and_has_no_figures(db, exporter_factory):
     exporter = exporter_factory("--dsn", db.dsn, "--dsn", "postgresql://ops:s3cret@127.0.0.1:1/app", "--interval", "0.5")
-    wait_until(lambda: len(exporter.get("/snapshot").splitlines()) == 2, timeout=30, what="both hosts sampled")
-    metrics = exporter.metrics()
+    up = ("queuetop_up", (("host", f"local/{db.name}"),))
+
+    def sampled() -> dict | None:
+        # Both hosts sampled, and every probe of the one that answers run on it (on a busy machine
+        # its first turns may find no connection within the pool's first timeout).
+        m = exporter.metrics()
+        ran = {dict(labels)["probe"] for name, labels in m if name == "queuetop_probe_duration_seconds"}
+        return m if m.get(up) == 1 and ("queuetop_up", (("host", "127.0.0.1:1/app"),)) in m and ran == set(PROBE_NAMES) else None
+
+    metrics = wait_until(sampled, timeout=30, what="both hosts sampled")
+    assert isinstance(metrics, dict)
     assert metrics[("queuetop_up", (("host", "127.0.0.1:1/app"),))] == 0
-    assert metrics[("queuetop_up", (("host", f"local/{db.name}"),))] == 1
-    assert not [key for key in metrics if key[0].startswith("queuetop_queue_") and ("host", "127.0.0.1:1/app") in key[1]]
+    down = [key for key in metrics if ("host", "127.0.0.1:1/app") in key[1]]
+    # up 0, when it was tried, and each probe's error: no figure, no server, and no probe
+    # duration (no probe ran: not 0 s each)
+    assert {name for name, _labels in down} == {"queuetop_up", "queuetop_snapshot_timestamp_seconds", "queuetop_probe_error"}
+    assert {dict(labels)["probe"] for name, labels in down if name == "queuetop_probe_error"} == set(PROBE_NAMES)
+    assert all(metrics[key] == 1 for key in down if key[0] == "queuetop_probe_error")
     assert "s3cret" not in exporter.get("/metrics") + exporter.get("/snapshot")
     assert exporter.stop() == 0
     assert "s3cret" not in exporter.proc.stderr.read()
@@ -387,7 +480,68 @@ def test_text_from_the_database_is_never_sent_raw_in_a_label():
                 assert labels["queuetop_queue_depth", "queue"] >= {inert(name) for name in names}
                 assert labels["queuetop_lease_token", "lease"] == {inert(name) for name in names}
                 assert labels["queuetop_sessions_by_application", "application"] == {inert(name) for name in names}
+                assert labels["queuetop_root_blocker_info", "application"] == {
+                    inert(b.application) for b in sorted(snapshot.blockers, key=lambda b: (-b.blocked_count, b.pid))[:3]}
                 assert labels["queuetop_up", "host"] == {"db\\x1b[1m1"}
+
+
+def _scraped(snapshot) -> dict[tuple[str, tuple], float]:
+    from probes.prometheus import families
+
+    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in families([snapshot]) for sample in family.samples}
+
+
+def test_label_values_stay_few_whatever_the_sessions_call_themselves():
+    """300 sessions of 30 applications (a pid in each name, as some pools set it): 10 series for
+    the applications with the most sessions and one `(other)` with the rest, the total kept. An
+    application that calls itself `(other)` is counted with the rest, never a second series."""
+    from tui.sample import sample_snapshot
+
+    base = sample_snapshot(step=1)
+    apps = {f"worker-{pid}": 30 - i for i, pid in enumerate(range(4000, 4030))} | {"(other)": 25}
+    snapshot = replace(base, connections=replace(base.connections, by_application=apps))
+    metrics = _scraped(snapshot)
+    by_app = {dict(labels)["application"]: value for (name, labels), value in metrics.items()
+              if name == "queuetop_sessions_by_application"}
+    top = sorted(((name, n) for name, n in apps.items() if name != "(other)"), key=lambda kv: (-kv[1], kv[0]))[:10]
+    assert len(by_app) == 11 and all(by_app[name] == n for name, n in top), by_app
+    assert sum(by_app.values()) == sum(apps.values())
+    assert by_app["(other)"] == sum(apps.values()) - sum(n for _name, n in top)
+    few = _scraped(replace(snapshot, connections=replace(base.connections, by_application={"api": 3, "": 2})))
+    assert {dict(labels).get("application"): v for (name, labels), v in few.items()
+            if name == "queuetop_sessions_by_application"} == {"api": 3, "": 2}  # no (other) when there is no rest
+
+
+def test_root_blockers_are_counted_by_state_and_the_three_worst_named():
+    """No pid in a series' identity, but in an info metric of at most 3 series per host: the root
+    blockers holding up the most sessions. By state: how many, and the most one of them holds up."""
+    from probes.model import Blocker
+    from tui.sample import sample_snapshot
+
+    base = sample_snapshot(step=1)
+    blockers = tuple(Blocker(pid=100 + i, blocked_count=n, state=state, xact_age_s=1.0, query="q", application=f"app{i}")
+                     for i, (n, state) in enumerate([(1, "active"), (7, "idle in transaction"), (2, "idle in transaction"),
+                                                     (5, None), (3, "active"), (9, "active")]))
+    metrics = _scraped(replace(base, blockers=blockers))
+
+    def by(name: str) -> dict[str, float]:
+        return {dict(labels)["state"]: value for (n, labels), value in metrics.items() if n == name}
+
+    assert by("queuetop_root_blockers_by_state") == {"active": 3, "idle in transaction": 2, "unknown": 1}
+    assert by("queuetop_root_blocker_blocked_sessions_max") == {"active": 9, "idle in transaction": 7, "unknown": 5}
+    assert metrics[("queuetop_root_blockers", (("host", ""),))] == 6
+    named = {dict(labels)["pid"]: dict(labels) for (n, labels), value in metrics.items() if n == "queuetop_root_blocker_info"}
+    assert set(named) == {"105", "101", "103"} and named["103"]["state"] == "unknown" and named["101"]["application"] == "app1"
+
+
+def test_build_and_server_info():
+    from tui.sample import sample_snapshot
+
+    metrics = _scraped(replace(sample_snapshot(step=1), extra={"host": "db1"}))
+    assert metrics[("queuetop_build_info", (("version", version("queuetop")),))] == 1
+    server = sample_snapshot(step=1).server
+    assert metrics[("queuetop_server_info", (("dialect", server.dialect), ("host", "db1"), ("version", server.version)))] == 1
 
 
 def test_a_scrape_serves_the_latest_snapshot_formatted_once_and_filters_by_name(monkeypatch):
@@ -413,8 +567,8 @@ def test_a_scrape_serves_the_latest_snapshot_formatted_once_and_filters_by_name(
         collector.update(second)
         assert depth() == first.queues[0].depth + 17  # a new snapshot, a new body
         assert len(formatted) == 2
-        _h, body = _get(base_url + "/metrics?name[]=queuetop_up&name[]=queuetop_queue_inserted_total")
-        assert {f.name for f in text_string_to_metric_families(body.decode())} == {"queuetop_up", "queuetop_queue_inserted"}
+        _h, body = _get(base_url + "/metrics?name[]=queuetop_up&name[]=queuetop_queue_table_inserted_rows_total")
+        assert {f.name for f in text_string_to_metric_families(body.decode())} == {"queuetop_up", "queuetop_queue_table_inserted_rows"}
 
 
 def test_fifty_concurrent_scrapers_are_all_served_within_a_second(db, exporter_factory):
@@ -449,3 +603,43 @@ def test_fifty_concurrent_scrapers_are_all_served_within_a_second(db, exporter_f
     p99 = latencies[int(len(latencies) * 0.99) - 1]
     assert len(latencies) == 200 and p99 < 1.0, (p99, latencies[-5:])
     assert exporter.stop() == 0
+
+
+# -- promtool: the rules as Prometheus itself reads them ---------------------------------------------
+
+RULE_TESTS = REPO / "docs" / "prometheus-alerts.test.yml"
+PROMTOOL = shutil.which("promtool")
+needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (Debian: apt-get install prometheus)")
+
+
+@needs_promtool
+def test_promtool_checks_the_alert_rules():
+    result = subprocess.run([PROMTOOL, "check", "rules", str(ALERTS)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and "SUCCESS" in result.stdout, result.stdout + result.stderr
+
+
+@needs_promtool
+def test_promtool_unit_tests_of_the_alert_rules_pass():
+    """docs/prometheus-alerts.test.yml: ProbeFailing silent for a host that is down and firing
+    for a probe that fails on a host that is up, the idle-in-transaction blocker, and the rest."""
+    result = subprocess.run([PROMTOOL, "test", "rules", str(RULE_TESTS)], capture_output=True, text=True, timeout=60,
+                            cwd=RULE_TESTS.parent)
+    assert result.returncode == 0 and "SUCCESS" in result.stdout, result.stdout + result.stderr
+
+
+def test_the_rule_unit_tests_feed_only_served_series_and_cover_every_alert():
+    """The series the unit tests feed promtool are ones the exporter serves (names and labels),
+    so the tests exercise what Prometheus will scrape; every alert is tested firing, and
+    ProbeFailing also silent for a host that is down."""
+    document = yaml.safe_load(RULE_TESTS.read_text())
+    assert document["rule_files"] == [ALERTS.name]
+    fired: set[str] = set()
+    silent: set[str] = set()
+    for test in document["tests"]:
+        for series in test["input_series"]:
+            check_expression(series["series"], f"input series {series['series']}", counters=False)
+        for case in test.get("alert_rule_test", []):
+            (fired if case.get("exp_alerts") else silent).add(case["alertname"])
+    alerts = {rule["alert"] for rule in yaml.safe_load(ALERTS.read_text())["groups"][0]["rules"]}
+    assert fired == alerts, sorted(alerts - fired)
+    assert {"QueuetopProbeFailing", "QueuetopIdleInTransactionRootBlocker"} <= silent

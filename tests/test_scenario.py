@@ -16,6 +16,8 @@ from queues.scenarios.contention import ContentionOptions, ContentionScenario
 
 from .conftest import wait_until
 
+pytestmark = pytest.mark.matrix  # the server matrix runs these on every supported major
+
 KEYS = {"mode", "answers", "answers_per_s", "max_blocked_sessions", "consistent"}
 TINY = dict(submitters=4, tasks=1, users=3000, resubmit_every_s=0.3, submission_s=0.25, submission_users=100,
             submission_batches=5, sample_every_s=0.02, compact_every_s=0.1)

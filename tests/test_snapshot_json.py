@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 from probes.model import SNAPSHOT_VERSION, Connections, Snapshot
 from tui.sample import sample_snapshot
 
+pytestmark = pytest.mark.matrix  # the server matrix runs these on every supported major
+
 KNOWN = {f.name for f in fields(Snapshot)} | {"version"}
 JSON_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(min_value=-(2**63), max_value=2**63 - 1),
                          st.floats(allow_nan=False, allow_infinity=False), st.text())

@@ -21,15 +21,16 @@ from pathlib import Path
 
 import pytest
 
-from dbcore import sqlfiles
+from dbcore import pgversions, sqlfiles
 
 from .conftest import REPO
 
 PACKAGES = ("dbcore", "queues", "probes", "tui")
 LOADER = "dbcore/sqlfiles.py"  # Queries itself: the one place a name is looked up by value
 SQL_PACKAGES = ("dbcore", "queues", "probes", "tui")
-# Files run whole, not looked up by name.
-SCRIPTS = {("queues", "schema.sql"), ("dbcore", "probe_session.sql"), ("dbcore", "lock_timeout.sql")}
+# Files run whole, not looked up by name; and the table of fragments by major, whose sections
+# dbcore/pgversions.py reads all at once (tests/test_servers.py checks each slot is filled).
+SCRIPTS = {("queues", "schema.sql"), ("dbcore", "probe_session.sql"), ("dbcore", "lock_timeout.sql"), ("dbcore", "versions.sql")}
 # A SQL statement: an upper-case keyword that opens one, then more text. Case-sensitive on
 # purpose: "select a session first" is English, "SELECT id FROM" is SQL.
 STATEMENT = re.compile(
@@ -318,4 +319,4 @@ def test_queue_queries_have_no_stray_braces():
     # would break psycopg.sql formatting.
     for name, text in sqlfiles.load("queues", "postgresql", "queries.sql").items():
         fields = set(re.findall(r"\{(\w*)\}", text))
-        assert fields <= {"table", "channel_payload", "database"}, (name, fields)
+        assert fields <= {"table", "channel_payload", "database", *pgversions.fragments()}, (name, fields)

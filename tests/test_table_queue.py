@@ -14,6 +14,8 @@ from queues.table_queue import TableQueue
 
 from .conftest import wait_until
 
+pytestmark = pytest.mark.matrix  # the server matrix runs these on every supported major
+
 
 def make_queue(conn, name="jobs", count=0):
     queue = TableQueue.create(conn, name)

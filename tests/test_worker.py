@@ -24,6 +24,9 @@ from queues.worker import WorkerPool, WorkOptions
 from .conftest import REPO, wait_until
 from .recorder import read_records
 
+# The server matrix runs the marked tests on every supported major: the engine's guarantees, not
+# its idle costs (the same statements on any server).
+
 
 def fill(db, name, count):
     with db.connect() as conn:
@@ -60,6 +63,7 @@ class Recorder:
             self.ids.append(message.id)
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize(("mode", "batch"), [("claim", 1), ("claim", 16), ("hold-transaction", 1), ("hold-transaction", 8)])
 def test_many_workers_process_every_message_exactly_once(db, mode, batch):
     fill(db, "jobs", 1500)
@@ -80,6 +84,7 @@ def test_single_worker_processes_in_fifo_order(db):
     assert recorder.ids == list(range(1, 301))
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("mode", ["claim", "hold-transaction"])
 def test_failures_are_retried_then_dead_lettered(db, mode):
     fill(db, "jobs", 40)
@@ -128,6 +133,7 @@ def test_without_notification_an_idle_pool_polls_once_per_interval_and_claims_th
         wait_until(lambda: queue.counts(conn).depth == 0, timeout=10, what="the ack")
 
 
+@pytest.mark.matrix
 def test_idle_workers_wake_on_notify_not_on_poll(db):
     fill(db, "jobs", 0)
     pool = WorkerPool(db.target, "jobs", parse_handler("noop"), WorkOptions(workers=4, poll_interval_s=60))
@@ -196,6 +202,7 @@ def fill_ids(db, name, count):
         return queue, [queue.enqueue(conn, json.dumps({"n": n})) for n in range(1, count + 1)]
 
 
+@pytest.mark.matrix
 def test_several_worker_processes_share_a_queue_exactly_once(engine_db, tmp_path):
     _, ids = fill_ids(engine_db, "jobs", 900)
     procs = [
@@ -208,6 +215,7 @@ def test_several_worker_processes_share_a_queue_exactly_once(engine_db, tmp_path
     assert sum(s["processed"] for s in summaries) == 900
 
 
+@pytest.mark.matrix
 def test_kill_9_in_claim_mode_recovers_after_the_visibility_deadline(engine_db, tmp_path):
     db = engine_db
     queue, ids = fill_ids(db, "jobs", 8)
@@ -232,6 +240,7 @@ def test_kill_9_in_claim_mode_recovers_after_the_visibility_deadline(engine_db, 
     assert time.monotonic() - killed_at >= 1.5  # had to wait for the visibility deadline
 
 
+@pytest.mark.matrix
 def test_kill_9_in_hold_transaction_mode_gives_messages_back_at_once(db):
     queue = fill(db, "jobs", 8)
     victim = _start_worker(db, "jobs", "--workers", "4", "--handler", "sleep:120", "--mode", "hold-transaction")
@@ -249,6 +258,7 @@ def test_kill_9_in_hold_transaction_mode_gives_messages_back_at_once(db):
         assert len(claimed) == 8
 
 
+@pytest.mark.matrix
 def test_crash_looping_message_is_dead_lettered_in_claim_mode(db):
     fill(db, "jobs", 1)
     crashes = 0

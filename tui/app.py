@@ -14,6 +14,7 @@ from rich.console import Console
 from dbcore.database import one
 from dbcore.dialect import open_session
 from dbcore.errors import MissingPrivilege, QueuetopError, UsageError, first_line
+from dbcore.pgversions import UnsupportedServer
 from dbcore.text import inert_line
 from probes.config import load_config
 from probes.sampler import Sampler
@@ -39,7 +40,9 @@ def run_dashboard(ctx) -> int:
         name, target = targets[0]
         controls = demo = None
         controls_off = None
-        if not args.read_only:
+        if args.read_only:
+            _refuse_unsupported(target)
+        else:
             engine_ready, controls_off = engine_usable(target)
             if engine_ready:
                 controls = EngineControls(target)
@@ -112,8 +115,23 @@ def engine_usable(target) -> tuple[bool, str | None]:
             return True, None
     except (psycopg_errors.InsufficientPrivilege, MissingPrivilege) as exc:  # PostgreSQL's, SQL Server's (translated)
         return False, f"engine controls are off: this role may not use the queuetop schema ({first_line(exc)})"
+    except UnsupportedServer:
+        raise  # no dashboard on a server too old: one line, exit 2
     except UsageError as exc:
         return False, f"engine controls are off: {exc}"
+
+
+def _refuse_unsupported(target) -> None:
+    """A read-only dashboard makes no connection of its own before it opens, but on a server too
+    old it must not open at all (one line, exit 2). A database that is down is no reason not to
+    open: the dashboard says so and waits for it."""
+    try:
+        with open_session(target, application_name="queuetop-cli:dashboard"):
+            pass
+    except UnsupportedServer:
+        raise
+    except QueuetopError:
+        pass
 
 
 def _log_to_file() -> None:

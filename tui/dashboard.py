@@ -542,13 +542,16 @@ class QueuetopApp(App[None]):
                 parts.append((" DOWN", "bold white on red", 0))
             else:
                 blocked = len(s.blocked)
+                locks_unknown = s.unknown_list("blocked") is not None  # never "ok" for what was not seen
                 worst = _worst_queue(s)
                 if blocked:
                     parts.append((f" {blocked} blocked", "bold red", 1))
+                elif locks_unknown:
+                    parts.append((" locks unknown", "bold yellow", 1))
                 if worst is not None and worst.oldest_ready_age_s is not None:
                     age = worst.oldest_ready_age_s
                     parts.append((f" {fmt.seconds(age)}", "yellow" if age >= 60 else "", 3))
-                elif not blocked:
+                elif not blocked and not locks_unknown and s.unknown_list("queues") is None:
                     parts.append((" ok", "green", 3))
             parts.append((" │" if index < len(self.hosts) - 1 else "", "dim", 0))
         width = (bar.size.width - 2) if bar.size.width > 2 else (self.size.width - 2)
@@ -667,8 +670,10 @@ class QueuetopApp(App[None]):
         c = s.connections
         sessions = fmt.sessions(c.total, c.max) if c is not None else ""
         notes = [f"{name}: {fmt.one_line(p.error, 200)}" for name, p in s.probes.items() if p.error]
+        # What the locks probe could not read is unknown, not 0 (its reason is in the notes).
+        blocked, roots = ("unknown", "unknown") if s.unknown_list("blocked") else (f"{len(s.blocked):,}", f"{len(s.blockers):,}")
         return (str(index + 1), host.name, "LIVE", worst.name if worst else "", fmt.seconds(worst.oldest_ready_age_s) if worst else "",
-                f"{len(s.blocked):,}", f"{len(s.blockers):,}", sessions, sampled, "; ".join(notes))
+                blocked, roots, sessions, sampled, "; ".join(notes))
 
     def action_notices(self) -> None:
         self._hide_notice()

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from rich.cells import cell_len
 
 from dbcore.text import inert, inert_line
-from probes.model import Snapshot
+from probes.model import Connections, Snapshot
 
 from .format import database_name, lock_target
 
@@ -24,8 +24,12 @@ def _num(value: object, suffix: str = "") -> str:
     return str(value)
 
 
-def _table(title: str, header: tuple[str, ...], rows: Sequence[tuple[object, ...]]) -> str:
-    """Columns aligned by terminal cells (a wide character takes two); every text cell inert."""
+def _table(title: str, header: tuple[str, ...], rows: Sequence[tuple[object, ...]], unknown: str | None = None) -> str:
+    """Columns aligned by terminal cells (a wide character takes two); every text cell inert.
+    `unknown`: why the rows could not be read (the probe failed): said instead of the table, never
+    an empty one ("(none)"), which would read as calm."""
+    if unknown is not None:
+        return f"{title}\n  unknown: {inert_line(unknown)}"
     cells = [header] + [tuple(_num(c) if not isinstance(c, str) else inert(c) for c in row) for row in rows]
     widths = [max(cell_len(row[i]) for row in cells) for i in range(len(header))]
     lines = [title]
@@ -46,6 +50,21 @@ def _shorten(text: str | None, width: int = 60) -> str:
     return inert_line(text, width) if text else "-"
 
 
+def xmin_holder(c: Connections, *, words: str = "long") -> str | None:
+    """What holds the xmin horizon back, or None when nothing does: a session's pid (and its
+    application), a prepared transaction's gid, a replication slot's name; not inert yet (the
+    gid and the names are the database's text). `words`: "long" for the text snapshot, "short"
+    for the dashboard's summary line (which adds the application itself)."""
+    long = words == "long"
+    if c.xmin_holder_kind == "prepared":
+        return f"{'prepared transaction' if long else 'prepared'} {c.xmin_holder_name!r}"
+    if c.xmin_holder_kind == "slot":
+        return f"{'replication slot' if long else 'slot'} {c.xmin_holder_name!r}"
+    if c.xmin_holder_pid is None:  # a session's, or a recording's from before the kinds
+        return None
+    return f"pid {c.xmin_holder_pid}" + (f" ({c.xmin_holder_application or '-'})" if long else "")
+
+
 def render(snapshot: Snapshot) -> str:
     s = snapshot
     head = (
@@ -58,7 +77,7 @@ def render(snapshot: Snapshot) -> str:
         (
             q.name + (" ~" if q.depth_is_estimate else ""),
             q.source,
-            q.depth,
+            "unknown" if q.error and q.depth is None else q.depth,
             q.ready,
             q.in_flight,
             q.delayed,
@@ -85,17 +104,25 @@ def render(snapshot: Snapshot) -> str:
     blockers = [
         (str(b.pid), b.blocked_count, b.state or "-", b.xact_age_s, b.application or "-", _shorten(b.query, 40)) for b in s.blockers
     ]
+    queue_table = _table(
+        "Queues (~ = depth estimated)",
+        ("name", "source", "depth", "ready", "in-flight", "delayed", "dead", "oldest s", "in/s", "out/s", "dead tup"),
+        queues, s.unknown_list("queues"),
+    )
+    # What is unknown beside the figures that were read: a queue's (its table locked), a source's.
+    queue_status = s.probes.get("queues")
+    unknown_queues = [f"  {inert_line(q.name)}: unknown: {inert_line(q.error)}" for q in s.queues if q.error and q.depth is None]
+    if s.queues and queue_status is not None and queue_status.unread and queue_status.error:
+        unknown_queues.append(f"  sources not read ({inert_line(', '.join(queue_status.unread))}): unknown: "
+                              f"{inert_line(queue_status.error)}")
+    locks_unknown = s.unknown_list("blocked")
     parts = [
         head,
-        _table(
-            "Queues (~ = depth estimated)",
-            ("name", "source", "depth", "ready", "in-flight", "delayed", "dead", "oldest s", "in/s", "out/s", "dead tup"),
-            queues,
-        ),
-        _table("Rings", ("name", "used/capacity", "refused"), rings),
-        _table("Leases", ("name", "state", "holder", "token", "expires in s"), leases),
-        _table("Blocked", ("pid", "blocked by", "roots", "wait s", "lock", "mode", "waits on", "query"), blocked),
-        _table("Root blockers", ("pid", "blocks", "state", "xact s", "application", "query"), blockers),
+        "\n".join([queue_table, *unknown_queues]),
+        _table("Rings", ("name", "used/capacity", "refused"), rings, s.unknown_list("rings")),
+        _table("Leases", ("name", "state", "holder", "token", "expires in s"), leases, s.unknown_list("leases")),
+        _table("Blocked", ("pid", "blocked by", "roots", "wait s", "lock", "mode", "waits on", "query"), blocked, locks_unknown),
+        _table("Root blockers", ("pid", "blocks", "state", "xact s", "application", "query"), blockers, locks_unknown),
     ]
     if prepared:
         parts.append(_table("Prepared transactions (no session holds them: end each with COMMIT PREPARED or ROLLBACK PREPARED 'gid')",
@@ -105,19 +132,26 @@ def render(snapshot: Snapshot) -> str:
         ("name", "pending deltas", "groups", "last run", "rows folded", "ms"),
         [(x.name, x.pending_deltas, x.groups, f"{x.last_run_at:%H:%M:%S}" if x.last_run_at else "-",
           x.last_rows_folded, x.last_duration_ms) for x in s.compaction],
+        s.unknown_list("compaction"),
     ))
     groups = [(str(g.group), _shorten(g.title, 40), g.pending_deltas) for x in s.compaction for g in x.by_group]
     if groups:
         parts.append(_table("Pending deltas by group", ("group", "title", "pending"), groups))
     c = s.connections
+    connections_unknown = s.unknown_list("connections")
     if c is not None:
         states = ", ".join(f"{inert(k)} {v}" for k, v in c.by_state.items()) or "-"
         apps = ", ".join(f"{inert(k) or '(none)'} {v}" for k, v in list(c.by_application.items())[:6]) or "-"
+        holder = xmin_holder(c)
+        held = "-" if holder is None else inert_line(holder) + (
+            f", {c.xmin_holder_age_xids:,} xids old" if c.xmin_holder_age_xids is not None else "")
         parts.append(
             f"Connections\n  {c.total}/{c.max}  by state: {states}\n  by application: {apps}\n"
             f"  oldest transaction: {_num(c.oldest_xact_age_s, ' s')} (pid {c.oldest_xact_pid or '-'})"
-            f"  xmin held by: pid {c.xmin_holder_pid or '-'} ({inert(c.xmin_holder_application or '-')})"
+            f"  xmin held by: {held}"
         )
+    elif connections_unknown is not None:
+        parts.append(f"Connections\n  unknown: {inert_line(connections_unknown)}")
     if problems:
         parts.append("Probe problems\n" + "\n".join(problems))
     return "\n\n".join(parts)

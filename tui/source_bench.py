@@ -27,10 +27,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import psycopg
 from psycopg import sql
 
-from dbcore.database import Target, connect, for_child_process, resolve_target
-from dbcore.errors import UsageError
+from dbcore.database import Target, connect, for_child_process, one, resolve_target
+from dbcore.errors import OperationFailed, UsageError
 from dbcore.sqlfiles import Queries
 from probes.config import Config
 from probes.postgres import PostgresProbes, open_probe_connection
@@ -77,9 +78,8 @@ class bench_database:
 
     def __enter__(self) -> Target:
         with connect(self.target, application_name="queuetop-bench") as admin:
-            name = sql.Identifier(DATABASE)
-            admin.execute(sql.SQL(SOURCES_BENCH_SQL["drop_database"]).format(database=name))
-            admin.execute(sql.SQL(SOURCES_BENCH_SQL["create_database"]).format(database=name))
+            _drop(admin)
+            admin.execute(sql.SQL(SOURCES_BENCH_SQL["create_database"]).format(database=sql.Identifier(DATABASE)))
         from psycopg import conninfo
 
         bench = resolve_target(conninfo.make_conninfo(self.target.conninfo, dbname=DATABASE))
@@ -88,7 +88,12 @@ class bench_database:
 
     def __exit__(self, *exc: object) -> None:
         with connect(self.target, application_name="queuetop-bench") as admin:
-            admin.execute(sql.SQL(SOURCES_BENCH_SQL["drop_database"]).format(database=sql.Identifier(DATABASE)))
+            _drop(admin)
+
+
+def _drop(admin: psycopg.Connection[Any]) -> None:
+    admin.execute(SOURCES_BENCH_SQL["end_sessions"], {"database": DATABASE})
+    admin.execute(sql.SQL(SOURCES_BENCH_SQL["drop_database"]).format(database=sql.Identifier(DATABASE)))
 
 
 def _install(bench: Target, say: Callable[[str], None]) -> tuple[list[str], dict[str, str]]:
@@ -117,10 +122,17 @@ def _install(bench: Target, say: Callable[[str], None]) -> tuple[list[str], dict
             installed.append("river")
         except ModuleNotFoundError:
             skipped["river"] = "the riverqueue package is not installed (pip install -e '.[test]')"
+        # pg-boss calls gen_random_uuid(), core from PostgreSQL 13; before it pgcrypto's, as its documentation says.
+        if not one(conn.execute(SOURCES_BENCH_SQL["has_gen_random_uuid"]))[0]:
+            conn.execute(SOURCES_BENCH_SQL["create_pgcrypto"])
     if shutil.which("node") and NODE_PEERS.exists():
         say("installing pg-boss and Graphile Worker schemas through Node.js")
-        subprocess.run(["node", str(PEER_SCRIPTS / "install_schemas.mjs"), _libpq_uri(bench), *QUEUES], check=True,
-                       capture_output=True, timeout=300, env={**for_child_process(bench)[1], "QUEUETOP_NODE_PEERS": str(NODE_PEERS)})
+        done = subprocess.run(["node", str(PEER_SCRIPTS / "install_schemas.mjs"), _libpq_uri(bench), *QUEUES],
+                              capture_output=True, text=True, timeout=300,
+                              env={**for_child_process(bench)[1], "QUEUETOP_NODE_PEERS": str(NODE_PEERS)})
+        if done.returncode != 0:
+            why = (done.stderr.strip().splitlines() or ["no message"])[-1]
+            raise OperationFailed(f"installing the pg-boss and Graphile Worker schemas failed: {why}")
         installed += ["pg-boss", "graphile-worker"]
     else:
         reason = "Node.js and the peer packages are needed (make test installs them into .cache/node-peers)"

@@ -15,6 +15,7 @@ statement and lock timeouts).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -34,6 +35,18 @@ SERVER_SQL = Queries("probes", "server.sql")
 
 _KNOWN_TABLES: ContextVar[dict[str, bool] | None] = ContextVar("known_tables", default=None)
 
+# A relation's name as to_regclass() reads it: at most three dot-separated parts, each an
+# unquoted identifier or a double-quoted one ("" stands for a quote). Before PostgreSQL 16,
+# to_regclass raises on any other text (16 returns NULL), and one such name in the statement that
+# checks every source's tables would fail them all: a name that is not one is simply not there,
+# and is never sent.
+_IDENTIFIER = r'(?:[A-Za-z_\u0080-\U0010ffff][A-Za-z0-9_$\u0080-\U0010ffff]*|"(?:[^"\x00]|"")+")'
+_RELATION_NAME = re.compile(rf"\s*{_IDENTIFIER}\s*(?:\.\s*{_IDENTIFIER}\s*){{0,2}}")
+
+
+def is_relation_name(name: str) -> bool:
+    return _RELATION_NAME.fullmatch(name) is not None
+
 
 def has_table(conn: ProbeConnection, name: str) -> bool:
     """Whether a relation of that (schema-qualified) name exists: the usual detect(). Within
@@ -41,7 +54,7 @@ def has_table(conn: ProbeConnection, name: str) -> bool:
     known = _KNOWN_TABLES.get()
     if known is not None and name in known:
         return known[name]
-    present = bool(one(conn.execute(SERVER_SQL["table_present"], {"table": name}))["present"])
+    present = is_relation_name(name) and bool(one(conn.execute(SERVER_SQL["table_present"], {"table": name}))["present"])
     if known is not None:
         known[name] = present
     return present
@@ -53,8 +66,10 @@ def tables_checked_together(conn: ProbeConnection, names: Iterable[str]) -> Iter
     has_table from it meanwhile; what is asked besides is checked on its own and added to the
     dict yielded (the names to check next time)."""
     names = sorted(names)
-    known = ({r["name"]: bool(r["present"]) for r in conn.execute(SERVER_SQL["tables_present"], {"tables": names})}
-             if names else {})
+    valid = [name for name in names if is_relation_name(name)]
+    known = dict.fromkeys(names, False)
+    if valid:
+        known.update({r["name"]: bool(r["present"]) for r in conn.execute(SERVER_SQL["tables_present"], {"tables": valid})})
     token = _KNOWN_TABLES.set(known)
     try:
         yield known

@@ -32,7 +32,7 @@ from dbcore.sqlfiles import Queries
 
 from ..config import DeclaredQueue
 from ..failures import describe_error
-from .base import QueueDetails, QueueFigures
+from .base import QueueDetails, QueueFigures, is_relation_name
 
 if TYPE_CHECKING:
     from ..postgres import ProbeConnection
@@ -74,7 +74,8 @@ class ResolvedTable:
 def resolve(conn: ProbeConnection, declared: DeclaredQueue) -> ResolvedTable:
     """Look the table and every configured column up in the catalog; LookupError says what is
     missing. Nothing configured is ever put into SQL as text."""
-    row = conn.execute(JOBTABLE_SQL["resolve"], {"table": declared.table}).fetchone()
+    # Not a relation's name at all: not found, without asking (to_regclass raises on it before 16).
+    row = conn.execute(JOBTABLE_SQL["resolve"], {"table": declared.table}).fetchone() if is_relation_name(declared.table) else None
     if row is None:
         raise LookupError(f"table {declared.table!r} not found (or not a table or view)")
     columns = {r["name"]: r for r in conn.execute(JOBTABLE_SQL["columns"], {"relid": row["relid"]})}

@@ -18,6 +18,7 @@ from textual.widgets.tree import TreeNode
 from probes.model import BlockedSession, Blocker, Connections, PreparedXact, QueueSample, Snapshot
 
 from .. import format as fmt
+from ..report import xmin_holder
 from .keyed_table import Column, KeyedTable, RowsShown, rows_shown, shorten
 
 HISTORY = 30
@@ -52,6 +53,17 @@ def fit_segments(segments: list[tuple[str, str, bool]], width: int) -> Text:
             kept.append((shorten(text, room).plain, style))
         break
     return Text.assemble(*kept)
+
+
+UNKNOWN_KEY = "unknown"
+
+
+def unknown_row(reason: str, columns: int, at: int = 0) -> tuple[object, ...]:
+    """A table's row when its probe could not read it: "unknown: <why>" in its text column (`at`),
+    no figure. Never an empty table, which would read as "none", nor a 0."""
+    cells: list[object] = [""] * columns
+    cells[at] = Text(f"unknown: {fmt.one_line(reason, 300)}", style="bold yellow")
+    return tuple(cells)
 
 
 def _new_sample(recorded: dict[str, datetime], snapshot: Snapshot) -> str | None:
@@ -125,7 +137,7 @@ class Panel(Vertical):
     def _render_subtitle(self) -> None:
         room = self.size.width - 6 if self.size.width else 1_000
         shown: list[str] = []
-        for part in ("stale", "rows", "hidden", "sort", "last run"):  # the first ones say the panel is incomplete or old
+        for part in ("stale", "unknown", "rows", "hidden", "sort", "last run"):  # the first ones say the panel is incomplete or old
             for text in self._subtitles.get(part, ()):
                 if text and cell_len(" · ".join([*shown, text])) <= room:
                     shown.append(text)
@@ -299,10 +311,10 @@ class QueuesPanel(Panel):
                 rows[key] = cached[1]
                 continue
             if q.error and q.depth is None:
-                # The reason is in the status notes (and `queuetop snapshot`): a long text here
-                # would widen the Depth column for good.
+                # Its figures unknown; why is in the border (and the status notes, `queuetop
+                # snapshot`): a long text here would widen the Depth column for good.
                 rows[key] = (Text(_display_name(q), style="red"),
-                             Text("error", style="red"), "", "", "", "", "", "", "", "", "", "")
+                             Text("unknown", style="bold yellow"), "", "", "", "", "", "", "", "", "", "")
                 self._rendered[key] = (facts, rows[key])
                 continue
             # Plain strings unless a cell is coloured: a Text costs several times more to build,
@@ -325,6 +337,17 @@ class QueuesPanel(Panel):
                 fmt.trend(list(history), styled=trend_shown), bloat, vacuum,
             )
             self._rendered[key] = (facts, rows[key])
+        failed = [q for q in snapshot.queues if q.error and q.depth is None and _matches(filter_text, q.name, q.table)]
+        if failed:
+            reason = fmt.one_line(failed[0].error, 200)
+            self.set_subtitle("unknown", f"{len(failed)} unknown: {failed[0].name}: {reason}", f"{len(failed)} unknown")
+        else:
+            self.set_subtitle("unknown")
+        # Sources the probe could not read, with no last rows of theirs to show stale: unknown,
+        # not "no queues".
+        status = snapshot.probes.get("queues")
+        if status is not None and status.error and not stale and (status.unread or not snapshot.queues):
+            rows[UNKNOWN_KEY] = unknown_row(status.error, len(self.COLUMNS))
         self.query_one(KeyedTable).sync(rows)
 
 
@@ -341,13 +364,16 @@ class RingsPanel(Panel):
         yield KeyedTable(self.COLUMNS, id="rings-table")
 
     def show(self, snapshot: Snapshot, filter_text: str = "") -> None:
-        rows = {}
+        rows: dict[str, tuple[object, ...]] = {}
         for r in snapshot.rings:
             if not _matches(filter_text, r.name):
                 continue
             name = fmt.plain(r.name, style="bold red" if r.used >= r.capacity else "")
             rows[r.name] = (name, f"{fmt.count(r.used)}/{fmt.count(r.capacity)}", fmt.bar(r.used, r.capacity),
                             fmt.count(r.refused_total))
+        unknown = snapshot.unknown_list("rings")
+        if unknown is not None:
+            rows[UNKNOWN_KEY] = unknown_row(unknown, len(self.COLUMNS))
         self.query_one(KeyedTable).sync(rows)
         self.fit_width_to_content()
 
@@ -403,7 +429,7 @@ class LeasesPanel(Panel):
             elapsed = max(0.0, (self.clock() - self._lease_snapshot.taken_at).total_seconds())
         else:
             elapsed = time.monotonic() - self._received
-        rows = {}
+        rows: dict[str, tuple[object, ...]] = {}
         for lease in self._lease_snapshot.leases:
             if not _matches(self._filter_text, lease.name, lease.holder):
                 continue
@@ -414,6 +440,9 @@ class LeasesPanel(Panel):
                 fmt.inert(lease.name), fmt.plain(state, style=style), fmt.inert(lease.holder or "-"), fmt.count(lease.token),
                 Text(fmt.seconds(left), style="bold red" if left is not None and left <= 0 else ""),
             )
+        unknown = self._lease_snapshot.unknown_list("leases")
+        if unknown is not None:
+            rows[UNKNOWN_KEY] = unknown_row(unknown, len(self.COLUMNS))
         self.query_one(KeyedTable).sync(rows)
 
 
@@ -692,6 +721,7 @@ class ConnectionsPanel(Panel):
         self._shown_host: str | None = None
         self._summary_text = ""
         self._connections: Connections | None = None
+        self._unknown: str | None = None  # why the connections are unknown (the probe failed)
         self._horizon = "xmin"
 
 
@@ -722,16 +752,22 @@ class ConnectionsPanel(Panel):
         c = snapshot.connections
         if c is None:
             # Another host's figures must not stay under this one's name, nor any where nothing was
-            # sampled (a replay before this host's recording begins: no probe ran).
-            if host != self._shown_host or "connections" not in snapshot.probes:
+            # sampled (a replay before this host's recording begins: no probe ran), nor any where
+            # the probe failed: the sessions are unknown, and the summary says why.
+            unknown = snapshot.unknown_list("connections")
+            other_host = host != self._shown_host
+            if other_host or "connections" not in snapshot.probes or unknown is not None:
                 self._shown_host, self._connections, self._summary_text = host, None, ""
+                self._unknown = unknown
                 self.border_title = "Connections"
                 self.query_one("#connections-summary", Static).update("", layout=False)
-                self.query_one(Sparkline).data = []
+                if other_host or unknown is None:  # this host's history of sessions stays: it was seen
+                    self.query_one(Sparkline).data = []
                 self.query_one(KeyedTable).sync({})
-            return  # the probe failed: its last figures stay (its error is in the status line's notes)
+                self._render_summary()
+            return
         self._shown_host = host
-        self._connections = c
+        self._connections, self._unknown = c, None
         self._render_summary()
         spark = self.query_one(Sparkline)
         history = list(self._history)
@@ -753,17 +789,28 @@ class ConnectionsPanel(Panel):
 
     def _render_summary(self) -> None:
         c = self._connections
+        width = max(10, self.query_one("#connections-summary", Static).size.width - 2)
         if c is None:
+            if self._unknown is not None:  # the probe failed: no figure, and why
+                line = fit_segments([("sessions unknown: ", "bold yellow", False), (fmt.one_line(self._unknown, 300), "yellow", True)],
+                                    width)
+                if line.plain != self._summary_text:
+                    self._summary_text = line.plain
+                    self.query_one("#connections-summary", Static).update(line, layout=False)
             return
-        xmin_style = "bold yellow" if c.xmin_holder_pid else ""
+        holder = xmin_holder(c, words="short")
+        xmin_style = "bold yellow" if holder else ""
+        session = c.xmin_holder_kind in (None, "session")
         # The second line fitted to the width: each figure whole or left out, the app name cut last.
         oldest = fit_segments([
             ("oldest xact ", "", False), (fmt.seconds(c.oldest_xact_age_s), "bold", False),
             (f" pid {c.oldest_xact_pid}" if c.oldest_xact_pid else "", "", False),
-            (f" · {self._horizon} pid {c.xmin_holder_pid}" if c.xmin_holder_pid else "", xmin_style, False),
+            (f" · {self._horizon} {holder}" if holder and session else "", xmin_style, False),
+            # A prepared transaction's gid or a slot's name: a name, cut last but one.
+            (f" · {self._horizon} {holder}" if holder and not session else "", xmin_style, True),
             (f" · version store {fmt.kilobytes(c.version_store_kb)}" if c.version_store_kb is not None else "", "", False),
-            (f" {c.xmin_holder_application}" if c.xmin_holder_pid and c.xmin_holder_application else "", xmin_style, True),
-        ], max(10, self.query_one("#connections-summary", Static).size.width - 2))
+            (f" {c.xmin_holder_application}" if holder and session and c.xmin_holder_application else "", xmin_style, True),
+        ], width)
         # Sessions against max_connections in the title: the lines below are for the rows.
         title = f"Connections {fmt.sessions(c.total, c.max)}"
         if self.border_title != title:
@@ -806,6 +853,9 @@ class CompactionPanel(Panel):
             else:
                 ago = fmt.seconds(max(0.0, (snapshot.taken_at - c.last_run_at).total_seconds()))
                 subtitles = (f"{ago} ago: {fmt.count(c.last_rows_folded)} folded", f"ran {ago} ago", ago)
+        unknown = snapshot.unknown_list("compaction")
+        if unknown is not None:
+            rows[UNKNOWN_KEY] = unknown_row(unknown, len(self.COLUMNS), at=1)
         self.set_subtitle("last run", *subtitles)
         self.query_one(KeyedTable).sync(rows)
         self.fit_width_to_content()

@@ -9,9 +9,9 @@
 -- database's OID would name whatever table has that OID here.
 
 -- name: waiting
--- {wait_start}: coalesce(l.waitstart, a.state_change) from PostgreSQL 14 (pg_locks.waitstart),
--- a.state_change before it. One statement, one round trip: the prepared transactions come as
--- a JSON list on the first row (a row with no pid when nobody waits).
+-- {wait_start} and {leader_pid} differ by major (dbcore/pgversions.py). One statement, one round
+-- trip: the prepared transactions come as a JSON list on the first row (a row with no pid when
+-- nobody waits).
 WITH locks AS MATERIALIZED (
     SELECT * FROM pg_locks
 ), here AS (
@@ -24,7 +24,7 @@ WITH locks AS MATERIALIZED (
                'age_s', extract(epoch FROM now() - p.prepared)::float8) ORDER BY p.prepared, p.gid) AS list
     FROM pg_prepared_xacts p
 ), waiting AS (
-    SELECT l.pid, a.leader_pid, pg_blocking_pids(l.pid) AS blocked_by,
+    SELECT l.pid, {leader_pid} AS leader_pid, pg_blocking_pids(l.pid) AS blocked_by,
            l.locktype AS lock_type, l.mode,
            coalesce(d.datname, a.datname) AS database, l.database AS database_oid,
            l.relation AS relation_oid,
@@ -68,11 +68,11 @@ FROM prepared
 LEFT JOIN waiting w ON true;
 
 -- name: sessions
-SELECT pid, leader_pid, state,
-       extract(epoch FROM now() - xact_start)::float8 AS xact_age_s,
-       query, application_name
-FROM pg_stat_activity
-WHERE pid = ANY(%(pids)s::integer[]);
+SELECT a.pid, {leader_pid} AS leader_pid, a.state,
+       extract(epoch FROM now() - a.xact_start)::float8 AS xact_age_s,
+       a.query, a.application_name
+FROM pg_stat_activity a
+WHERE a.pid = ANY(%(pids)s::integer[]);
 
 -- name: prepared_locks
 -- The locks prepared transactions hold (asked only when a waiter is blocked by one). They have no
@@ -102,10 +102,7 @@ SELECT l.pid,
        l.mode,
        l.granted,
        NULL::text AS owner_type,
-       -- pg_locks.waitstart is PostgreSQL 14's; read through to_jsonb so that older servers run this too
-       CASE WHEN NOT l.granted
-            THEN extract(epoch FROM now() - coalesce((to_jsonb(l) ->> 'waitstart')::timestamptz, a.state_change))::float8
-       END AS wait_s,
+       CASE WHEN NOT l.granted THEN extract(epoch FROM now() - {wait_start})::float8 END AS wait_s,
        a.application_name
 FROM pg_locks l
 LEFT JOIN pg_stat_activity a ON a.pid = l.pid

@@ -36,7 +36,8 @@ CREATE TABLE IF NOT EXISTS {table} (
 ) WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.02);
 
 -- name: create_queue_trigger
-CREATE OR REPLACE TRIGGER queuetop_notify AFTER INSERT ON {table}
+-- {create_or_replace_trigger}: by major (dbcore/pgversions.py).
+{create_or_replace_trigger} AFTER INSERT ON {table}
 FOR EACH STATEMENT EXECUTE FUNCTION queuetop.notify_enqueue({channel_payload});
 
 -- name: enqueue

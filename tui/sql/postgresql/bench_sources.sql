@@ -7,8 +7,19 @@
 -- name: create_database
 CREATE DATABASE {database};
 
+-- name: end_sessions
+-- The bench database's sessions (a library's pool left behind), before it is dropped: what
+-- DROP DATABASE ... WITH (FORCE) does from PostgreSQL 13, written so that 12 runs it too.
+SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = %(database)s AND pid <> pg_backend_pid();
+
 -- name: drop_database
-DROP DATABASE IF EXISTS {database} WITH (FORCE);
+DROP DATABASE IF EXISTS {database};
+
+-- name: has_gen_random_uuid
+SELECT to_regproc('gen_random_uuid') IS NOT NULL;
+
+-- name: create_pgcrypto
+CREATE EXTENSION IF NOT EXISTS pgcrypto;
 
 -- name: river_index
 -- River's fetching index (its migrations create it).
