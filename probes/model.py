@@ -47,6 +47,11 @@ class QueueSample:
     deleted_total: int | None
     error: str | None = None
     source: str = "reference"  # which source found it: reference | outbox | inbox | table | pgmq | ...
+    # Messages enqueued and dequeued since this process's probes first saw the queue (what the
+    # rates count, added up: a Prometheus counter, which restarts with the process); None where
+    # the rates are (a table shared by several queues: its counters are none of them alone).
+    enqueued_total: int | None = None
+    dequeued_total: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

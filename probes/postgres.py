@@ -117,6 +117,7 @@ class PostgresProbes:
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or Config()
         self._previous: dict[str, _Counters] = {}
+        self._totals: dict[str, tuple[int, int | None]] = {}  # enqueued, dequeued since first seen
         self.sources = sources_for(self.config, self.dialect)
         self._tables_asked: set[str] = set()  # what the sources' detect() asked the last time
         self._server: ServerInfo | None = None
@@ -176,6 +177,7 @@ class PostgresProbes:
 
     def _queue_sample(self, source: QueueSource, f: QueueFigures, st: DictRow | None, now: float) -> QueueSample:
         enq = deq = None
+        enqueued_total = dequeued_total = None
         # No counters this cycle (SQL Server's operational stats need VIEW DATABASE STATE and
         # restart when a table's metadata leaves the cache): no rate, rather than a wrong one.
         if st is not None and f.rates_from is not None and st["n_tup_ins"] is not None and st["n_tup_del"] is not None:
@@ -183,14 +185,23 @@ class PostgresProbes:
             current = _Counters(now, st["n_tup_ins"], st["n_tup_del"], f.depth if not f.depth_is_estimate else None)
             previous = self._previous.get(key)
             self._previous[key] = current
+            enqueued_total, dequeued_total = self._totals.get(key, (0, 0))
             if previous is not None and current.at > previous.at:
                 span = current.at - previous.at
-                enq = max(0.0, (current.inserted - previous.inserted) / span)
+                arrived = max(0, current.inserted - previous.inserted)  # 0 across a statistics reset
+                left: int | None = None
                 if f.rates_from == "deletes":
-                    deq = max(0.0, (current.deleted - previous.deleted) / span)
+                    left = max(0, current.deleted - previous.deleted)
                 elif current.depth is not None and previous.depth is not None:
                     # Finished rows may stay: what arrived and is no longer waiting has left.
-                    deq = max(0.0, enq - (current.depth - previous.depth) / span)
+                    left = max(0, arrived - (current.depth - previous.depth))
+                enq = arrived / span
+                deq = left / span if left is not None else None
+                enqueued_total += arrived
+                # Unknown this cycle (an estimated depth): absent, and counted again from 0 after
+                # (a counter's reset, which rate() understands), never an undercount.
+                dequeued_total = (dequeued_total or 0) + left if left is not None else None
+            self._totals[key] = (enqueued_total, dequeued_total)
         return QueueSample(
             name=f.name,
             kind=source.kind,
@@ -211,6 +222,8 @@ class PostgresProbes:
             last_autovacuum_at=st["last_autovacuum"] if st else None,
             inserted_total=st["n_tup_ins"] if st else None,
             deleted_total=st["n_tup_del"] if st else None,
+            enqueued_total=enqueued_total,
+            dequeued_total=dequeued_total,
             error=f.error,
         )
 

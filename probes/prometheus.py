@@ -88,6 +88,10 @@ METRICS: dict[str, MetricSpec] = {
     "queuetop_queue_dequeued_per_second": _queue("gauge", "Messages dequeued per second between the probe's last two samples"),
     "queuetop_queue_depth_is_estimate": _queue("gauge", "1 when depth is an estimate (a queue deeper than the probe reads)"),
     "queuetop_queue_dead_tuples": _queue("gauge", "Dead tuples (PostgreSQL) or ghost records (SQL Server) of the queue's table"),
+    "queuetop_queue_enqueued": _queue("counter", "Messages enqueued since queuetop first saw the queue (rate() of it is the "
+                                      "enqueue rate; absent where the queue shares its table)"),
+    "queuetop_queue_dequeued": _queue("counter", "Messages dequeued since queuetop first saw the queue (absent where the queue "
+                                      "shares its table, or its depth is an estimate)"),
     "queuetop_queue_table_inserted_rows": _queue("counter", "Rows inserted into the queue's table (the table's statistics)"),
     "queuetop_queue_table_deleted_rows": _queue("counter", "Rows deleted from the queue's table (the table's statistics)"),
     # rings
@@ -247,6 +251,7 @@ def _queues(out: _Families, s: Snapshot) -> None:
                             # whether a depth nobody could read is an estimate is unknown too
                             ("depth_is_estimate", q.depth_is_estimate if q.depth is not None else None),
                             ("dead_tuples", q.dead_tuples), ("table_inserted_rows", q.inserted_total),
+                            ("enqueued", q.enqueued_total), ("dequeued", q.dequeued_total),
                             ("table_deleted_rows", q.deleted_total)):
             out.add(f"queuetop_queue_{name}", labels, value)
 

@@ -255,6 +255,11 @@ def test_rates_come_from_successive_samples(db):
     # Nothing more happens: once the counters have settled, the rates are zero.
     q2 = wait_until(quiet, timeout=15, interval=0.2, what="zero rates on a quiet queue")
     assert q2.inserted_total == 50 and q2.deleted_total == 20
+    # The counters (/metrics' queuetop_queue_enqueued_total): the rates added up since the first
+    # sample, equal to the table's own statistics' growth since then.
+    [q0] = [q for q in first.queues if q.name == "rated"]
+    assert (q0.enqueued_total, q0.dequeued_total) == (0, 0)
+    assert q2.enqueued_total == 50 - (q0.inserted_total or 0) and q2.dequeued_total == 20 - (q0.deleted_total or 0)
 
 
 SEED_004 = """
