@@ -61,7 +61,11 @@ def test_compacted_mode_does_not_block_and_its_sums_are_exact(engine_db):
     result = ContentionScenario(db.target, ContentionOptions(mode="compacted", duration_s=2.0, **TINY), blocked_applications).run()
     assert result["mode"] == "compacted" and result["consistent"] is True and result["errors"] == []
     assert result["answers"] > 0
-    assert result["max_blocked_sessions"] <= 1
+    # No hot row, so no queue behind it: the naive mode keeps 2-3 sessions blocked on average
+    # (2.65 here, sampled every 20 ms); the compacted one 0, but for a rare incidental wait that a
+    # loaded machine (the matrix runs two servers at once on 2 cores) may stretch across a sample
+    # or two, seen once as 2 sessions at one instant.
+    assert result["lock_samples"] >= 10 and result["mean_blocked_sessions"] <= 0.1, result
     assert result["compactions"] >= 2 and result["rows_folded"] > 0
     assert result["final"]["DONE"] == result["answers"]
     assert scenario_rows(db) == (0, 0, 0)
