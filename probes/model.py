@@ -18,7 +18,12 @@ SNAPSHOT_VERSION = 1
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProbeStatus:
     elapsed_ms: float
+    # Why the probe failed, or the part of it that did (a queue source, a queue's table): its
+    # figures, or those of that part, are unknown. Only failures: what a probe that worked wants
+    # said beside its figures (a locked named queue, rows row-level security hides, other roles'
+    # queries hidden) is in `notes`.
     error: str | None = None
+    notes: str | None = None
     # What the probe could not read this cycle, so a view can keep the last figures of it, marked
     # stale: the queue sources that failed (by source name), or ("all",) when the probe failed.
     unread: tuple[str, ...] = ()

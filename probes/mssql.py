@@ -93,7 +93,7 @@ class MssqlProbes(PostgresProbes):
                 self._ghosts[table] = (now, sum(r["ghost_record_count"] or 0 for r in clustered) if clustered else None)
             except PROBE_FAILURES as exc:
                 self._ghosts[table] = (now, None)
-                self.notes["queues"] = "; ".join(filter(None, [self.notes.get("queues"), f"ghost records: {describe_error(exc)}"]))
+                self.errors["queues"] = "; ".join(filter(None, [self.errors.get("queues"), f"ghost records: {describe_error(exc)}"]))
         return tuple(replace(q, dead_tuples=self._ghosts[q.table][1]) if q.table in self._ghosts else q for q in samples)
 
     def locks(self, conn: ProbeConnection) -> LockPicture:

@@ -122,8 +122,10 @@ class PostgresProbes:
         self._tables_asked: set[str] = set()  # what the sources' detect() asked the last time
         self._server: ServerInfo | None = None
         self._version_num = 0
-        # What a probe that succeeded could not see (privileges), by probe name.
+        # What a probe that worked says beside its figures (privileges that hide some, a locked
+        # named queue), by probe name; and what part of it failed (a queue source), by probe name.
         self.notes: dict[str, str] = {}
+        self.errors: dict[str, str] = {}
         # What a probe that succeeded could not read (the queue sources that failed), by probe name.
         self.unread: dict[str, tuple[str, ...]] = {}
 
@@ -164,12 +166,12 @@ class PostgresProbes:
         self._tables_asked = set(known)
         if unread:
             self.unread["queues"] = tuple(unread)
-        for _source, f in figures:
-            problems.extend(f"{f.name}: {note}" for note in f.notes)
-            if f.error:
-                problems.append(f"{f.name}: {f.error}")
+        notes = [f"{f.name}: {note}" for _source, f in figures for note in f.notes]
+        problems.extend(f"{f.name}: {f.error}" for _source, f in figures if f.error)
         if problems:
-            self.notes["queues"] = "; ".join(problems)
+            self.errors["queues"] = "; ".join(problems)
+        if notes:
+            self.notes["queues"] = "; ".join(notes)
         relids = sorted({f.relid for _, f in figures if f.relid is not None})
         stats = {row["relid"]: row for row in conn.execute(QUEUES_SQL["table_stats"], {"relids": relids})} if relids else {}
         now = time.monotonic()

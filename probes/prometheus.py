@@ -76,7 +76,10 @@ METRICS: dict[str, MetricSpec] = {
     "queuetop_snapshot_timestamp_seconds": MetricSpec("gauge", "When the cached snapshot was taken (Unix time)", ("host",)),
     "queuetop_probe_duration_seconds": MetricSpec("gauge", "What the probe cost on the database, last run (absent: it did not run)",
                                                   ("host", "probe")),
-    "queuetop_probe_error": MetricSpec("gauge", "1 when the probe failed or could not see everything, last run", ("host", "probe")),
+    "queuetop_probe_error": MetricSpec("gauge", "1 when the probe failed, wholly or in part (a queue source), last run",
+                                       ("host", "probe")),
+    "queuetop_probe_note": MetricSpec("gauge", "1 when the probe read its figures and says something beside them (rows "
+                                      "privileges hide, a locked named queue), last run", ("host", "probe")),
     # queues (every source: the engine's, outbox, inboxes, job tables, the libraries')
     "queuetop_queue_depth": _queue("gauge", "Messages ready, in flight or delayed"),
     "queuetop_queue_ready": _queue("gauge", "Messages claimable now"),
@@ -213,6 +216,8 @@ def families(snapshots: Iterable[Snapshot]) -> list[Metric]:
             if connected and probe_ran(status):
                 out.add("queuetop_probe_duration_seconds", [host, probe], status.elapsed_ms / 1000)
             out.add("queuetop_probe_error", [host, probe], status.error is not None)
+            if connected and probe_ran(status):
+                out.add("queuetop_probe_note", [host, probe], status.notes is not None)
         # A host that is down: what it had is unknown now (absent, not stale); each probe that
         # failed: its figures are unknown; a probe missing from the snapshot did not run.
         out.known = {probe for probe, status in s.probes.items() if not probe_failed(status)} if connected else set()

@@ -60,16 +60,18 @@ MAX_PROBE_SESSIONS = 2
 def run_probe(probes: PostgresProbes, name: str, conn: ProbeConnection) -> tuple[ProbeStatus, object]:
     """One probe, timed; its failure is its status, not an exception."""
     started = time.perf_counter()
-    probes.notes.pop(name, None)
-    probes.unread.pop(name, None)
+    for pending in (probes.notes, probes.errors, probes.unread):
+        pending.pop(name, None)
     unread: tuple[str, ...] = ()
+    notes = None
     try:
         result = getattr(probes, name)(conn)
-        error = probes.notes.pop(name, None)  # what it could not see, when it saw the rest
+        error = probes.errors.pop(name, None)  # the part of it that failed (a queue source)
+        notes = probes.notes.pop(name, None)  # what it says beside figures it read
         unread = probes.unread.pop(name, ())
     except PROBE_FAILURES as exc:
         result, error, unread = None, describe_error(exc), ("all",)
-    return ProbeStatus(elapsed_ms=(time.perf_counter() - started) * 1000, error=error, unread=unread), result
+    return ProbeStatus(elapsed_ms=(time.perf_counter() - started) * 1000, error=error, notes=notes, unread=unread), result
 
 
 def compose(server: ServerInfo, results: dict[str, tuple[ProbeStatus, object]], extra: dict | None = None,

@@ -286,3 +286,19 @@ def test_the_exporter_serves_no_lock_figure_while_its_locks_probe_fails(populate
             if exporter.proc.poll() is None:
                 exporter.proc.kill()
                 exporter.proc.wait(10)
+
+
+def test_a_probe_that_read_everything_it_may_says_a_note_not_an_error(populated):
+    """Without pg_read_all_stats other roles' queries are hidden while a session is blocked: the
+    lock tree is whole and served, the probe's note is `queuetop_probe_note 1`, and nothing
+    failed (`queuetop_probe_error 0`); the JSON has it in `probes.locks.notes`, not `error`."""
+    target = limited_role(populated)
+    with blocked_sessions(populated, 2):
+        snapshot = cycle(target)
+    locks = snapshot.probes["locks"]
+    assert locks.error is None and "pg_read_all_stats" in (locks.notes or ""), locks
+    assert snapshot.to_json()["probes"]["locks"]["notes"] == locks.notes
+    samples = scrape(snapshot)
+    assert samples[("queuetop_probe_note", (("host", HOST), ("probe", "locks")))] == 1
+    assert samples[("queuetop_probe_error", (("host", HOST), ("probe", "locks")))] == 0
+    assert samples[("queuetop_blocked_sessions", (("host", HOST),))] == 2

@@ -600,9 +600,9 @@ class QueuetopApp(App[None]):
             parts.append((" │ not recorded yet", "bold yellow", 0))
             parts.append((f" (from {first})", "yellow", 1))  # the time whole or not at all
         elif s is not None:
-            failed = [name for name, p in s.probes.items() if p.error]
-            if failed and connected:
-                parts.append((f" │ notes: {', '.join(failed)}", "yellow", 2))
+            noted = [name for name, p in s.probes.items() if p.error or p.notes]
+            if noted and connected:
+                parts.append((f" │ notes: {', '.join(noted)}", "yellow", 2))
             server = s.server
             parts.append((f" │ {fmt.database_name(server.dialect)} {server.version or '?'} db {server.database or '?'}", "", 4))
             parts.append((f" │ probes {s.elapsed_ms:.1f} ms", "", 5))
@@ -669,7 +669,7 @@ class QueuetopApp(App[None]):
         worst = _worst_queue(s)
         c = s.connections
         sessions = fmt.sessions(c.total, c.max) if c is not None else ""
-        notes = [f"{name}: {fmt.one_line(p.error, 200)}" for name, p in s.probes.items() if p.error]
+        notes = [f"{name}: {fmt.one_line(said, 200)}" for name, p in s.probes.items() for said in (p.error, p.notes) if said]
         # What the locks probe could not read is unknown, not 0 (its reason is in the notes).
         blocked, roots = ("unknown", "unknown") if s.unknown_list("blocked") else (f"{len(s.blocked):,}", f"{len(s.blockers):,}")
         return (str(index + 1), host.name, "LIVE", worst.name if worst else "", fmt.seconds(worst.oldest_ready_age_s) if worst else "",

@@ -73,6 +73,7 @@ def render(snapshot: Snapshot) -> str:
         f"probes {s.elapsed_ms:.1f} ms"
     )
     problems = [f"  {inert(name)}: {inert_line(status.error)}" for name, status in s.probes.items() if status.error]
+    notes = [f"  {inert(name)}: {inert_line(status.notes)}" for name, status in s.probes.items() if status.notes]
     queues = [
         (
             q.name + (" ~" if q.depth_is_estimate else ""),
@@ -154,4 +155,6 @@ def render(snapshot: Snapshot) -> str:
         parts.append(f"Connections\n  unknown: {inert_line(connections_unknown)}")
     if problems:
         parts.append("Probe problems\n" + "\n".join(problems))
+    if notes:
+        parts.append("Probe notes\n" + "\n".join(notes))
     return "\n\n".join(parts)
