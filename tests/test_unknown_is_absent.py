@@ -355,3 +355,27 @@ def test_a_note_beside_a_complete_empty_list_is_not_unknown():
     failed = replace(base, probes={**base.probes, "locks": ProbeStatus(elapsed_ms=1.0, error="no privilege", unread=("all",))})
     assert noted.to_json()["blocked"] == [] and noted.unknown_list("blocked") is None
     assert failed.to_json()["blocked"] is None and failed.unknown_list("blocked") == "no privilege"
+
+
+async def test_the_locks_panel_says_none_blocked_beside_a_note_and_unknown_for_a_failure():
+    """A note (other roles' queries hidden) beside a tree the probe read whole, nobody waiting:
+    "no blocked sessions"; the same empty tree from a probe that failed: "unknown: <why>"."""
+    from dataclasses import replace
+
+    from probes.model import ProbeStatus
+    from tui.sample import SampleSource, sample_snapshot
+
+    base = replace(sample_snapshot(step=0), blocked=(), blockers=(), prepared_xacts=())
+    for status, said in ((ProbeStatus(elapsed_ms=1.0, notes="queries of other roles hidden"), "no blocked sessions"),
+                         (ProbeStatus(elapsed_ms=1.0, error="no privilege: pg_locks", unread=("all",)),
+                          "blocked sessions unknown: no privilege: pg_locks")):
+        snapshot = replace(base, probes={**base.probes, "locks": status})
+        app = QueuetopApp(lambda sink, s=snapshot: SampleSource(sink, [s]))
+        async with app.run_test(size=(100, 30)) as pilot:
+            label = ""
+            for _ in range(200):
+                await pilot.pause(0.02)
+                label = str(app.query_one(LocksPanel).query_one(Tree).root.label)
+                if label.startswith(said):
+                    break
+            assert label.startswith(said), label
