@@ -190,6 +190,7 @@ def test_the_probe_runner_goes_on_to_the_next_probe_after_one_times_out(tds):
     class Probes:
         def __init__(self) -> None:
             self.notes: dict[str, str] = {}
+            self.errors: dict[str, str] = {}
             self.unread: dict[str, tuple[str, ...]] = {}
 
         def slow(self, conn):
