@@ -48,6 +48,7 @@ def fragment(slot: str, version_num: int) -> str:
     raise AssertionError(f"{slot}: no fragment for {version_num}")  # every slot ends with a 0 entry
 
 
+@cache  # the probes ask for the same few statements every cycle
 def versioned(query: str, version_num: int) -> str:
     """`query` with its version slots filled for a server of `version_num`; other `{fields}` stay."""
     return SLOT.sub(lambda m: fragment(m.group(1), version_num) if m.group(1) in fragments() else m.group(0), query)

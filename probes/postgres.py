@@ -106,6 +106,9 @@ class _Counters:
     inserted: int
     deleted: int
     depth: int | None  # exact depths only
+    # Messages enqueued and dequeued since the queue was first seen (QueueSample's counters).
+    enqueued_total: int = 0
+    dequeued_total: int | None = 0
 
 
 class PostgresProbes:
@@ -117,7 +120,6 @@ class PostgresProbes:
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or Config()
         self._previous: dict[str, _Counters] = {}
-        self._totals: dict[str, tuple[int, int | None]] = {}  # enqueued, dequeued since first seen
         self.sources = sources_for(self.config, self.dialect)
         self._tables_asked: set[str] = set()  # what the sources' detect() asked the last time
         self._server: ServerInfo | None = None
@@ -184,26 +186,26 @@ class PostgresProbes:
         # restart when a table's metadata leaves the cache): no rate, rather than a wrong one.
         if st is not None and f.rates_from is not None and st["n_tup_ins"] is not None and st["n_tup_del"] is not None:
             key = f"{source.name}:{f.name}"
-            current = _Counters(now, st["n_tup_ins"], st["n_tup_del"], f.depth if not f.depth_is_estimate else None)
+            inserted, deleted = st["n_tup_ins"], st["n_tup_del"]
+            depth = f.depth if not f.depth_is_estimate else None
             previous = self._previous.get(key)
-            self._previous[key] = current
-            enqueued_total, dequeued_total = self._totals.get(key, (0, 0))
-            if previous is not None and current.at > previous.at:
-                span = current.at - previous.at
-                arrived = max(0, current.inserted - previous.inserted)  # 0 across a statistics reset
+            enqueued_total, dequeued_total = (previous.enqueued_total, previous.dequeued_total) if previous else (0, 0)
+            if previous is not None and now > previous.at:
+                span = now - previous.at
+                arrived = max(0, inserted - previous.inserted)  # 0 across a statistics reset
                 left: int | None = None
                 if f.rates_from == "deletes":
-                    left = max(0, current.deleted - previous.deleted)
-                elif current.depth is not None and previous.depth is not None:
+                    left = max(0, deleted - previous.deleted)
+                elif depth is not None and previous.depth is not None:
                     # Finished rows may stay: what arrived and is no longer waiting has left.
-                    left = max(0, arrived - (current.depth - previous.depth))
+                    left = max(0, arrived - (depth - previous.depth))
                 enq = arrived / span
                 deq = left / span if left is not None else None
                 enqueued_total += arrived
                 # Unknown this cycle (an estimated depth): absent, and counted again from 0 after
                 # (a counter's reset, which rate() understands), never an undercount.
                 dequeued_total = (dequeued_total or 0) + left if left is not None else None
-            self._totals[key] = (enqueued_total, dequeued_total)
+            self._previous[key] = _Counters(now, inserted, deleted, depth, enqueued_total, dequeued_total)
         return QueueSample(
             name=f.name,
             kind=source.kind,

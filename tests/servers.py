@@ -19,7 +19,6 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -179,14 +178,3 @@ def _open_up(path: Path) -> None:
         if mode & 0o011 != 0o011:
             parent.chmod(mode | 0o011)
 
-
-def wait_accepting(uri: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with psycopg.connect(uri, connect_timeout=2):
-                return
-        except psycopg.OperationalError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
