@@ -287,6 +287,8 @@ def _sources(section: object, where: str) -> tuple[frozenset[str], dict[str, dic
             raise UsageError(f"{where}: [sources.{name}]: unknown option(s) {_listed(unknown)}"
                              + (f" (it takes {', '.join(sorted(allowed))})" if allowed else " (it takes none)"))
         for key, option in value.items():
+            if key != "schema" and isinstance(option, bool):  # a switch (pg-boss 9's enforce_singleton_queue_active_limit)
+                continue
             if not isinstance(option, str) or not is_valid_name(option):
                 raise UsageError(f"{where}: sources.{name}.{key} must be a name")
         options[name] = dict(value)

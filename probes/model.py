@@ -57,6 +57,11 @@ class QueueSample:
     # the rates are (a table shared by several queues: its counters are none of them alone).
     enqueued_total: int | None = None
     dequeued_total: int | None = None
+    # Due but not claimable now (a lock, a policy, a locked named queue): part of delayed.
+    blocked: int | None = None
+    # Figures that are estimates -> age (s) of the exact count behind each (None: never counted).
+    estimated: dict[str, float | None] = field(default_factory=dict)
+    schema: str | None = None  # the library install's schema (None: not a library's queue)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -38,8 +38,8 @@ from .model import (
     RingSample,
     ServerInfo,
 )
-from .sources import QueueFigures, QueueSource, sources_for
-from .sources.base import has_table, tables_checked_together
+from .sources import QueueFigures, QueueSource, SourceSet
+from .sources.base import has_table
 
 APPLICATION_NAME = "queuetop-probe"
 # Every probe session, however opened (one-off or pooled), runs with these.
@@ -120,8 +120,8 @@ class PostgresProbes:
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or Config()
         self._previous: dict[str, _Counters] = {}
-        self.sources = sources_for(self.config, self.dialect)
-        self._tables_asked: set[str] = set()  # what the sources' detect() asked the last time
+        # Every source, and each library's installs (one instance per schema), kept across cycles.
+        self.sources = SourceSet(self.config, self.dialect)
         self._server: ServerInfo | None = None
         self._version_num = 0
         # What a probe that worked says beside its figures (privileges that hide some, a locked
@@ -154,18 +154,19 @@ class PostgresProbes:
         figures: list[tuple[QueueSource, QueueFigures]] = []
         problems = []
         unread = []
-        # Whether each source is installed: its tables checked in one statement, not one each.
-        with tables_checked_together(conn, self._tables_asked) as known:
-            for source in self.sources:
+        # Which sources are installed, and where (every library in every schema): one catalog
+        # statement for all of them (probes/sources/__init__.py, SourceSet).
+        with self.sources.cycle(conn) as found:
+            for source, install in found:
                 try:
-                    detection = source.detect(conn)
+                    detection = source.detect(conn) if install is None else source.detected(conn, install)
                     if detection is None:
                         continue
-                    figures.extend((source, f) for f in source.sample(conn, detection))
+                    figures.extend((source, f) for f in source.qualified(source.sample(conn, detection)))
                 except PROBE_FAILURES as exc:
-                    problems.append(f"{source.name}: {describe_error(exc)}")
-                    unread.append(source.name)
-        self._tables_asked = set(known)
+                    problems.append(f"{source.label}: {describe_error(exc)}")
+                    if source.name not in unread:
+                        unread.append(source.name)
         if unread:
             self.unread["queues"] = tuple(unread)
         notes = [f"{f.name}: {note}" for _source, f in figures for note in f.notes]
@@ -228,6 +229,9 @@ class PostgresProbes:
             deleted_total=st["n_tup_del"] if st else None,
             enqueued_total=enqueued_total,
             dequeued_total=dequeued_total,
+            blocked=f.blocked,
+            estimated=dict(f.estimated),
+            schema=f.schema,
             error=f.error,
         )
 

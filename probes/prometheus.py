@@ -46,7 +46,7 @@ from prometheus_client.registry import Collector
 
 from dbcore.text import inert
 
-from .model import ProbeStatus, Snapshot, as_utc
+from .model import ProbeStatus, QueueSample, Snapshot, as_utc
 from .sampler import unreachable_status
 
 
@@ -86,6 +86,10 @@ METRICS: dict[str, MetricSpec] = {
     "queuetop_queue_in_flight": _queue("gauge", "Messages being worked"),
     "queuetop_queue_delayed": _queue("gauge", "Messages scheduled for later or backing off"),
     "queuetop_queue_dead": _queue("gauge", "Messages failed for good (dead letters, archived failures)"),
+    "queuetop_queue_blocked": _queue("gauge", "Messages due but not claimable now (a lock, a singleton or stately policy, "
+                                     "a locked named queue): part of delayed"),
+    "queuetop_queue_count_age_seconds": _queue("gauge", "Age of the exact count behind the queue's figures that are estimates "
+                                               "(absent when every figure is exact now, or one was never counted)"),
     "queuetop_queue_oldest_ready_age_seconds": _queue("gauge", "Age of the oldest claimable message"),
     "queuetop_queue_enqueued_per_second": _queue("gauge", "Messages enqueued per second between the probe's last two samples"),
     "queuetop_queue_dequeued_per_second": _queue("gauge", "Messages dequeued per second between the probe's last two samples"),
@@ -251,7 +255,8 @@ def _queues(out: _Families, s: Snapshot) -> None:
             continue
         labels = [s.host, q.source, q.name]
         for name, value in (("depth", q.depth), ("ready", q.ready), ("in_flight", q.in_flight), ("delayed", q.delayed),
-                            ("dead", q.dead), ("oldest_ready_age_seconds", q.oldest_ready_age_s),
+                            ("dead", q.dead), ("blocked", q.blocked), ("oldest_ready_age_seconds", q.oldest_ready_age_s),
+                            ("count_age_seconds", _count_age(q)),
                             ("enqueued_per_second", q.enqueued_per_s), ("dequeued_per_second", q.dequeued_per_s),
                             # whether a depth nobody could read is an estimate is unknown too
                             ("depth_is_estimate", q.depth_is_estimate if q.depth is not None else None),
@@ -259,6 +264,15 @@ def _queues(out: _Families, s: Snapshot) -> None:
                             ("enqueued", q.enqueued_total), ("dequeued", q.dequeued_total),
                             ("table_deleted_rows", q.deleted_total)):
             out.add(f"queuetop_queue_{name}", labels, value)
+
+
+def _count_age(q: QueueSample) -> float | None:
+    """The oldest exact count behind a queue's estimated figures (None: none estimated, or one
+    extrapolated, never counted)."""
+    ages = list(q.estimated.values())
+    if not ages or any(age is None for age in ages):
+        return None
+    return max(age for age in ages if age is not None)
 
 
 def _locks(out: _Families, s: Snapshot) -> None:

@@ -14,8 +14,9 @@ from probes.config import Config, DeclaredQueue
 from probes.postgres import PostgresProbes, open_probe_connection
 from probes.sampler import run_cycle
 from probes.sources.jobtable import JobTable
+from probes.sources.tally import cycle_budget
 
-from .conftest import PASSWORD, PASSWORD_ROLE, wait_until
+from .conftest import PASSWORD, PASSWORD_ROLE, flush_stats, wait_until
 
 JOBS = """
 CREATE TABLE public.jobs (
@@ -96,65 +97,119 @@ def test_in_flight_rows_deep_in_a_large_table_are_counted(db):
     assert (rows["deep"].ready, rows["deep"].in_flight, rows["deep"].depth) == (3000, 6, 3006)
 
 
-def test_counts_past_the_cap_are_the_planners_estimate_and_say_so(db):
+BIG = """
+CREATE TABLE public.big (id bigserial PRIMARY KEY, queue_name text NOT NULL, status text NOT NULL,
+                         scheduled_at timestamptz, created_at timestamptz NOT NULL DEFAULT now());
+CREATE INDEX big_waiting ON public.big (queue_name, id) WHERE status IN ('todo', 'failed');
+CREATE INDEX big_status ON public.big (status) WHERE status IN ('doing', 'failed');
+"""
+BIG_DECLARED = DeclaredQueue(name="big", table="public.big", order_by="id", queue_column="queue_name",
+                             not_before_column="scheduled_at", state_column="status", ready_states=("todo",),
+                             in_flight_states=("doing",), done_states=("succeeded",), dead_states=("failed",))
+
+
+def big_truth(conn) -> dict[str, tuple[int, int, int, int]]:
+    """queue -> (ready, in_flight, delayed, dead), counted over the whole table."""
+    rows = conn.execute("""SELECT queue_name,
+                                  count(*) FILTER (WHERE status = 'todo' AND coalesce(scheduled_at <= now(), true)),
+                                  count(*) FILTER (WHERE status = 'doing'),
+                                  count(*) FILTER (WHERE status = 'todo' AND scheduled_at > now()),
+                                  count(*) FILTER (WHERE status = 'failed')
+                           FROM big WHERE status <> 'succeeded' GROUP BY queue_name""").fetchall()
+    return {r[0]: tuple(r[1:]) for r in rows}
+
+
+def fill_big(conn) -> None:
+    """150,000 rows with correlated queues and states: one queue holds the backlog, one only
+    finished jobs, a third a few of everything; two thirds of the schedule in one hour."""
+    conn.execute(BIG)
+    conn.execute("""INSERT INTO big (queue_name, status, scheduled_at)
+                    SELECT CASE WHEN g <= 120000 THEN 'backlog' WHEN g <= 140000 THEN 'finished' ELSE 'mixed' END,
+                           CASE WHEN g <= 120000 THEN 'todo' WHEN g <= 140000 THEN 'succeeded'
+                                WHEN g <= 140300 THEN 'doing' WHEN g <= 140307 THEN 'failed' ELSE 'todo' END,
+                           CASE WHEN g > 140307 AND g % 3 <> 0 THEN now() + interval '1 hour' END
+                    FROM generate_series(1, 150000) AS g""")
+    conn.execute("ANALYZE big")
+
+
+def figures_of(rows) -> dict[str, tuple[int, int, int, int]]:
+    return {q.name.removeprefix("big:"): (q.ready, q.in_flight, q.delayed, q.dead) for q in rows}
+
+
+def test_a_table_within_the_cycles_budget_is_exact_in_every_queue_and_state(db):
+    # The planner takes queue and state to be independent: it put ~25,000 ready jobs in the queue
+    # that holds only finished ones, and never says 0. The tally counts.
     with db.connect() as conn:
-        conn.execute(JOBS)
-        conn.execute("INSERT INTO jobs (queue_name, status) SELECT 'q', 'todo' FROM generate_series(1, 5000)")
-        conn.execute("INSERT INTO jobs (queue_name, status) SELECT 'q', 'doing' FROM generate_series(1, 7)")
-        conn.execute("ANALYZE jobs")
-    declared = DeclaredQueue(name="big", table="public.jobs", order_by="id", state_column="status",
-                             ready_states=("todo",), in_flight_states=("doing",))
+        fill_big(conn)
+        truth_rows = big_truth(conn)
     with open_probe_connection(db.target) as conn:
-        [q] = JobTable(declared, cap=200).sample(conn)
-    assert q.depth_is_estimate is True
-    assert 4500 <= q.ready <= 5500  # the statistics' figure for 'todo', not the cap
-    assert q.in_flight == 7  # below the cap: still exact
+        rows = JobTable(BIG_DECLARED).sample(conn)
+    assert figures_of(rows) == {**truth_rows, "finished": (0, 0, 0, 0)} or figures_of(rows) == truth_rows
+    assert truth_rows["backlog"] == (120_000, 0, 0, 0) and truth_rows["mixed"][1:] == (300, 6462, 7)
+    assert not any(q.depth_is_estimate or q.estimated for q in rows)
 
 
-def rows_fetched(conn, table: str) -> int:
-    """Heap and index rows this session has read from `table` so far (its own counters, flushed)."""
-    conn.execute("SELECT pg_stat_force_next_flush()")
+def heap_blocks(conn, table: str) -> int:
+    """Heap blocks this database has read of `table` so far (hits and reads, flushed)."""
+    flush_stats(conn)
     conn.execute("SELECT pg_stat_clear_snapshot()")
-    row = conn.execute("SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) AS n FROM pg_stat_user_tables"
-                       " WHERE relid = %s::regclass", (table,)).fetchone()
-    return int(row["n"])
+    row = conn.execute("SELECT heap_blks_read + heap_blks_hit FROM pg_statio_user_tables WHERE relid = %s::regclass",
+                       (table,)).fetchone()
+    return int(row[0])
 
 
-def test_a_large_table_is_read_only_through_indexes_that_lead_to_the_state(db):
-    # 150,000 rows: a state no index serves ('doing'), and one whose only index also holds the
-    # 120,000 'todo' rows ('failed': reading it would filter them out one by one). Neither is
-    # read: the planner's estimate stands for them. 'todo' itself is sampled (its count is an
-    # estimate anyway). What the sample fetches does not grow with the table.
+def test_a_table_past_the_budget_is_counted_in_turns_and_its_small_states_stay_exact(db):
     with db.connect() as conn:
-        conn.execute("""CREATE TABLE public.big (id bigserial PRIMARY KEY, queue_name text NOT NULL, status text NOT NULL,
-                                                 created_at timestamptz NOT NULL DEFAULT now());
-                        CREATE INDEX big_waiting ON public.big (queue_name, id) WHERE status IN ('todo', 'failed')""")
-        conn.execute("""INSERT INTO big (queue_name, status)
-                        SELECT 'q', CASE WHEN g <= 120000 THEN 'todo' WHEN g <= 120300 THEN 'doing'
-                                         WHEN g <= 120400 THEN 'failed' ELSE 'succeeded' END
-                        FROM generate_series(1, 150000) AS g""")
-        conn.execute("ANALYZE big")
-    declared = DeclaredQueue(name="big", table="public.big", order_by="id", queue_column="queue_name", queue="q",
-                             state_column="status", ready_states=("todo",), in_flight_states=("doing",),
-                             done_states=("succeeded",), dead_states=("failed",))
-    table = JobTable(declared)
+        fill_big(conn)
+        truth_rows = big_truth(conn)
+        pages = conn.execute("SELECT pg_relation_size('big') / 8192").fetchone()[0]
+    budget = 128  # pages a cycle: the table has ~8 times more
+    assert pages > 6 * budget
+    table = JobTable(BIG_DECLARED)
+    with open_probe_connection(db.target) as conn, db.connect() as stats:
+        blocks = heap_blocks(stats, "big")
+        with cycle_budget(budget):
+            first = {q.name: q for q in table.sample(conn)}
+        read = heap_blocks(stats, "big") - blocks
+        # One chunk of pages and the small states' bounded reads: not the table.
+        assert read <= budget + 2 * 320, (read, pages)
+        # 'doing' and 'failed' are read whole through their index: exact now, in every queue.
+        assert first["big:mixed"].in_flight == 300 and first["big:mixed"].dead == 7
+        assert "in_flight" not in first["big:mixed"].estimated and "dead" not in first["big:mixed"].estimated
+        # The rest is extrapolated from the pages read so far: flagged, with no count behind it.
+        assert first["big:backlog"].estimated["ready"] is None and first["big:backlog"].depth_is_estimate
+        cycles = 1
+        while True:
+            with cycle_budget(budget):
+                rows = table.sample(conn)
+            cycles += 1
+            if cycles > pages // budget + 1:
+                break
+        assert figures_of(rows) == {**truth_rows, "finished": (0, 0, 0, 0)} or figures_of(rows) == truth_rows
+        backlog = {q.name: q for q in rows}["big:backlog"]
+        age = backlog.estimated["ready"]
+        assert backlog.depth_is_estimate and age is not None and 0 <= age < 120  # an exact count, this old
+        # Jobs move: the small states are exact at once, the big ones as the pass comes round.
+        with db.connect() as writer:
+            writer.execute("UPDATE big SET status = 'failed' WHERE id IN (SELECT id FROM big WHERE status = 'doing' LIMIT 10)")
+        with cycle_budget(budget):
+            moved = {q.name: q for q in table.sample(conn)}
+        assert (moved["big:mixed"].in_flight, moved["big:mixed"].dead) == (290, 17)
+
+
+def test_an_empty_queue_and_an_empty_state_are_exact_zeros_never_a_phantom(db):
+    with db.connect() as conn:
+        fill_big(conn)
     with open_probe_connection(db.target) as conn:
-        before = rows_fetched(conn, "public.big")
-        [q] = table.sample(conn)
-        fetched = rows_fetched(conn, "public.big") - before
-        [again] = table.sample(conn)  # the plans are kept: the same figures from the same reads
-    assert fetched <= 1_000, fetched
-    assert q.depth_is_estimate is True and q.error is None
-    assert 108_000 <= q.ready <= 132_000, q.ready
-    assert 150 <= q.in_flight <= 600, q.in_flight  # the statistics' 300, give or take the sampling
-    assert 50 <= q.dead <= 200, q.dead
-    assert (again.ready, again.in_flight, again.dead) == (q.ready, q.in_flight, q.dead)
+        rows = {q.name: q for q in JobTable(BIG_DECLARED).sample(conn, queues=["backlog", "finished", "idle"])}
+    for name in ("big:finished", "big:idle"):
+        assert (rows[name].ready, rows[name].in_flight, rows[name].delayed, rows[name].dead, rows[name].depth) == (0,) * 5
+    assert (rows["big:backlog"].in_flight, rows["big:backlog"].dead, rows["big:backlog"].delayed) == (0, 0, 0)
 
 
-def test_an_estimated_state_is_split_from_random_pages_not_from_the_index_order(db):
+def test_a_scheduled_share_in_due_order_is_counted_not_sampled(db):
     # pg-boss's shape: the waiting jobs' index is in due order (name, start_after), so a bounded
-    # read through it meets every due job before the first scheduled one. A tenth of each queue
-    # is scheduled for later; the split must say so (the index-order read alone said none).
+    # read through it meets every due job before the first scheduled one.
     with db.connect() as conn:
         conn.execute("""CREATE TABLE public.due (id bigserial PRIMARY KEY, name text NOT NULL, state text NOT NULL,
                                                  start_after timestamptz NOT NULL DEFAULT now());
@@ -174,10 +229,7 @@ def test_an_estimated_state_is_split_from_random_pages_not_from_the_index_order(
         rows = {q.name: q for q in JobTable(declared).sample(conn)}
     for name, later, waiting in truth_rows:  # 60,000 waiting, 15,000 of them later (a quarter)
         q = rows[f"due:{name}"]
-        assert q.depth_is_estimate is True
-        assert 0.85 * waiting <= q.depth <= 1.15 * waiting, (q.depth, waiting)
-        assert 0.6 * later <= q.delayed <= 1.4 * later, (q.delayed, later)
-        # Each queue's oldest due job, by one probe of the index (the sample met queue a only).
+        assert (q.depth, q.delayed, q.depth_is_estimate) == (waiting, later, False)
         assert q.oldest_ready_age_s is not None and 55 <= q.oldest_ready_age_s <= 300, q.oldest_ready_age_s
 
 
@@ -202,10 +254,7 @@ def test_a_large_shared_table_led_by_state_then_queue_lists_every_queue(db):
         assert 0.85 * 39_600 <= rows[name].ready <= 1.15 * 39_600, (name, rows[name].ready)
 
 
-def test_a_shared_table_past_the_cap_is_estimated_per_queue_and_keeps_its_schedule(db):
-    # A partitioned parent is read state by state across its queues: a capped read meets the
-    # first partition's rows first, so the split comes from the statistics per queue, and what the
-    # read saw of each queue says how much of it is scheduled.
+def test_a_partitioned_parent_is_counted_partition_by_partition_and_keeps_its_schedule(db):
     with db.connect() as conn:
         conn.execute("""CREATE TABLE public.pj (id bigserial, name text NOT NULL, state text NOT NULL, start_after timestamptz)
                         PARTITION BY LIST (name);
@@ -214,20 +263,22 @@ def test_a_shared_table_past_the_cap_is_estimated_per_queue_and_keeps_its_schedu
                         CREATE INDEX ON public.pj (state); CREATE INDEX ON public.pj (name)""")
         conn.execute("""INSERT INTO pj (name, state, start_after)
                         SELECT n, 'created', CASE WHEN g % 10 = 0 THEN now() + interval '1 hour' END
-                        FROM (VALUES ('a'), ('b')) AS q(n), generate_series(1, 3000) AS g""")
+                        FROM (VALUES ('a'), ('b')) AS q(n), generate_series(1, 30000) AS g""")
         conn.execute("ANALYZE pj")
     declared = DeclaredQueue(name="p", table="public.pj", order_by="id", queue_column="name", state_column="state",
                              not_before_column="start_after", ready_states=("created",))
+    table = JobTable(declared, cap=500, chunk_pages=8)
     with open_probe_connection(db.target) as conn:
-        rows = {q.name: q for q in JobTable(declared, cap=500).sample(conn)}
-    for name in ("p:a", "p:b"):  # 3,000 each, a tenth scheduled
-        q = rows[name]
-        assert q.depth_is_estimate is True
-        assert 2500 <= q.depth <= 3500, q.depth
-        assert q.delayed > 0 and 0.05 <= q.delayed / q.depth <= 0.15, (q.delayed, q.depth)
+        rows = {q.name: q for q in table.sample(conn)}
+        with cycle_budget(16):  # pages a cycle (two chunks, one of each partition): each has ~160
+            for _ in range(40):
+                later = {q.name: q for q in table.sample(conn)}
+    for name in ("p:a", "p:b"):  # 30,000 each, a tenth scheduled
+        assert (rows[name].depth, rows[name].delayed, rows[name].depth_is_estimate) == (30_000, 3_000, False)
+        assert (later[name].depth, later[name].delayed, later[name].depth_is_estimate) == (30_000, 3_000, True)
 
 
-def test_a_stateless_table_past_the_cap_keeps_its_few_marked_rows_exact(db):
+def test_a_stateless_table_is_counted_whole_and_its_few_marked_rows_exact(db):
     with db.connect() as conn:
         conn.execute("""CREATE TABLE public.big (id bigserial PRIMARY KEY, run_at timestamptz NOT NULL DEFAULT now(),
                         locked_at timestamptz);
@@ -240,9 +291,7 @@ def test_a_stateless_table_past_the_cap_keeps_its_few_marked_rows_exact(db):
                              in_flight_when_not_null="locked_at")
     with open_probe_connection(db.target) as conn:
         [q] = JobTable(declared, cap=200).sample(conn)
-    assert q.depth_is_estimate is True
-    assert (q.in_flight, q.delayed) == (7, 3)  # found through their markers, not sampled
-    assert 4500 <= q.ready <= 5500
+    assert (q.ready, q.in_flight, q.delayed, q.depth_is_estimate) == (5000, 7, 3, False)
 
 
 def test_a_job_table_without_states_locked_scheduled_backing_off_and_exhausted(db):

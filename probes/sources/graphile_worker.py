@@ -12,6 +12,7 @@ sees no job at all, which the row says instead of showing an empty queue.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from psycopg import sql
@@ -20,8 +21,8 @@ from dbcore.database import one
 from dbcore.sqlfiles import Queries
 
 from ..config import DeclaredQueue
-from .base import Detection, QueueDetails, QueueFigures, QueueSource, has_table
-from .jobtable import COUNT_CAP, HEAD_ROWS, LARGE_TABLE_ROWS, JobTable, plan_rows
+from .base import Detection, Identifier, Install, QueueDetails, QueueFigures, QueueSource
+from .jobtable import COUNT_CAP, HEAD_ROWS, JobTable
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -35,24 +36,33 @@ class GraphileWorker(QueueSource):
     order = 63
     options = ("schema",)
     default_schema = "graphile_worker"
+    # 0.16's renamed tables (`_private_*`), its migrations table and its add_job(); its schema is
+    # the `schema` option of its runner and utilities: any, several in one database.
+    signature = ("_private_jobs.task_id", "_private_jobs.run_at", "_private_jobs.locked_at", "_private_tasks.identifier",
+                 "_private_job_queues.queue_name", "migrations.id", "add_job()")
 
-    def __init__(self, config: Config, *, cap: int = COUNT_CAP) -> None:
-        super().__init__(config)
+    def __init__(self, config: Config, schema: str | None = None, *, cap: int = COUNT_CAP) -> None:
+        super().__init__(config, schema)
         self.cap = cap
-        # The catalog lookups and the planner's count, kept between samples.
-        jobs = sql.Identifier(self.schema, "_private_jobs").as_string(None)
-        self.jobs = JobTable(DeclaredQueue(name=self.name, table=jobs, order_by="id"), cap=cap)
+        # Counted by the job-table layer as get_job sees a job: in flight when locked, dead when
+        # out of attempts, delayed until run_at, blocked behind a locked named queue; grouped by
+        # (task, named queue), which sample() adds up per task and per named queue.
+        parts = self._parts()
+        jobs = parts["jobs"].as_string(None)
+        self.jobs = JobTable(DeclaredQueue(
+            name=self.name, table=jobs, order_by="id", age_column="run_at", not_before_column="run_at",
+            in_flight_when_not_null="locked_at", attempts_column="attempts", max_attempts_column="max_attempts",
+        ), cap=cap, group=sql.SQL(GRAPHILE_SQL["group"]), blocked=sql.SQL(GRAPHILE_SQL["blocked"]).format(**parts),
+            held_by_transactions=False)
 
     def _parts(self) -> dict[str, sql.Composable]:
-        return {name: sql.Identifier(self.schema, table) for name, table in (
+        return {name: Identifier(self.schema, table) for name, table in (
             ("jobs", "_private_jobs"), ("tasks", "_private_tasks"), ("job_queues", "_private_job_queues"),
             ("migrations", "migrations"))}
 
-    def detect(self, conn: ProbeConnection) -> Detection | None:
-        if not has_table(conn, sql.Identifier(self.schema, "_private_jobs").as_string(conn)):
-            return None
+    def detected(self, conn: ProbeConnection, install: Install) -> Detection | None:
         version = one(conn.execute(sql.SQL(GRAPHILE_SQL["version"]).format(**self._parts())))["version"]
-        return Detection(version=f"migration {version}" if version else None, schema=self.schema)
+        return Detection(version=f"migration {version}" if version else None, schema=install.schema)
 
     def sample(self, conn: ProbeConnection, detection: Detection) -> list[QueueFigures]:
         parts = self._parts()
@@ -62,36 +72,47 @@ class GraphileWorker(QueueSource):
             return [QueueFigures(name="jobs", table=jobs, error=f"no SELECT privilege on {jobs}")]
         names = conn.execute(sql.SQL(GRAPHILE_SQL["names"]).format(**parts)).fetchall()
         live = self.jobs.fingerprint(conn)["live"]
-        cap = self.jobs.limit(live > LARGE_TABLE_ROWS)
-        rows = {(r["kind"], r["name"]): r for r in conn.execute(sql.SQL(GRAPHILE_SQL["classified"]).format(**parts),
-                                                               {"cap": cap})}
-        scanned = max((r["scanned"] for r in rows.values()), default=0)
-        factor, estimate = 1.0, False
-        if scanned >= cap:  # more jobs than one bounded read: scale to the planner's count
-            total = plan_rows(self.jobs.estimates.explain(conn, sql.SQL(GRAPHILE_SQL["estimate"]).format(**parts), {}))
-            factor, estimate = max(total, scanned) / scanned, True
         if table.rls_active and not names:
             # Its tasks and queues are behind row-level security too: say it on the one row left.
-            figures = QueueFigures(name="jobs", table=jobs, ready=0, in_flight=0, delayed=0, dead=0, depth=0)
+            figures = QueueFigures(name="jobs", table=jobs, ready=0, in_flight=0, delayed=0, dead=0, depth=0, blocked=0)
             figures.notes.append(f"row-level security hides rows from this role: 0 visible of ~{live:,} live in {jobs}"
                                  " (tasks and named queues hidden too)")
             return [figures]
+        by_group, estimated, view = self.jobs.counts(conn)
+        # A job is in its task's row and in its named queue's row.
+        totals: dict[tuple[str, str], dict[str, float]] = {}
+        oldest: dict[tuple[str, str], float] = {}
+        for group, counts in by_group.items():
+            task_id, _, queue_id = (group or ":").partition(":")
+            for key in (("task", task_id), ("queue", queue_id)):
+                if not key[1]:
+                    continue
+                total = totals.setdefault(key, dict.fromkeys(counts, 0.0))
+                for cls, n in counts.items():
+                    total[cls] += n
+                if group in view.oldest:
+                    oldest[key] = min(oldest.get(key, view.oldest[group]), view.oldest[group])
+        server_now = time.time() + view.server_offset
         out = []
         for entry in names:
-            counts = rows.get((entry["kind"], entry["name"]))
+            key = (entry["kind"], entry["id"])
+            counts = totals.get(key, {})
 
-            def scaled(key: str, counts: dict | None = counts) -> int:
-                return round((counts[key] if counts else 0) * factor)
+            def whole(cls: str, counts: dict[str, float] = counts) -> int:
+                return round(counts.get(cls, 0))
 
             figures = QueueFigures(
-                name=f"{entry['kind']}:{entry['name']}", table=jobs, ready=scaled("ready"), in_flight=scaled("in_flight"),
-                delayed=scaled("delayed") + scaled("blocked"), dead=scaled("dead"),
-                oldest_ready_age_s=counts["oldest_ready_age_s"] if counts else None, depth_is_estimate=estimate,
+                name=f"{entry['kind']}:{entry['name']}", table=jobs, ready=whole("ready"), in_flight=whole("in_flight"),
+                delayed=whole("delayed") + whole("blocked"), blocked=whole("blocked"), dead=whole("dead"),
+                estimated=dict(estimated),
             )
+            figures.depth_is_estimate = any(k in estimated for k in ("ready", "in_flight", "delayed", "blocked"))
             figures.depth = (figures.ready or 0) + (figures.in_flight or 0) + (figures.delayed or 0)
+            if figures.ready and key in oldest:
+                figures.oldest_ready_age_s = max(0.0, server_now - oldest[key])
             if entry["locked_at"] is not None:
                 figures.notes.append(f"named queue locked by {entry['locked_by'] or '?'} since {entry['locked_at']:%H:%M:%S}"
-                                     f": {scaled('blocked'):,} job(s) wait behind it")
+                                     f": {whole('blocked'):,} job(s) wait behind it")
             if table.rls_active:
                 figures.notes.append(f"row-level security hides rows from this role: {figures.depth:,} visible"
                                      f" of ~{live:,} live in {jobs}")
@@ -105,7 +126,9 @@ class GraphileWorker(QueueSource):
         parts = self._parts()
         head = conn.execute(sql.SQL(GRAPHILE_SQL["head"]).format(**parts), params).fetchall()
         dead = conn.execute(sql.SQL(GRAPHILE_SQL["failures"]).format(**parts), params).fetchall()
-        return QueueDetails(head=head, dead=dead)
+        blocked = (conn.execute(sql.SQL(GRAPHILE_SQL["blocked_head"]).format(**parts), {"queue": value, "limit": HEAD_ROWS}).fetchall()
+                   if kind == "queue" else [])
+        return QueueDetails(head=head, dead=dead, blocked=blocked)
 
 
 SOURCE = GraphileWorker

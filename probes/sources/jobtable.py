@@ -9,11 +9,14 @@ says which columns mean what. Each row of a queue is then, in this order:
   ahead and the row was attempted (claimed until then), or an open transaction holds it;
 - delayed: in `delayed_states`, or `not_before` is ahead, or `visible_at` is ahead on a row
   never attempted (sent with a delay);
+- blocked: due, but the library's fetch skips it now (its `blocked` rule: a lock, a policy, a
+  locked named queue); counted in delayed too, never in ready;
 - ready: the rest of the `ready_states` (all of them, with no state list).
 
-Counting reads at most `cap` rows per state (or per queue, without a state column), through
-the state's index where the table has one; past the cap, the figure is the planner's estimate
-for that state, split in the proportions of the rows read, and flagged as an estimate.
+The counts are exact counts by the tally (tally.py): read whole every cycle where the table is
+within the cycle's budget of pages, else a chunk of pages at a time, kept between passes (an
+estimate, flagged, with the age of its count). Between two passes, a state the tally puts near
+or under `cap` rows is read now through its index, at most `cap` + 1 rows: exact now.
 """
 
 from __future__ import annotations
@@ -32,23 +35,17 @@ from dbcore.sqlfiles import Queries
 
 from ..config import DeclaredQueue
 from ..failures import describe_error
-from .base import QueueDetails, QueueFigures, is_relation_name
+from .base import Identifier, QueueDetails, QueueFigures, is_relation_name
+from .tally import CHUNK_PAGES, CLASSES, Key, Statement, Tally, TallyView, flags_of
 
 if TYPE_CHECKING:
     from ..postgres import ProbeConnection
 
 JOBTABLE_SQL = Queries("probes", "sources/jobtable.sql")
-COUNT_CAP = 10_000  # rows read per state (all queues of a shared table together) in a table that is not large
-LARGE_TABLE_CAP = 1_000  # the same in a large table (past LARGE_TABLE_ROWS), where more is estimated
+COUNT_CAP = 10_000  # a figure of at most this many rows is exact: a state's bounded read takes one more
 ESTIMATES_MAX_AGE_S = 60.0
-SPLIT_SAMPLE_PAGES = 64  # random pages read to split an estimated state (held, later, exhausted)
-MIN_SPLIT_ROWS = 30  # rows of a state (of a queue) the page sample must meet to split it
-OLDEST_COST_PER_QUEUE = 50.0  # an oldest-due lookup is made when it is an index probe per queue
-SAMPLE_ROWS = 200  # read of a state the planner expects to exceed the cap: enough to split it
-READ_COST_PER_ROW = 5.0  # a large table's state is read when the planner expects it to cost at most this a row
+READ_COST_PER_ROW = 5.0  # a state is read when the planner expects it to cost at most this a row
 MAX_QUEUES = 200  # distinct queues of one shared table
-LARGE_TABLE_ROWS = 100_000  # above this, a state no index serves is estimated, not read
-_NOTHING_READ: dict[str, Any] = {"scanned": 0, "held": 0, "later": 0, "exhausted": 0, "oldest_due_age_s": None}
 HEAD_ROWS = 20
 _TIMESTAMPS = ("timestamp", "date")
 
@@ -87,14 +84,14 @@ def resolve(conn: ProbeConnection, declared: DeclaredQueue) -> ResolvedTable:
             raise LookupError(f"{declared.name}: {key} column {value!r} not in {declared.table}")
         if types and not str(columns[value]["type"]).startswith(types):
             raise LookupError(f"{declared.name}: {key} column {value!r} is {columns[value]['type']}, not a timestamp")
-        return sql.Identifier(value)
+        return Identifier(value)
 
     def type_of(value: str | None) -> sql.Composable | None:
         if value is None:
             return None
-        return sql.Identifier(columns[value]["type_schema"], columns[value]["type_name"])
+        return Identifier(columns[value]["type_schema"], columns[value]["type_name"])
 
-    table = sql.Identifier(row["schema_name"], row["table_name"])
+    table = Identifier(row["schema_name"], row["table_name"])
     parts: dict[str, sql.Composable] = {
         "table": table,
         "order": column("order_by", declared.order_by),
@@ -120,7 +117,7 @@ def resolve(conn: ProbeConnection, declared: DeclaredQueue) -> ResolvedTable:
         rls_active=bool(row["rls_active"]),
         parts=parts,
         state_type=type_of(declared.state_column),
-        state_type_name=(sql.Identifier(columns[declared.state_column]["type_schema"], columns[declared.state_column]["type_name"])
+        state_type_name=(Identifier(columns[declared.state_column]["type_schema"], columns[declared.state_column]["type_name"])
                          .as_string(conn) if declared.state_column and columns[declared.state_column]["typtype"] == "e" else None),
         queue_type=type_of(declared.queue_column),
         indexed=declared.order_by in leading or row["relkind"] == "v",
@@ -161,18 +158,40 @@ class Estimates:
 
 
 class JobTable:
-    """Samples the queue(s) of one declared table; keeps the catalog lookups between samples."""
+    """Samples the queue(s) of one declared table; keeps the catalog lookups and the tally
+    between samples. `blocked`: the library's rule for a due job its fetch skips now (a boolean
+    over the row `j`); `group`: what a row's group is, if not the queue column (text)."""
 
-    def __init__(self, declared: DeclaredQueue, *, cap: int = COUNT_CAP, index_note: bool = True) -> None:
+    def __init__(self, declared: DeclaredQueue, *, cap: int = COUNT_CAP, index_note: bool = True,
+                 blocked: sql.Composable | None = None, group: sql.Composable | None = None,
+                 chunk_pages: int = CHUNK_PAGES, constant_class: str | None = None,
+                 held_by_transactions: bool = True) -> None:
         self.declared = declared
         self.cap = cap
         self.index_note = index_note  # a library's order is its own business: no note for it
+        self.blocked = blocked
+        self.group = group
         self._resolved: ResolvedTable | None = None
-        self._dead_letters: ResolvedTable | None = None
         self._other_states: list[str] | None = None
         self.estimates = Estimates()
         self._fingerprint: dict[str, Any] = {}
-        self.dead_letter_estimates = Estimates()  # kept by age only: the dead-letter table is not fingerprinted
+        self.tally = Tally(chunk_pages)
+        self.constant_class = constant_class  # every row is of this class (a dead-letter table: dead)
+        # Whether a row an open transaction holds (its xmax running) is in flight: a declared
+        # table's consumers may work a job inside the transaction that locked it. A library marks
+        # its claims in the row; a lock of its own fetch, for the instant of a statement (or one
+        # that fails and rolls back), is not a job being worked.
+        self.held_by_transactions = held_by_transactions
+        self._dead_letter_jobs_table: JobTable | None = None
+        self._cached_parts: dict[str, sql.Composable] | None = None
+        self._read_oldest: dict[str | None, dict[str | None, float]] = {}  # state -> group -> oldest due (exact reads)
+
+    def set_blocked(self, blocked: sql.Composable | None) -> None:
+        """The library's blocked rule, where it depends on what is installed (River's queue
+        registry): the statements made with the old one are made again."""
+        if blocked != self.blocked:
+            self.blocked = blocked
+            self._cached_parts = None
 
     def resolved(self, conn: ProbeConnection) -> ResolvedTable:
         if self._resolved is None:
@@ -182,8 +201,9 @@ class JobTable:
     # -- sampling ------------------------------------------------------------------------
 
     def sample(self, conn: ProbeConnection, queues: list[str] | None = None) -> list[QueueFigures]:
-        """One QueueFigures per queue: the configured `queue`, every distinct value of
-        `queue_column` (or the `queues` a library's registry names), or the whole table."""
+        """One QueueFigures per queue: the configured `queue`, every queue of a shared table that
+        holds an unfinished row and every one a library's registry names (`queues`), or the whole
+        table."""
         d = self.declared
         try:
             table = self.resolved(conn)
@@ -191,47 +211,85 @@ class JobTable:
             return [QueueFigures(name=d.name, table=d.table, error=str(exc.args[0]))]
         if not table.can_select:
             return [QueueFigures(name=d.name, table=table.qualified, error=f"no SELECT privilege on {table.qualified}")]
-        if d.queue_column is None:
-            names: list[str | None] = [None]
+        wanted: list[str | None] | None
+        if d.queue_column is None and self.group is None:
+            wanted = [None]
         elif d.queue is not None:
-            names = [d.queue]
-        elif queues is not None:
-            names = list(queues)
-        elif table.queue_indexed or not d.state_column:
-            names = list(self._distinct(conn, table, "queue_column"))
-        elif table.state_queue_indexed:
-            # An index leads with (state, queue): skip through each state's queues.
-            states = self._states(conn, table)
-            statement = sql.SQL(JOBTABLE_SQL["distinct_in_states"]).format(**table.parts, state_type=table.state_type)
-            names = sorted(r["value"] for r in conn.execute(statement, {"states": states, "max_values": MAX_QUEUES}))
+            wanted = [d.queue]
         else:
-            # No index leads with the queue column: skipping through the values would read the
-            # table once per queue. The queues are those the state reads meet instead (a
-            # sampled state's, only those its sample meets).
-            names = []
-        all_queues = bool(d.state_column and d.queue_column and d.queue is None)
+            wanted = list(queues) if queues is not None else None
         try:
             live = self.fingerprint(conn)["live"]
+            view = self.tally.advance(conn, table, self._tally_statement(conn, table), self._params(),
+                                      JOBTABLE_SQL["relation_pages"])
+            self._read_oldest = {}
+            exact = {} if view.fresh else self._exact_reads(conn, table, view)
+            dead_letters = self._dead_letters_by_queue(conn) if d.dead_letter_table else None
         except psycopg.Error as exc:
             return [QueueFigures(name=self._name(q) or table.qualified, table=table.qualified, error=describe(exc))
-                    for q in names or [None]]
-        if all_queues:
-            try:
-                out = self._all_queues(conn, table, [n for n in names if n is not None], large=live > LARGE_TABLE_ROWS)
-            except psycopg.Error as exc:
-                out = [QueueFigures(name=self._name(q), table=table.qualified, error=describe(exc)) for q in names]
-            for figures in out:
-                self._add_notes(figures, table, live)
-            return out
-        out = []
-        for queue in names:
-            try:
-                figures = self._figures(conn, table, queue, large=live > LARGE_TABLE_ROWS)
-            except psycopg.Error as exc:
-                figures = QueueFigures(name=self._name(queue), table=table.qualified, error=describe(exc))
+                    for q in wanted or [None]]
+        out = self._assemble(conn, table, view, exact, wanted, dead_letters)
+        for figures in out:
             self._add_notes(figures, table, live)
-            out.append(figures)
         return out
+
+    def counts(self, conn: ProbeConnection) -> tuple[dict[str | None, dict[str, float]], dict[str, float | None], TallyView]:
+        """The raw counts by group and class (for a source that makes its own rows of them, as
+        Graphile Worker's tasks and named queues), which classes are estimates, and the view."""
+        table = self.resolved(conn)
+        view = self.tally.advance(conn, table, self._tally_statement(conn, table), self._params(),
+                                  JOBTABLE_SQL["relation_pages"])
+        exact = {} if view.fresh else self._exact_reads(conn, table, view)
+        by_group, estimated = self._by_group(conn, table, view, exact)
+        return by_group, estimated, view
+
+    def _params(self) -> dict[str, Any]:
+        d = self.declared
+        return {"listed_states": [*d.dead_states, *d.in_flight_states, *d.delayed_states], "done_states": list(d.done_states)}
+
+    def _parts(self, conn: ProbeConnection, table: ResolvedTable) -> dict[str, sql.Composable]:
+        """The {fields} of the tally and the bounded reads (made once; again when the blocked
+        rule changes)."""
+        if self._cached_parts is not None:
+            return self._cached_parts
+        view = table.relkind == "v"
+        parts = dict(table.parts)
+        if not self.held_by_transactions:
+            parts["xmax"] = sql.Literal(None)
+        parts["state_type"] = table.state_type if table.state_type is not None else sql.SQL("text")
+        parts["blocked"] = self.blocked if self.blocked is not None else sql.Literal(None)
+        parts["group"] = self.group if self.group is not None else table.parts["queue_column"]
+        parts["running"] = sql.SQL(JOBTABLE_SQL["running"])
+        parts["listed"] = sql.SQL(JOBTABLE_SQL["listed"]).format(**parts)
+        parts["not_done"] = sql.SQL(JOBTABLE_SQL["not_done"]).format(**parts)
+        constant = self.constant_class is not None  # every row is of one class: no flag to compute
+        parts["held"] = sql.SQL("false") if constant else sql.SQL(JOBTABLE_SQL["held"]).format(**parts)
+        parts["exhausted"] = sql.SQL("false") if constant else sql.SQL(JOBTABLE_SQL["exhausted"]).format(**parts)
+        parts["later"] = sql.SQL("false") if constant else sql.SQL(JOBTABLE_SQL["later"]).format(**parts)
+        parts["blocked_row"] = sql.SQL("false") if constant else sql.SQL(JOBTABLE_SQL["blocked_row"]).format(**parts)
+        parts["rel"] = sql.SQL("0::oid") if view else sql.SQL("j.tableoid")
+        self._cached_parts = parts
+        return parts
+
+    def _tally_statement(self, conn: ProbeConnection, table: ResolvedTable) -> Statement:
+        """The tally's statement for some page ranges, (chunk, first page, page past the last),
+        or (None) for the whole relation."""
+        parts = self._parts(conn, table)
+        rows = sql.SQL(JOBTABLE_SQL["tally_rows"])
+
+        def statement(ranges: list[tuple[int, int, int]] | None) -> sql.Composed:
+            if ranges is None:
+                branches: sql.Composable = rows.format(**parts, chunk=sql.Literal(0),
+                                                       range=sql.SQL(JOBTABLE_SQL["whole_relation"]))
+            else:
+                page_range = sql.SQL(JOBTABLE_SQL["page_range"])
+                branches = sql.SQL(JOBTABLE_SQL["union_all"]).join(
+                    rows.format(**parts, chunk=sql.Literal(chunk),
+                                range=page_range.format(lo=sql.Literal(f"({lo},0)"), hi=sql.Literal(f"({hi},0)")))
+                    for chunk, lo, hi in ranges)
+            return sql.SQL(JOBTABLE_SQL["tally"]).format(running=parts["running"], branches=branches)
+
+        return statement
 
     def fingerprint(self, conn: ProbeConnection) -> dict[str, Any]:
         """The table's live rows as its statistics count them; the planner's estimates kept from
@@ -241,59 +299,171 @@ class JobTable:
         self._fingerprint = row
         return row
 
-    def _state_plan(self, table: ResolvedTable, group: sql.Composable, where: sql.Composable) -> sql.Composed:
-        """EXPLAIN of one state's bounded read, as states_read makes it (%(state)s, %(limit)s)."""
-        read = sql.SQL(JOBTABLE_SQL["state_branch"]).format(**table.parts, index=sql.Literal(0), group=group, filter=where,
-                                                            state_type=table.state_type, state_value=sql.Placeholder("state"),
-                                                            limit=sql.Placeholder("limit"))
-        return sql.SQL(JOBTABLE_SQL["state_plan"]).format(read=read)
-
-    def _plan_reads(self, conn: ProbeConnection, table: ResolvedTable, states: list[str], group: sql.Composable,
-                    where: sql.Composable, params: dict[str, Any], *, large: bool) -> tuple[dict[str, int], list[str]]:
-        """How many rows to read of each state, and which states not to read at all. In a small
-        table, `cap` of each. In a large one (LARGE_TABLE_CAP at most), by the plan of each state's read (cached while the
-        table's statistics stay as they were): none when no index leads to the state alone (its
-        figure is then the planner's estimate); SAMPLE_ROWS when the planner expects more rows
-        than `cap` (the count will be an estimate anyway: the read only says how it splits, and
-        a read that ends short of its limit is still exact, stale statistics or not)."""
-        cap = self.limit(large)
-        if not large:
-            return dict.fromkeys(states, cap), []
-        plan_of = self._state_plan(table, group, where)
-        limits: dict[str, int] = {}
-        unread: list[str] = []
-        for state in states:
-            plan = self.estimates.explain(conn, plan_of, {**params, "state": state, "limit": cap})
-            if _too_dear(plan, cap):
-                unread.append(state)
-            else:
-                limits[state] = cap if _expected_rows(plan) <= cap else min(cap, SAMPLE_ROWS)
-        return limits, unread
-
-    def limit(self, large: bool) -> int:
-        """Rows read at most per state (or per queue, without states): `cap`, or in a large
-        table LARGE_TABLE_CAP (if lower)."""
-        return min(self.cap, LARGE_TABLE_CAP) if large else self.cap
-
-    def _read_states(self, conn: ProbeConnection, table: ResolvedTable, limits: dict[str, int], group: sql.Composable,
-                     where: sql.Composable, params: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
-        """At most `limits[state]` rows of each state, in one statement (states_read): per
-        state, the counts of each group (queue) met."""
-        if not limits:
+    def _exact_reads(self, conn: ProbeConnection, table: ResolvedTable,
+                     view: TallyView) -> dict[str | None, dict[Key, tuple[float, ...]]]:
+        """Between two passes of the tally: each state the tally puts at most 1.5 x `cap` rows in
+        (all queues together), read now through an index that leads to it, at most `cap` + 1
+        rows; one read short of its limit is exact now and replaces the tally's counts of that
+        state. A read that would scan the table, or meet other states' rows on its way, is not
+        made (EXPLAIN, cached while the table's statistics stay as they were)."""
+        d = self.declared
+        states: list[str | None] = list(self._states(conn, table)) if d.state_column else [None]
+        per_state: dict[str | None, float] = {}
+        for (_group, state), flags in view.counts.items():
+            per_state[state] = per_state.get(state, 0) + flags[0]
+        limit = self.cap + 1
+        wanted = [s for s in states if per_state.get(s, 0) <= 1.5 * self.cap]
+        parts = self._parts(conn, table)
+        readable = []
+        for state in wanted:
+            branch = self._branch(parts, table, 0, state)
+            plan = self.estimates.explain(conn, sql.SQL(JOBTABLE_SQL["state_plan"]).format(read=branch, running=parts["running"]),
+                                          {"state_0": state, "limit_0": limit, **self._params()})
+            if not _too_dear(plan, limit):
+                readable.append(state)
+        if not readable:
             return {}
-        states = list(limits)
-        branch = sql.SQL(JOBTABLE_SQL["state_branch"])
-        branches = sql.SQL(JOBTABLE_SQL["union_all"]).join(
-            branch.format(**table.parts, index=sql.Literal(i), group=group, filter=where, state_type=table.state_type,
-                          state_value=sql.Placeholder(f"state_{i}"), limit=sql.Placeholder(f"limit_{i}"))
-            for i in range(len(states)))
-        statement = sql.SQL(JOBTABLE_SQL["states_read"]).format(branches=branches)
-        values: dict[str, Any] = {f"state_{i}": state for i, state in enumerate(states)}
-        values.update({f"limit_{i}": limits[state] for i, state in enumerate(states)})
-        out: dict[str, list[dict[str, Any]]] = {state: [] for state in states}
-        for row in conn.execute(statement, {**params, **values}):
-            out[states[row["state_index"]]].append(row)
+        branches = sql.SQL(JOBTABLE_SQL["union_all"]).join(self._branch(parts, table, i, s) for i, s in enumerate(readable))
+        statement = sql.SQL(JOBTABLE_SQL["states_read"]).format(branches=branches, running=parts["running"])
+        values: dict[str, Any] = {**self._params()}
+        for i, state in enumerate(readable):
+            values[f"state_{i}"] = state
+            values[f"limit_{i}"] = limit
+        read: dict[str | None, dict[Key, tuple[float, ...]]] = {state: {} for state in readable}
+        self._read_oldest = {}
+        totals = dict.fromkeys(range(len(readable)), 0)
+        for row in conn.execute(statement, values):
+            state = readable[row["state_index"]]
+            read[state][(row["grp"], row["state"])] = flags_of(row)
+            totals[row["state_index"]] += int(row["n"])
+            if row["oldest"] is not None:
+                self._read_oldest.setdefault(state, {})[row["grp"]] = row["oldest"]
+        return {state: read[state] for i, state in enumerate(readable) if totals[i] < limit}
+
+    def _branch(self, parts: dict[str, sql.Composable], table: ResolvedTable, index: int, state: str | None) -> sql.Composed:
+        state_is = (sql.SQL(JOBTABLE_SQL["state_is"]).format(**parts, state_value=sql.Placeholder(f"state_{index}"))
+                    if state is not None else sql.SQL(JOBTABLE_SQL["every_row"]))
+        return sql.SQL(JOBTABLE_SQL["state_branch"]).format(**parts, index=sql.Literal(index), state_is=state_is,
+                                                            filter=sql.SQL(JOBTABLE_SQL["every_row"]),
+                                                            limit=sql.Placeholder(f"limit_{index}"))
+
+    def _by_group(self, conn: ProbeConnection, table: ResolvedTable, view: TallyView,
+                  exact: dict[str | None, dict[Key, tuple[float, ...]]]
+                  ) -> tuple[dict[str | None, dict[str, float]], dict[str, float | None]]:
+        """Counts by group and class: the tally's, but for the states read exactly now. The
+        classes that are estimates (those a state not read exactly can be in), with the age of
+        the tally's counts."""
+        by_group: dict[str | None, dict[str, float]] = {}
+        for (group, state), flags in [*((k, v) for k, v in view.counts.items() if k[1] not in exact),
+                                     *((k, v) for read in exact.values() for k, v in read.items())]:
+            counts = by_group.setdefault(group, dict.fromkeys(CLASSES, 0.0))
+            for cls, n in self._classes(state, flags).items():
+                counts[cls] += n
+        estimated: dict[str, float | None] = {}
+        if not view.fresh:
+            d = self.declared
+            states: list[str | None] = list(self._states(conn, table)) if d.state_column else [None]
+            for state in states:
+                if state in exact:
+                    continue
+                classes = (("dead",) if state in d.dead_states else ("in_flight",) if state in d.in_flight_states
+                           else ("delayed",) if state in d.delayed_states else self._row_classes())
+                for cls in classes:
+                    estimated[cls] = view.age_s
+        return by_group, estimated
+
+    def _classes(self, state: str | None, flags: tuple[float, ...]) -> dict[str, float]:
+        """The rows of one state, counted with their flags (FLAGS: all, held, out of attempts, due
+        later, blocked), by class: a listed state's all in its class; another's as its flags say."""
+        d = self.declared
+        n, held, exhausted, later, blocked = flags
+        if self.constant_class is not None:
+            return {self.constant_class: n}
+        if state in d.dead_states:
+            return {"dead": n}
+        if state in d.in_flight_states:
+            return {"in_flight": n}
+        if state in d.delayed_states:
+            return {"delayed": n}
+        return {"in_flight": held, "dead": exhausted, "delayed": later, "blocked": blocked,
+                "ready": n - held - exhausted - later - blocked}
+
+    def _row_classes(self) -> tuple[str, ...]:
+        """The classes a row of a ready state can be in, by what the row says (a row held by an
+        open transaction is counted in flight too, but only as of its count: not a reason to
+        call every in-flight figure an estimate)."""
+        d = self.declared
+        if self.constant_class is not None:
+            return (self.constant_class,)
+        classes = ["ready"]
+        if d.in_flight_when_not_null or d.visible_at_column:
+            classes.append("in_flight")
+        if d.not_before_column or d.visible_at_column:
+            classes.append("delayed")
+        if self.blocked is not None:
+            classes.append("blocked")
+        if d.attempts_column and (d.max_attempts_column or d.max_attempts):
+            classes.append("dead")
+        return tuple(classes)
+
+    def _assemble(self, conn: ProbeConnection, table: ResolvedTable, view: TallyView,
+                  exact: dict[str | None, dict[Key, tuple[float, ...]]], wanted: list[str | None] | None,
+                  dead_letters: tuple[dict[str | None, int], float | None, bool] | None) -> list[QueueFigures]:
+        d = self.declared
+        by_group, estimated = self._by_group(conn, table, view, exact)
+        if wanted is None:
+            named: list[str] = sorted(g for g in by_group if g is not None)
+            groups: list[str | None] = [*named[:MAX_QUEUES]]
+        else:
+            groups = list(wanted)
+            if queues_from_rows := sorted(g for g in by_group if g is not None and g not in wanted and d.queue is None):
+                groups.extend(queues_from_rows[:max(0, MAX_QUEUES - len(groups))])
+        shared = d.queue_column is not None or self.group is not None
+        keeps_rows = bool(d.done_states or d.dead_states or d.max_attempts or d.max_attempts_column)
+        server_now = time.time() + view.server_offset
+        out = []
+        for group in groups:
+            counts = by_group.get(group if group is not None or shared else None, dict.fromkeys(CLASSES, 0.0))
+            if group is None and not shared:
+                counts = by_group.get(None, dict.fromkeys(CLASSES, 0.0))
+            figures = QueueFigures(name=self._name(group), table=table.qualified,
+                                   relid=table.relid if table.relkind != "v" else None,
+                                   rates_from=None if shared else "arrivals" if keeps_rows else "deletes")
+            figures.ready, figures.in_flight = round(counts["ready"]), round(counts["in_flight"])
+            figures.blocked = round(counts["blocked"])
+            figures.delayed = round(counts["delayed"]) + figures.blocked
+            figures.dead = round(counts["dead"])
+            fields = dict(estimated)
+            if "blocked" in fields:
+                fields.setdefault("delayed", fields["blocked"])
+            if dead_letters is not None:
+                by_queue, age, estimate = dead_letters
+                figures.dead += by_queue.get(group if None not in by_queue else None, 0)
+                if estimate:
+                    fields["dead"] = age if "dead" not in fields else _older(fields["dead"], age)
+            figures.estimated = {k: v for k, v in fields.items() if k in ("ready", "in_flight", "delayed", "dead", "blocked")}
+            figures.depth = figures.ready + figures.in_flight + figures.delayed
+            figures.depth_is_estimate = any(k in figures.estimated for k in ("ready", "in_flight", "delayed", "blocked"))
+            # The oldest due job: of the states read now where they were, else the tally's.
+            candidates = [by_state[group] for by_state in self._read_oldest.values() if group in by_state]
+            if "ready" in estimated and group in view.oldest:
+                candidates.append(view.oldest[group])
+            elif not exact and group in view.oldest:
+                candidates.append(view.oldest[group])
+            oldest = min(candidates) if candidates else None
+            figures.oldest_ready_age_s = max(0.0, server_now - oldest) if figures.ready and oldest is not None else None
+            out.append(figures)
         return out
+
+    def _dead_letters_by_queue(self, conn: ProbeConnection) -> tuple[dict[str | None, int], float | None, bool]:
+        """The dead-letter table's rows by queue (None: all of them, a table with no queue
+        column), the age of their count and whether it is an estimate."""
+        jobs = self._dead_letter_jobs(conn)
+        by_group, estimated, _view = jobs.counts(conn)
+        counts = {group: round(c["dead"]) for group, c in by_group.items()}
+        if jobs.resolved(conn).queue_type is None:
+            counts = {None: sum(counts.values())}
+        return counts, estimated.get("dead"), "dead" in estimated
 
     def _add_notes(self, figures: QueueFigures, table: ResolvedTable, live: int | None) -> None:
         if table.rls_active:
@@ -303,82 +473,14 @@ class JobTable:
             figures.notes.append(f"no index leads with order_by column {self.declared.order_by!r} of {table.qualified}: "
                                  "its head (Enter) is sorted from the whole queue; create one")
 
-    def _all_queues(self, conn: ProbeConnection, table: ResolvedTable, names: list[str], *, large: bool) -> list[QueueFigures]:
-        """Every queue of a shared table, every state across all queues in one read (states_read).
-        A state with more rows than the cap, or one no index leads to in a large table (reading it
-        would read other states' rows, or the table), is not split from what was read - a capped read of a partitioned
-        or clustered table meets one queue's rows first - but taken from the planner's estimate
-        per queue (its statistics, per partition where there are partitions), flagged as an
-        estimate. With no list of queues, the queues are those the reads meet."""
-        d = self.declared
-        states = self._states(conn, table)
-        discover = not names
-        figures: dict[str, dict[str, Any]] = {}
-
-        def queue(name: str) -> dict[str, Any]:
-            return figures.setdefault(name, {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0, "oldest": None})
-
-        for name in names:
-            queue(name)
-        estimate = False
-        per_queue_estimate = sql.SQL(JOBTABLE_SQL["estimate_state"]).format(
-            **table.parts, state_type=table.state_type, filter=self._filter(table, ""))
-        group, every_row = table.parts["queue_column"], sql.SQL(JOBTABLE_SQL["every_row"])
-        limits, not_read = self._plan_reads(conn, table, states, group, every_row, {}, large=large)
-        # A state no index leads to (the statistics say instead), or one with more rows than its
-        # read, and what that read saw per queue.
-        unread: list[tuple[str, dict[str, dict[str, Any]]]] = [(state, {}) for state in not_read]
-        for state, rows in self._read_states(conn, table, limits, group, every_row, {}).items():
-            if sum(int(r["scanned"]) for r in rows) >= limits[state]:
-                # More than one bounded read: the statistics say how many; what the read saw
-                # of each queue says how they split (held, scheduled, out of attempts).
-                unread.append((state, {r["queue"]: r for r in rows}))
-                if discover:
-                    for row in rows:
-                        queue(row["queue"])
-                continue
-            for row in rows:
-                if row["queue"] in figures or discover:
-                    _credit(d, state, queue(row["queue"]), row, row["oldest_due_age_s"])
-        sampled = self._split_sample(conn, table, [state for state, _ in unread], group, every_row, {})
-        oldest_due = self._oldest_due(conn, table, [state for state, _ in unread], list(figures))
-        for state, seen in unread:
-            estimate = True
-            for name, counts in figures.items():
-                guess = plan_rows(self.estimates.explain(conn, per_queue_estimate, {"state": state, "queue": name}))
-                # The random sample's split of this queue, else of all its queues; else what the
-                # bounded read saw of this queue, else of all the queues it met together.
-                by_queue = sampled.get(state, {})
-                split = (_enough(by_queue.get(name)) or _enough(_pooled(by_queue.values()))
-                         or seen.get(name) or _pooled(seen.values()))
-                oldest = oldest_due.get(state, {}).get(name, seen[name]["oldest_due_age_s"] if name in seen else None)
-                _credit(d, state, counts, _split(guess, split), oldest)
-        shared_table = table.relid if table.relkind != "v" else None
-        out = []
-        for name, c in sorted(figures.items()):
-            f = QueueFigures(name=self._name(name), table=table.qualified, relid=shared_table, rates_from=None,
-                             ready=c["ready"], in_flight=c["in_flight"], delayed=c["delayed"], dead=c["dead"],
-                             depth_is_estimate=estimate)
-            f.depth = c["ready"] + c["in_flight"] + c["delayed"]
-            f.oldest_ready_age_s = c["oldest"] if c["ready"] else None
-            out.append(f)
-        return out
-
     def _distinct(self, conn: ProbeConnection, table: ResolvedTable, key: str) -> list[str]:
         statement = sql.SQL(JOBTABLE_SQL["distinct_values"]).format(table=table.parts["table"], column=table.parts[key])
         return [r["value"] for r in conn.execute(statement, {"max_values": MAX_QUEUES})]
 
     def _states(self, conn: ProbeConnection, table: ResolvedTable) -> list[str]:
-        """Every state that is read: the ready ones, in flight, delayed, dead (never the done)."""
+        """Every state that is counted: the ready ones, in flight, delayed, dead (never the done)."""
         d = self.declared
         return [*self._ready_states(conn, table), *d.in_flight_states, *d.delayed_states, *d.dead_states]
-
-    def _waiting(self, states: list[str]) -> list[str]:
-        """Those of `states` whose rows the row itself classifies (the ready states): due, held,
-        later or out of attempts."""
-        d = self.declared
-        listed = {*d.in_flight_states, *d.delayed_states, *d.dead_states}
-        return [s for s in states if s not in listed]
 
     def _ready_states(self, conn: ProbeConnection, table: ResolvedTable) -> list[str]:
         """The states read as ready-unless-the-row-says-otherwise: those listed, or with none
@@ -409,150 +511,29 @@ class JobTable:
             return d.name
         return f"{d.name}:{queue}" if d.name else queue
 
-    def _figures(self, conn: ProbeConnection, table: ResolvedTable, queue: str | None, *, large: bool) -> QueueFigures:
-        d = self.declared
-        name = self._name(queue)
-        # The table's counters are this queue's only when the queue has the table to itself.
-        shared = d.queue_column is not None
-        keeps_rows = bool(d.done_states or d.dead_states or d.max_attempts or d.max_attempts_column)
-        figures = QueueFigures(name=name, table=table.qualified,
-                               relid=table.relid if table.relkind != "v" else None,
-                               rates_from=None if shared else "arrivals" if keeps_rows else "deletes")
-        where = self._filter(table, queue)
-        cap = self.limit(large)
-        params: dict[str, Any] = {"cap": cap, "queue": queue}
-        ready = in_flight = delayed = dead = 0
-        oldest: float | None = None
-        estimate = False
-        if d.state_column:
-            states = self._states(conn, table)
-            estimate_state = sql.SQL(JOBTABLE_SQL["estimate_state"]).format(**table.parts, filter=where,
-                                                                             state_type=table.state_type)
-            counts: dict[str, Any] = {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0, "oldest": None}
-            limits, not_read = self._plan_reads(conn, table, states, sql.Literal(None), where, params, large=large)
-            # No index leads to these alone: the statistics say how many.
-            guesses = {state: plan_rows(self.estimates.explain(conn, estimate_state, {"state": state, "queue": queue}))
-                       for state in not_read}
-            seen: dict[str, dict[str, Any]] = {}
-            for state, rows in self._read_states(conn, table, limits, sql.Literal(None), where, params).items():
-                row = rows[0] if rows else _NOTHING_READ
-                if int(row["scanned"]) < limits[state]:  # all of them: exact
-                    _credit(d, state, counts, row, row["oldest_due_age_s"])
-                    continue
-                guesses[state] = max(limits[state], plan_rows(self.estimates.explain(
-                    conn, estimate_state, {"state": state, "queue": queue})))
-                seen[state] = row
-            sampled = self._split_sample(conn, table, list(guesses), sql.Literal(None), where, params)
-            for state, guess in guesses.items():
-                estimate = True
-                split = _enough(sampled.get(state, {}).get(None)) or seen.get(state)
-                _credit(d, state, counts, _split(guess, split), seen[state]["oldest_due_age_s"] if state in seen else None)
-            ready, in_flight, delayed, dead, oldest = (counts[k] for k in ("ready", "in_flight", "delayed", "dead", "oldest"))
-        else:
-            statement = sql.SQL(JOBTABLE_SQL["stateless"]).format(**table.parts, filter=where)
-            row = one(conn.execute(statement, params))
-            estimate_marked = sql.SQL(JOBTABLE_SQL["estimate_marked"]).format(**table.parts, filter=where)
-            marked, marked_exact = self._scaled(conn, row, estimate_marked, {"queue": queue}, limit=cap)
-            total, total_exact = int(row["total"]), int(row["total"]) < cap
-            if not total_exact:
-                plan = self.estimates.explain(conn, sql.SQL(JOBTABLE_SQL["estimate_rows"]).format(**table.parts, filter=where),
-                                              {"queue": queue})
-                total = max(cap, plan_rows(plan), marked["scanned"])
-            estimate = not (marked_exact and total_exact)
-            in_flight = marked["held"] + int(row["held_unmarked"])
-            delayed, dead = marked["later"], marked["exhausted"]
-            ready = max(0, total - marked["scanned"] - int(row["held_unmarked"]))
-            oldest = row["oldest_due_age_s"]
-        if d.dead_letter_table:
-            extra, extra_exact = self._dead_letter_count(conn, queue, cap)
-            dead += extra
-            estimate = estimate or not extra_exact
-        figures.ready, figures.in_flight, figures.delayed, figures.dead = ready, in_flight, delayed, dead
-        figures.depth = ready + in_flight + delayed
-        figures.oldest_ready_age_s = oldest if ready else None
-        figures.depth_is_estimate = estimate
-        return figures
-
-    def _oldest_due(self, conn: ProbeConnection, table: ResolvedTable, states: list[str],
-                    queues: list[str]) -> dict[str, dict[str, float | None]]:
-        """Each queue's oldest due job in each estimated waiting state (oldest_due), where an
-        index makes it one probe per queue (OLDEST_COST_PER_QUEUE cost units at most)."""
-        d = self.declared
-        waiting = self._waiting(states)
-        if not waiting or not queues or d.age_column is None or d.queue_column is None:
-            return {}
-        statement = sql.SQL(JOBTABLE_SQL["oldest_due"]).format(**table.parts, state_type=table.state_type,
-                                                                queue_type=table.queue_type)
-        plan_of = sql.SQL(JOBTABLE_SQL["oldest_due_plan"]).format(read=statement)
-        out: dict[str, dict[str, float | None]] = {}
-        for state in waiting:
-            params = {"state": state, "queues": queues}
-            plan = self.estimates.explain(conn, plan_of, params)
-            if _plan_cost(plan) <= OLDEST_COST_PER_QUEUE * len(queues) and not _scans_table(_plan_root(plan)):
-                out[state] = {r["queue"]: r["oldest_due_age_s"] for r in conn.execute(statement, params)}
-        return out
-
-    def _split_sample(self, conn: ProbeConnection, table: ResolvedTable, states: list[str], group: sql.Composable,
-                      where: sql.Composable, params: dict[str, Any]) -> dict[str, dict[str | None, dict[str, Any]]]:
-        """How the estimated waiting states split (held, due later, out of attempts), per state
-        and group, from SPLIT_SAMPLE_PAGES random pages of the table (split_sample): unlike the
-        bounded reads, which follow an index's order, a page sample is not ordered by when the
-        jobs are due. Kept as long as the planner's estimates are. Nothing to split without the
-        columns that say so."""
-        d = self.declared
-        waiting = self._waiting(states)
-        marked = (d.not_before_column, d.visible_at_column, d.in_flight_when_not_null, d.attempts_column)
-        if not waiting or not any(marked) or table.relkind == "v":  # a view cannot be sampled by pages
-            return {}
-        pages = max(int(self._fingerprint.get("pages") or 0), int(self._fingerprint.get("live") or 0) // 50, 1)
-        percent = min(100.0, 100.0 * SPLIT_SAMPLE_PAGES / pages)
-        statement = sql.SQL(JOBTABLE_SQL["split_sample"]).format(**table.parts, state_type=table.state_type,
-                                                                  group=group, filter=where)
-        def sample() -> dict[str, dict[str | None, dict[str, Any]]]:
-            out: dict[str, dict[str | None, dict[str, Any]]] = {}
-            for row in conn.execute(statement, {**params, "states": waiting, "percent": percent}):
-                out.setdefault(row["state"], {})[row["queue"]] = row
-            return out
-
-        # Random pages are likely not in the server's cache: taken again only when the estimates
-        # are (the table's statistics changed, or a minute passed), not on every sample.
-        return self.estimates.remember((statement.as_string(conn), repr(sorted({**params, "states": waiting}.items()))),
-                                       sample)
-
-    def _scaled(self, conn: ProbeConnection, row: dict[str, Any], estimate: sql.Composed,
-                params: dict[str, Any], *, limit: int | None = None) -> tuple[dict[str, int], bool]:
-        """The row's counts, exact when fewer rows were read than the read's limit (`cap`);
-        else `estimate`'s (an EXPLAIN of the same rows) figure, split in the proportions of the
-        rows read."""
-        limit = self.cap if limit is None else limit
-        counts = {key: int(row[key]) for key in ("scanned", "held", "later", "exhausted")}
-        if counts["scanned"] < limit:
-            return counts, True
-        estimated = max(limit, plan_rows(self.estimates.explain(conn, estimate, params)))
-        factor = estimated / counts["scanned"]
-        return {key: round(value * factor) for key, value in counts.items()}, False
-
     def _dead_letter_table(self, conn: ProbeConnection) -> ResolvedTable:
+        return self._dead_letter_jobs(conn).resolved(conn)
+
+    def _dead_letter_jobs(self, conn: ProbeConnection) -> JobTable:
+        """The dead-letter table, counted as a job table whose every row is dead (by queue, where
+        it has the queue column)."""
         d = self.declared
         assert d.dead_letter_table is not None
-        if self._dead_letters is None:
-            dlq = DeclaredQueue(name=d.name, table=d.dead_letter_table, order_by=d.order_by, queue_column=d.queue_column)
-            try:
-                self._dead_letters = resolve(conn, dlq)
-            except LookupError:  # no queue column there: the whole table is this queue's
-                self._dead_letters = resolve(conn, DeclaredQueue(name=d.name, table=d.dead_letter_table, order_by=d.order_by))
-        return self._dead_letters
-
-    def _dead_letter_count(self, conn: ProbeConnection, queue: str | None, cap: int) -> tuple[int, bool]:
-        table = self._dead_letter_table(conn)
-        where = self._filter(table, queue if table.queue_type is not None else None)
-        statement = sql.SQL(JOBTABLE_SQL["dead_letters"]).format(**table.parts, filter=where)
-        scanned = int(one(conn.execute(statement, {"cap": cap, "queue": queue}))["scanned"])
-        if scanned < cap:
-            return scanned, True
-        plan = self.dead_letter_estimates.explain(conn, sql.SQL(JOBTABLE_SQL["estimate_rows"]).format(**table.parts, filter=where),
-                                                  {"queue": queue})
-        return max(cap, plan_rows(plan)), False
+        if self._dead_letter_jobs_table is None:
+            for queue_column in (d.queue_column, None):
+                jobs = JobTable(DeclaredQueue(name=d.name, table=d.dead_letter_table, order_by=d.order_by,
+                                              queue_column=queue_column), cap=self.cap, constant_class="dead",
+                                chunk_pages=self.tally.chunk_pages)
+                try:
+                    jobs.resolved(conn)
+                except LookupError:  # no queue column there: the whole table is this queue's
+                    if queue_column is None:
+                        raise
+                    continue
+                self._dead_letter_jobs_table = jobs
+                break
+        assert self._dead_letter_jobs_table is not None
+        return self._dead_letter_jobs_table
 
     # -- details -------------------------------------------------------------------------
 
@@ -586,44 +567,9 @@ class JobTable:
         return QueueDetails(head=[dict(r["row"]) for r in head], dead=dead_rows)
 
 
-def _credit(d: DeclaredQueue, state: str, counts: dict[str, Any], read: dict[str, int], oldest: float | None) -> None:
-    """Add what was read of one state to a queue's figures, as the state and the row say."""
-    if state in d.dead_states:
-        counts["dead"] += read["scanned"]
-    elif state in d.in_flight_states:
-        counts["in_flight"] += read["scanned"]
-    elif state in d.delayed_states:
-        counts["delayed"] += read["scanned"]
-    else:
-        counts["in_flight"] += read["held"]
-        counts["delayed"] += read["later"]
-        counts["dead"] += read["exhausted"]
-        counts["ready"] += read["scanned"] - read["held"] - read["later"] - read["exhausted"]
-        if oldest is not None:
-            counts["oldest"] = max(counts["oldest"] or 0.0, oldest)
-
-
-def _split(guess: int, sample: dict[str, Any] | None) -> dict[str, int]:
-    """An estimated count, split in the proportions of a sample of its rows (none: all ready)."""
-    if sample is None or not int(sample["scanned"]):
-        return {"scanned": guess, "held": 0, "later": 0, "exhausted": 0}
-    share = guess / int(sample["scanned"])
-    return {"scanned": guess, **{k: round(int(sample[k]) * share) for k in ("held", "later", "exhausted")}}
-
-
-def _enough(sample: dict[str, Any] | None) -> dict[str, Any] | None:
-    """A sample large enough to split by (MIN_SPLIT_ROWS rows), else None."""
-    return sample if sample is not None and int(sample["scanned"]) >= MIN_SPLIT_ROWS else None
-
-
-def _pooled(rows: Any) -> dict[str, Any] | None:
-    """The counts of several queues' reads added up (None when there were none)."""
-    rows = list(rows)
-    if not rows:
-        return None
-    pooled: dict[str, Any] = {k: sum(int(r[k]) for r in rows) for k in ("scanned", "held", "later", "exhausted")}
-    pooled["oldest_due_age_s"] = None
-    return pooled
+def _older(a: float | None, b: float | None) -> float | None:
+    """The older of two counts' ages (None, never counted, is the oldest)."""
+    return None if a is None or b is None else max(a, b)
 
 
 def _too_dear(plan: dict[str, Any], cap: int) -> bool:
@@ -645,15 +591,6 @@ def _plan_root(plan: dict[str, Any]) -> dict[str, Any]:
 
 def _plan_cost(plan: dict[str, Any]) -> float:
     return float(_plan_root(plan)["Total Cost"])
-
-
-def _expected_rows(plan: dict[str, Any]) -> int:
-    """The rows the planner expects a state to have: the Plan Rows under a state_plan's LIMIT."""
-    top = _plan_root(plan)
-    while top.get("Node Type") != "Limit" and top.get("Plans"):
-        top = top["Plans"][0]
-    children = top.get("Plans") or [top]
-    return int(children[0]["Plan Rows"])
 
 
 def _scans_table(node: dict[str, Any]) -> bool:

@@ -18,7 +18,7 @@ from dbcore.database import one
 from dbcore.sqlfiles import Queries
 
 from ..config import DeclaredQueue
-from .base import Detection, QueueDetails, QueueFigures, QueueSource, has_table
+from .base import Detection, Identifier, Install, QueueDetails, QueueFigures, QueueSource
 from .jobtable import HEAD_ROWS, JobTable
 
 if TYPE_CHECKING:
@@ -32,23 +32,26 @@ V10 = 21  # pg-boss 10's schema version: the queue table and one partition per q
 class PgBoss(QueueSource):
     name = "pg-boss"
     order = 62
-    options = ("schema",)
+    options = ("schema", "enforce_singleton_queue_active_limit")
     default_schema = "pgboss"
+    # Its tables have generic names (job, version, archive, schedule, subscription, and v10's
+    # queue): the signature takes the columns only pg-boss gives them, as v10 spells them
+    # (start_after, singleton_key) or v9 (startafter, singletonkey), beside its version table's
+    # cron_on. Its schema is the `schema` constructor option: any, several in one database.
+    signature = ("job.name", "job.state", "job.start_after|job.startafter", "job.singleton_key|job.singletonkey",
+                 "version.version", "version.cron_on", "archive", "schedule.cron", "subscription.event")
 
-    def __init__(self, config: Config) -> None:
-        super().__init__(config)
+    def __init__(self, config: Config, schema: str | None = None) -> None:
+        super().__init__(config, schema)
         self.tables: dict[int, JobTable] = {}
 
     def _parts(self) -> dict[str, sql.Composable]:
-        return {"jobs": sql.Identifier(self.schema, "job"), "queues": sql.Identifier(self.schema, "queue"),
-                "versions": sql.Identifier(self.schema, "version")}
+        return {"jobs": Identifier(self.schema, "job"), "queues": Identifier(self.schema, "queue"),
+                "versions": Identifier(self.schema, "version")}
 
-    def detect(self, conn: ProbeConnection) -> Detection | None:
-        if not (has_table(conn, sql.Identifier(self.schema, "job").as_string(conn))
-                and has_table(conn, sql.Identifier(self.schema, "version").as_string(conn))):
-            return None
+    def detected(self, conn: ProbeConnection, install: Install) -> Detection | None:
         version = one(conn.execute(sql.SQL(PGBOSS_SQL["version"]).format(**self._parts())))["version"]
-        return Detection(version=str(version) if version is not None else None, schema=self.schema)
+        return Detection(version=str(version) if version is not None else None, schema=install.schema)
 
     def _table(self, schema_version: int) -> JobTable:
         table = self.tables.get(schema_version)
@@ -61,8 +64,20 @@ class PgBoss(QueueSource):
                 state_column="state", not_before_column=start_after, ready_states=("created", "retry"),
                 in_flight_states=("active",), done_states=("completed", "cancelled"),
                 dead_states=("failed",) if v10 else ("failed", "expired"),
-            ), index_note=False)
+            ), index_note=False, blocked=self._blocked(v10), held_by_transactions=False)
         return table
+
+    def _blocked(self, v10: bool) -> sql.Composable | None:
+        """Due jobs pg-boss's fetch skips now. v10: a singleton or stately queue's jobs while one
+        of their key is active (its unique indexes refuse a second). v9: a singleton queue's, but
+        only for consumers that pass `enforceSingletonQueueActiveLimit` - not recorded in the
+        database, so said in the config (`[sources.pg-boss] enforce_singleton_queue_active_limit`)."""
+        parts = {"job": sql.Identifier(self.schema, "job")}
+        if v10:
+            return sql.SQL(PGBOSS_SQL["blocked_v10"]).format(**parts)
+        if self.option("enforce_singleton_queue_active_limit", False) is True:
+            return sql.SQL(PGBOSS_SQL["blocked_v9"]).format(**parts)
+        return None
 
     def sample(self, conn: ProbeConnection, detection: Detection) -> list[QueueFigures]:
         schema_version = int(detection.version or 0)
@@ -86,7 +101,12 @@ class PgBoss(QueueSource):
         schema_version = int(detection.version or 0)
         generic = self._table(schema_version).details(conn, name)
         failures = sql.SQL(PGBOSS_SQL["failures_v10" if schema_version >= V10 else "failures_v9"]).format(**self._parts())
-        return QueueDetails(head=generic.head, dead=conn.execute(failures, {"queue": name, "limit": HEAD_ROWS}).fetchall())
+        blocked = []
+        if schema_version >= V10:
+            head = sql.SQL(PGBOSS_SQL["blocked_head_v10"]).format(job=sql.Identifier(self.schema, "job"))
+            blocked = conn.execute(head, {"queue": name, "limit": HEAD_ROWS}).fetchall()
+        return QueueDetails(head=generic.head, dead=conn.execute(failures, {"queue": name, "limit": HEAD_ROWS}).fetchall(),
+                            blocked=blocked)
 
 
 SOURCE = PgBoss

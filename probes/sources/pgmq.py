@@ -12,11 +12,10 @@ from typing import TYPE_CHECKING
 
 from psycopg import sql
 
-from dbcore.database import one
 from dbcore.sqlfiles import Queries
 
 from ..config import DeclaredQueue
-from .base import Detection, QueueDetails, QueueFigures, QueueSource, has_table
+from .base import Detection, Identifier, Install, QueueDetails, QueueFigures, QueueSource
 from .jobtable import JobTable
 
 if TYPE_CHECKING:
@@ -31,15 +30,18 @@ class Pgmq(QueueSource):
     order = 60
     options = ("schema",)
     default_schema = "pgmq"
+    # Its queue list and two of its functions. PGMQ's SQL (pgmq.sql, and the extension, whose
+    # control file sets `schema = pgmq`) names its schema `pgmq` in every statement and function
+    # body: it cannot be installed anywhere else, and is found once per database at most.
+    signature = ("meta.queue_name", "meta.is_partitioned", "send()", "read()")
 
-    def __init__(self, config: Config) -> None:
-        super().__init__(config)
+    def __init__(self, config: Config, schema: str | None = None) -> None:
+        super().__init__(config, schema)
         self.tables: dict[str, JobTable] = {}
 
-    def detect(self, conn: ProbeConnection) -> Detection | None:
-        if not has_table(conn, sql.Identifier(self.schema, "meta").as_string(conn)):
-            return None
-        return Detection(version=one(conn.execute(PGMQ_SQL["version"]))["version"], schema=self.schema)
+    def detected(self, conn: ProbeConnection, install: Install) -> Detection | None:
+        # The extension's version when installed as one (none when installed from its SQL).
+        return Detection(version=install.extension_version("pgmq"), schema=install.schema)
 
     def _queues(self, conn: ProbeConnection) -> dict[str, JobTable]:
         statement = sql.SQL(PGMQ_SQL["queues"]).format(meta=sql.Identifier(self.schema, "meta"))
@@ -51,7 +53,10 @@ class Pgmq(QueueSource):
                 table = JobTable(DeclaredQueue(
                     name=name, table=row["queue_table"], order_by="msg_id", age_column="enqueued_at",
                     visible_at_column="vt", attempts_column="read_ct", dead_letter_table=row["archive_table"],
-                ), index_note=False)
+                ), index_note=False, held_by_transactions=False,
+                    # A visible message of a FIFO group whose head is not: the grouped reads skip it.
+                    blocked=sql.SQL(PGMQ_SQL["blocked"]).format(table=Identifier(self.schema, f"q_{name}".lower()))
+                    if row["has_headers"] else None)
             current[name] = table
         self.tables = current
         return current

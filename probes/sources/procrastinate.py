@@ -13,11 +13,10 @@ from typing import TYPE_CHECKING
 
 from psycopg import sql
 
-from dbcore.database import one
 from dbcore.sqlfiles import Queries
 
 from ..config import DeclaredQueue
-from .base import Detection, QueueDetails, QueueFigures, QueueSource, has_table
+from .base import Detection, Identifier, Install, QueueDetails, QueueFigures, QueueSource
 from .jobtable import HEAD_ROWS, JobTable
 
 if TYPE_CHECKING:
@@ -31,29 +30,34 @@ class Procrastinate(QueueSource):
     name = "procrastinate"
     order = 61
     options = ("schema",)
+    # Its two tables; it takes its schema from the connection's search_path, so it may be in any.
+    signature = ("procrastinate_jobs.queue_name", "procrastinate_jobs.status", "procrastinate_jobs.scheduled_at",
+                 "procrastinate_events.job_id")
+    # Procrastinate records no schema version: its 3.x schema has procrastinate_fetch_job_v2.
+    signature_extras = ("procrastinate_fetch_job_v2()",)
 
-    def __init__(self, config: Config) -> None:
-        super().__init__(config)
+    def __init__(self, config: Config, schema: str | None = None) -> None:
+        super().__init__(config, schema)
         schema = self.schema
         self.table = JobTable(DeclaredQueue(
             name="", table=sql.Identifier(schema, "procrastinate_jobs").as_string(None), order_by="id",
             queue_column="queue_name", state_column="status", not_before_column="scheduled_at",
             ready_states=("todo",), in_flight_states=("doing", "aborting"),
             done_states=("succeeded", "cancelled", "aborted"), dead_states=("failed",),
-        ), index_note=False)
+        ), index_note=False, held_by_transactions=False)
 
     def _parts(self) -> dict[str, sql.Composable]:
-        return {"jobs": sql.Identifier(self.schema, "procrastinate_jobs"),
-                "events": sql.Identifier(self.schema, "procrastinate_events")}
+        return {"jobs": Identifier(self.schema, "procrastinate_jobs"),
+                "events": Identifier(self.schema, "procrastinate_events")}
 
-    def detect(self, conn: ProbeConnection) -> Detection | None:
-        if not has_table(conn, sql.Identifier(self.schema, "procrastinate_jobs").as_string(conn)):
-            return None
-        fetch_v2 = sql.Identifier(self.schema, "procrastinate_fetch_job_v2").as_string(conn)
-        version = one(conn.execute(PROCRASTINATE_SQL["version"], {"fetch_v2": fetch_v2}))["version"]
-        return Detection(version=version, schema=self.schema)
+    def detected(self, conn: ProbeConnection, install: Install) -> Detection | None:
+        version = "3.x" if "procrastinate_fetch_job_v2()" in install.extras else "2.x or older"
+        return Detection(version=version, schema=install.schema)
 
     def sample(self, conn: ProbeConnection, detection: Detection) -> list[QueueFigures]:
+        # Due todo jobs its fetch skips for their lock (procrastinate_fetch_job_v2, 3.x): blocked.
+        self.table.set_blocked(sql.SQL(PROCRASTINATE_SQL["blocked"]).format(**self._parts())
+                               if detection.version == "3.x" else None)
         out = self.table.sample(conn)
         waiting = [f.name for f in out if f.error is None and f.ready]
         if waiting:
@@ -67,7 +71,11 @@ class Procrastinate(QueueSource):
     def details(self, conn: ProbeConnection, name: str) -> QueueDetails:
         generic = self.table.details(conn, name)
         failures = sql.SQL(PROCRASTINATE_SQL["failures"]).format(**self._parts())
-        return QueueDetails(head=generic.head, dead=conn.execute(failures, {"queue": name, "limit": HEAD_ROWS}).fetchall())
+        params = {"queue": name, "limit": HEAD_ROWS}
+        blocked = []
+        if self.table.blocked is not None:  # 3.x, as the last sample found it
+            blocked = conn.execute(sql.SQL(PROCRASTINATE_SQL["blocked_head"]).format(**self._parts()), params).fetchall()
+        return QueueDetails(head=generic.head, dead=conn.execute(failures, params).fetchall(), blocked=blocked)
 
 
 SOURCE = Procrastinate

@@ -17,7 +17,7 @@ from dbcore.database import one
 from dbcore.sqlfiles import Queries
 
 from ..config import DeclaredQueue
-from .base import Detection, QueueDetails, QueueFigures, QueueSource, has_table
+from .base import Detection, Identifier, Install, QueueDetails, QueueFigures, QueueSource, has_table
 from .jobtable import HEAD_ROWS, JobTable
 
 if TYPE_CHECKING:
@@ -31,32 +31,39 @@ class River(QueueSource):
     name = "river"
     order = 64
     options = ("schema",)
+    # Its job table, by the columns River gives it; its schema is the connection's search_path
+    # (or River's `Schema` option): any, several in one database. The migration table (its
+    # version) and the queue registry (River 0.5 and later) may be missing.
+    signature = ("river_job.queue", "river_job.state", "river_job.kind", "river_job.scheduled_at",
+                 "river_job.attempted_by", "river_job.finalized_at")
+    signature_extras = ("river_migration", "river_queue")
 
-    def __init__(self, config: Config) -> None:
-        super().__init__(config)
+    def __init__(self, config: Config, schema: str | None = None) -> None:
+        super().__init__(config, schema)
         self.table = JobTable(DeclaredQueue(
             name="", table=sql.Identifier(self.schema, "river_job").as_string(None), order_by="id",
             age_column="scheduled_at", queue_column="queue", state_column="state", not_before_column="scheduled_at",
             ready_states=("available",), in_flight_states=("running",),
             delayed_states=("scheduled", "retryable", "pending"), done_states=("completed", "cancelled"),
             dead_states=("discarded",),
-        ), index_note=False)
+        ), index_note=False, held_by_transactions=False)
 
     def _parts(self) -> dict[str, sql.Composable]:
-        return {"jobs": sql.Identifier(self.schema, "river_job"), "queues": sql.Identifier(self.schema, "river_queue"),
-                "migrations": sql.Identifier(self.schema, "river_migration")}
+        return {"jobs": Identifier(self.schema, "river_job"), "queues": Identifier(self.schema, "river_queue"),
+                "migrations": Identifier(self.schema, "river_migration")}
 
-    def detect(self, conn: ProbeConnection) -> Detection | None:
-        if not has_table(conn, sql.Identifier(self.schema, "river_job").as_string(conn)):
-            return None
+    def detected(self, conn: ProbeConnection, install: Install) -> Detection | None:
         version = None
-        if has_table(conn, sql.Identifier(self.schema, "river_migration").as_string(conn)):
+        if "river_migration" in install.extras:
             version = one(conn.execute(sql.SQL(RIVER_SQL["version"]).format(**self._parts())))["version"]
-        return Detection(version=version, schema=self.schema)
+        return Detection(version=version, schema=install.schema)
 
     def sample(self, conn: ProbeConnection, detection: Detection) -> list[QueueFigures]:
         out = None
-        if has_table(conn, sql.Identifier(self.schema, "river_queue").as_string(conn)):
+        registry = has_table(conn, sql.Identifier(self.schema, "river_queue").as_string(conn))
+        # Due jobs of a paused queue are not fetched (its producer asks for none): blocked.
+        self.table.set_blocked(sql.SQL(RIVER_SQL["blocked"]).format(**self._parts()) if registry else None)
+        if registry:
             names = [r["name"] for r in conn.execute(sql.SQL(RIVER_SQL["queues"]).format(**self._parts()))]
             if names:
                 out = self.table.sample(conn, queues=names)
@@ -75,7 +82,12 @@ class River(QueueSource):
     def details(self, conn: ProbeConnection, name: str) -> QueueDetails:
         generic = self.table.details(conn, name)
         failures = sql.SQL(RIVER_SQL["failures"]).format(**self._parts())
-        return QueueDetails(head=generic.head, dead=conn.execute(failures, {"queue": name, "limit": HEAD_ROWS}).fetchall())
+        blocked = []
+        if has_table(conn, sql.Identifier(self.schema, "river_queue").as_string(conn)):
+            head = sql.SQL(RIVER_SQL["blocked_head"]).format(**self._parts())
+            blocked = conn.execute(head, {"queue": name, "limit": HEAD_ROWS}).fetchall()
+        return QueueDetails(head=generic.head, dead=conn.execute(failures, {"queue": name, "limit": HEAD_ROWS}).fetchall(),
+                            blocked=blocked)
 
 
 SOURCE = River

@@ -74,6 +74,9 @@ def queue_renderables(details: QueueDetails) -> list:
                          Text(fmt.one_line(r["last_error"], 80), style="red"), Text(fmt.one_line(r["body"], 40)))
         return [head, dead]
     out: list = [_rows_table("Head (oldest first)", details.head)]
+    if details.blocked:
+        out.append(_rows_table("Blocked: due, but skipped by the library's fetch (and what holds each back)",
+                               details.blocked, style="yellow"))
     if details.dead:
         out.append(_rows_table("Failed for good (newest first)", details.dead, style="red"))
     return out

@@ -76,6 +76,14 @@ def _new_sample(recorded: dict[str, datetime], snapshot: Snapshot) -> str | None
     return "earlier" if last is not None and snapshot.taken_at < last else "later"
 
 
+def _estimated(q: QueueSample, field: str) -> bool:
+    """Whether a figure of a queue is an estimate (a snapshot recorded before per-figure flags
+    has the depth's flag only: its ready figure followed it)."""
+    if q.estimated:
+        return field in q.estimated
+    return q.depth_is_estimate and field == "ready"
+
+
 def _display_name(q: QueueSample) -> str:
     """A queue's name as the Queues panel shows it (inert): with its source, but for the engine's own."""
     return fmt.inert(q.name + SOURCE_SUFFIX.get(q.source, f" ({q.source})"))
@@ -326,14 +334,15 @@ class QueuesPanel(Panel):
             age: str | Text = fmt.seconds(q.oldest_ready_age_s)
             if q.oldest_ready_age_s is not None and q.oldest_ready_age_s > 60:
                 age = Text(fmt.seconds(q.oldest_ready_age_s), style="bold red")
-            dead: str | Text = fmt.count(q.dead)
+            dead: str | Text = fmt.count(q.dead, "dead" in q.estimated)
             if q.dead:
-                dead = Text(fmt.count(q.dead), style="red")
+                dead = Text(fmt.count(q.dead, "dead" in q.estimated), style="red")
             vacuum = "-" if q.last_vacuum_at is None else fmt.seconds(
                 snapshot.taken_at.timestamp() - q.last_vacuum_at.timestamp()) + " ago"
             rows[key] = (
-                name, fmt.count(q.depth, q.depth_is_estimate), fmt.count(q.ready, q.depth_is_estimate),
-                fmt.count(q.in_flight), fmt.count(q.delayed), dead, age, fmt.rate(q.enqueued_per_s), fmt.rate(q.dequeued_per_s),
+                name, fmt.count(q.depth, q.depth_is_estimate), fmt.count(q.ready, _estimated(q, "ready")),
+                fmt.count(q.in_flight, _estimated(q, "in_flight")), fmt.count(q.delayed, _estimated(q, "delayed")), dead, age,
+                fmt.rate(q.enqueued_per_s), fmt.rate(q.dequeued_per_s),
                 fmt.trend(list(history), styled=trend_shown), bloat, vacuum,
             )
             self._rendered[key] = (facts, rows[key])

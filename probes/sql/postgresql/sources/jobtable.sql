@@ -2,9 +2,9 @@
 -- which are such descriptions plus their own detection and details). Identifiers in {braces}
 -- come from the catalog, quoted; an unconfigured column is a NULL literal, typed by the casts here.
 --
--- Cost: every count reads at most `cap` rows of one state (or of the queue, with no state
--- column); past the cap the figure is the planner's estimate, flagged as such. Never a scan of
--- the whole table for a figure, whatever the depth.
+-- Cost: the figures are exact counts made by the tally, a page range at a time within a budget
+-- of pages per probe cycle, and kept per chunk of pages between passes; between two passes, a
+-- state's bounded read (at most `cap` rows, through an index) keeps a small figure exact now.
 
 -- name: resolve
 -- The relation behind a configured name: a table, a partitioned parent or a view. Who may read
@@ -66,25 +66,6 @@ WITH RECURSIVE q AS (
 )
 SELECT v::text AS value FROM q WHERE v IS NOT NULL LIMIT %(max_values)s::integer;
 
--- name: distinct_in_states
--- The distinct queues of a shared table whose index leads with (state, queue) and none with the
--- queue alone (River's fetching index): skipping through the queues of each waiting, running or
--- dead state, one index probe per queue, not a read of the rows.
-SELECT DISTINCT d.v::text AS value
-FROM unnest(%(states)s::{state_type}[]) AS s(state)
-CROSS JOIN LATERAL (
-    WITH RECURSIVE q AS (
-        (SELECT {queue_column} AS v FROM {table}
-         WHERE {state} = s.state AND {queue_column} IS NOT NULL ORDER BY {queue_column} LIMIT 1)
-        UNION ALL
-        SELECT (SELECT {queue_column} FROM {table}
-                WHERE {state} = s.state AND {queue_column} > q.v ORDER BY {queue_column} LIMIT 1)
-        FROM q WHERE q.v IS NOT NULL
-    )
-    SELECT v FROM q WHERE v IS NOT NULL LIMIT %(max_values)s::integer
-) AS d
-LIMIT %(max_values)s::integer;
-
 -- name: enum_labels
 -- The values an enum state column can take.
 SELECT e.enumlabel AS value FROM pg_enum e
@@ -98,45 +79,115 @@ WHERE e.enumtypid = %(type)s::regtype ORDER BY e.enumsortorder;
 -- Fragment: no filter.
 TRUE
 
+-- name: running
+-- The CTE the row flags need: the ids of the transactions running now.
+running AS (SELECT backend_xid::text AS xid FROM pg_stat_activity WHERE backend_xid IS NOT NULL)
+
+-- name: held
+-- Fragment: row `j` is held - claimed (visible_at ahead of an attempted row), locked
+-- (in_flight_when_not_null), or its xmax a running transaction (deleted or locked, not yet
+-- committed). Needs the CTE `running`.
+(coalesce(({locked}) IS NOT NULL OR (({visible})::timestamptz > now() AND coalesce(({attempts})::integer, 1) > 0), false)
+ OR coalesce(({xmax})::xid <> '0'::xid AND ({xmax})::xid::text IN (SELECT xid FROM running), false))
+
+-- name: exhausted
+-- Fragment: row `j` has used up its attempts.
+coalesce(({attempts})::integer >= ({max_attempts})::integer, false)
+
+-- name: later
+-- Fragment: row `j` is due later (scheduled, backing off, sent with a delay).
+coalesce(({not_before})::timestamptz > now() OR ({visible})::timestamptz > now(), false)
+
+-- name: blocked_row
+-- Fragment: row `j` of a state its row classifies, due, is one the library's fetch skips now
+-- ({blocked}, the library's rule: a lock, a policy, a locked named queue). The library's rule is
+-- looked at only for due rows.
+(NOT {listed} AND NOT {later} AND coalesce(({blocked}), false))
+
+-- name: listed
+-- Fragment: row `j` is in a state that says its class by itself (dead, in flight, delayed).
+coalesce({state} = ANY(%(listed_states)s::{state_type}[]), false)
+
+-- name: not_done
+-- Fragment: a row that is not finished (finished rows are in no figure).
+coalesce({state} <> ALL(%(done_states)s::{state_type}[]), true)
+
+-- name: tally
+-- The rows of the page ranges read ({branches}: one tally_rows each), counted by partition,
+-- chunk of pages, group and state, with how many of them the row itself says are held, out of
+-- attempts, due later, or blocked (in that order: each count excludes the rows of the ones
+-- before), and the oldest due time of the rest (the age column, epoch seconds). Which class a
+-- row is in follows from its state (jobtable.py, `_classes`).
+WITH {running}
+SELECT s.rel, s.chunk, s.grp, s.state::text AS state, count(*) AS n,
+       count(*) FILTER (WHERE s.held) AS held,
+       count(*) FILTER (WHERE NOT s.held AND s.exhausted) AS exhausted,
+       count(*) FILTER (WHERE NOT s.held AND NOT s.exhausted AND s.later) AS later,
+       count(*) FILTER (WHERE NOT s.held AND NOT s.exhausted AND NOT s.later AND s.blocked) AS blocked,
+       extract(epoch FROM min(s.ts) FILTER (WHERE NOT s.held AND NOT s.exhausted AND NOT s.later AND NOT s.blocked))::float8
+           AS oldest,
+       extract(epoch FROM now())::float8 AS server_now
+FROM ({branches}) AS s
+GROUP BY s.rel, s.chunk, s.grp, s.state;
+
+-- name: tally_rows
+-- Part of tally: the unfinished rows of one page range ({range}) of the table, of each partition
+-- of a partitioned one (a TID range scan, PostgreSQL 14 and later: its cost is the range's pages,
+-- whatever the table's size), or of the whole relation. OFFSET 0 keeps each row's flags computed
+-- once, not once per count.
+(SELECT {chunk}::bigint AS chunk, {rel} AS rel, ({group})::text AS grp, {state} AS state,
+        {held} AS held, {exhausted} AS exhausted, {later} AS later, {blocked_row} AS blocked, ({age})::timestamptz AS ts
+ FROM {table} AS j
+ WHERE {range} AND {not_done}
+ OFFSET 0)
+
+-- name: page_range
+-- Fragment: the rows of pages [lo, hi).
+j.ctid >= {lo}::tid AND j.ctid < {hi}::tid
+
+-- name: whole_relation
+-- Fragment: every row (a view, or a server without TID range scans: the whole relation at once).
+TRUE
+
+-- name: relation_pages
+-- How many pages the table (each partition of a partitioned one) has now: what a pass of the
+-- tally must read. Catalog and size reads only (no lock beyond opening the relation's files).
+SELECT c.oid AS rel, (pg_relation_size(c.oid) / current_setting('block_size')::bigint)::bigint AS pages
+FROM pg_class c
+WHERE c.relkind IN ('r', 'm')
+  AND (c.oid = %(relid)s::oid OR c.oid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = %(relid)s::oid))
+ORDER BY c.oid;
+
 -- name: states_read
--- Every state that is read (the done states never are), in one statement, so in one snapshot (a
--- job moving from one state to the next meanwhile is counted once, not in both): of each state
--- at most its limit of rows ({branches}: one state_branch per state, through its own index),
--- split by what else the row says, grouped by state and by {group} (the queue column of a
--- shared table read for all its queues at once, else NULL: one group). `scanned` = limit means
--- there are more. A row whose xmax is a running transaction is held by it (deleted or locked,
--- not yet committed): in flight.
-WITH running AS (
-    SELECT backend_xid::text AS xid FROM pg_stat_activity WHERE backend_xid IS NOT NULL
-)
-SELECT f.s AS state_index, f.q AS queue,
-       count(*) AS scanned,
-       count(*) FILTER (WHERE held) AS held,
-       count(*) FILTER (WHERE NOT held AND NOT exhausted AND later) AS later,
-       count(*) FILTER (WHERE NOT held AND exhausted) AS exhausted,
-       extract(epoch FROM now() - min(ts) FILTER (WHERE NOT held AND NOT exhausted AND NOT later))::float8
-           AS oldest_due_age_s
-FROM (
-    SELECT r.s, r.q,
-           coalesce(r.locked OR (r.vis > now() AND coalesce(r.att, 1) > 0)
-                    OR (r.x <> '0'::xid AND r.x::text IN (SELECT xid FROM running)), false) AS held,
-           coalesce(r.nb > now() OR r.vis > now(), false) AS later,
-           coalesce(r.att >= r.max_att, false) AS exhausted,
-           r.ts
-    FROM ({branches}) AS r
-) AS f
-GROUP BY f.s, f.q;
+-- The exact counts where an index leads to them, between two passes of the tally, in one
+-- statement (one snapshot: a job moving from one state to the next meanwhile is counted once):
+-- of each state at most its limit of rows ({branches}: one state_branch per state), counted as
+-- the tally counts. A state read to fewer rows than its limit was read whole: exact.
+WITH {running}
+SELECT s.i AS state_index, s.grp, s.state::text AS state, count(*) AS n,
+       count(*) FILTER (WHERE s.held) AS held,
+       count(*) FILTER (WHERE NOT s.held AND s.exhausted) AS exhausted,
+       count(*) FILTER (WHERE NOT s.held AND NOT s.exhausted AND s.later) AS later,
+       count(*) FILTER (WHERE NOT s.held AND NOT s.exhausted AND NOT s.later AND s.blocked) AS blocked,
+       extract(epoch FROM min(s.ts) FILTER (WHERE NOT s.held AND NOT s.exhausted AND NOT s.later AND NOT s.blocked))::float8
+           AS oldest,
+       extract(epoch FROM now())::float8 AS server_now
+FROM ({branches}) AS s
+GROUP BY s.i, s.grp, s.state;
 
 -- name: state_branch
 -- Part of states_read: at most {limit} rows of one state ({index}: its place in the list), the
 -- state a bound value, so the planner can pick the library's partial index for it
--- (`WHERE status = 'doing'`).
-(SELECT {index} AS s, ({group})::text AS q, ({locked}) IS NOT NULL AS locked, ({visible})::timestamptz AS vis,
-        ({not_before})::timestamptz AS nb, ({attempts})::integer AS att,
-        ({max_attempts})::integer AS max_att, ({age})::timestamptz AS ts, ({xmax})::xid AS x
- FROM {table}
- WHERE {state} = {state_value}::{state_type} AND {filter}
+-- (`WHERE status = 'doing'`); with no state column, the rows of the queue.
+(SELECT {index} AS i, ({group})::text AS grp, {state} AS state, {held} AS held, {exhausted} AS exhausted,
+        {later} AS later, {blocked_row} AS blocked, ({age})::timestamptz AS ts
+ FROM {table} AS j
+ WHERE {state_is} AND {filter}
  LIMIT {limit}::integer)
+
+-- name: state_is
+-- Fragment: the rows of one state (a bound value).
+{state} = {state_value}::{state_type}
 
 -- name: union_all
 -- Fragment: between two branches of states_read.
@@ -147,127 +198,18 @@ UNION ALL
 -- when an index leads to the state's rows, much when they must be found among others' (a scan
 -- of the table, or an index whose condition takes in another state too and filters it out row
 -- by row).
-EXPLAIN (FORMAT JSON) {read};
-
--- name: stateless
--- A table with no state column (finished jobs are deleted). Two bounded reads: the queue's rows
--- (at most `cap`), and among them those marked otherwise than ready - claimed, locked,
--- scheduled, backing off, out of attempts - which the table's indexes on those columns find
--- without reading the ready ones. Rows an open transaction holds (no marker) are counted in the
--- first read.
-WITH running AS (
-    SELECT backend_xid::text AS xid FROM pg_stat_activity WHERE backend_xid IS NOT NULL
-), everything AS (
-    SELECT count(*) AS total,
-           count(*) FILTER (WHERE NOT marked AND x <> '0'::xid AND x::text IN (SELECT xid FROM running)) AS held_unmarked,
-           extract(epoch FROM now() - min(ts) FILTER (WHERE NOT marked))::float8 AS oldest_due_age_s
-    FROM (
-        SELECT coalesce(({locked}) IS NOT NULL OR ({visible})::timestamptz > now() OR ({not_before})::timestamptz > now()
-                        OR ({attempts})::integer >= ({max_attempts})::integer, false) AS marked,
-               ({age})::timestamptz AS ts, ({xmax})::xid AS x
-        FROM {table}
-        WHERE {filter}
-        LIMIT %(cap)s::integer
-    ) AS r
-), marked AS (
-    SELECT count(*) AS scanned,
-           count(*) FILTER (WHERE held) AS held,
-           count(*) FILTER (WHERE NOT held AND NOT exhausted AND later) AS later,
-           count(*) FILTER (WHERE NOT held AND exhausted) AS exhausted
-    FROM (
-        SELECT coalesce(r.locked OR (r.vis > now() AND coalesce(r.att, 1) > 0), false) AS held,
-               coalesce(r.nb > now() OR r.vis > now(), false) AS later,
-               coalesce(r.att >= r.max_att, false) AS exhausted
-        FROM (
-            SELECT ({locked}) IS NOT NULL AS locked, ({visible})::timestamptz AS vis,
-                   ({not_before})::timestamptz AS nb, ({attempts})::integer AS att,
-                   ({max_attempts})::integer AS max_att
-            FROM {table}
-            WHERE {filter}
-              AND (({locked}) IS NOT NULL OR ({visible})::timestamptz > now() OR ({not_before})::timestamptz > now()
-                   OR ({attempts})::integer >= ({max_attempts})::integer)
-            LIMIT %(cap)s::integer
-        ) AS r
-    ) AS f
-)
-SELECT e.total, e.held_unmarked, e.oldest_due_age_s, m.scanned, m.held, m.later, m.exhausted
-FROM everything e, marked m;
-
--- name: estimate_state
--- The planner's row estimate for one state of one queue (from the column statistics), for a
--- state with more rows than the cap.
-EXPLAIN (FORMAT JSON) SELECT 1 FROM {table} WHERE {state} = %(state)s::{state_type} AND {filter};
-
--- name: split_sample
--- How the rows of the states whose count is an estimate split - held, due later, out of
--- attempts - by queue, from a random sample of the table's pages (%(percent)s of them: a fixed
--- number of pages, whatever the table's size). A bounded read through an index would follow
--- the index's order, and an index in due order (pg-boss's (name, start_after)) meets every due
--- job before the first scheduled one.
-SELECT f.st AS state, f.q AS queue,
-       count(*) AS scanned,
-       count(*) FILTER (WHERE held) AS held,
-       count(*) FILTER (WHERE NOT held AND NOT exhausted AND later) AS later,
-       count(*) FILTER (WHERE NOT held AND exhausted) AS exhausted
-FROM (
-    SELECT r.st, r.q,
-           coalesce(r.locked OR (r.vis > now() AND coalesce(r.att, 1) > 0), false) AS held,
-           coalesce(r.nb > now() OR r.vis > now(), false) AS later,
-           coalesce(r.att >= r.max_att, false) AS exhausted
-    FROM (
-        SELECT ({state})::text AS st, ({group})::text AS q, ({locked}) IS NOT NULL AS locked,
-               ({visible})::timestamptz AS vis, ({not_before})::timestamptz AS nb, ({attempts})::integer AS att,
-               ({max_attempts})::integer AS max_att
-        FROM {table} TABLESAMPLE SYSTEM (%(percent)s::float8)
-        WHERE {state} = ANY(%(states)s::{state_type}[]) AND {filter}
-    ) AS r
-) AS f
-GROUP BY f.st, f.q;
-
--- name: oldest_due
--- The oldest due job of each queue in one waiting state (by the age column), one index probe per
--- queue where an index is in (queue, age) order (pg-boss's (name, start_after)): for a state
--- whose count is an estimate, the rows read are a sample in some index's order and need not
--- hold any queue's oldest. Used only when the plan says it is such a probe.
-SELECT q.queue, extract(epoch FROM now() - o.ts)::float8 AS oldest_due_age_s
-FROM unnest(%(queues)s::text[]) AS q(queue)
-CROSS JOIN LATERAL (
-    SELECT ({age})::timestamptz AS ts FROM {table}
-    WHERE {state} = %(state)s::{state_type} AND {queue_column} = q.queue::{queue_type}
-      AND coalesce(({not_before})::timestamptz <= now(), true) AND coalesce(({visible})::timestamptz <= now(), true)
-      AND ({locked}) IS NULL AND ({age}) IS NOT NULL
-    ORDER BY {age} LIMIT 1
-) AS o;
-
--- name: oldest_due_plan
--- What oldest_due would cost ({read}).
-EXPLAIN (FORMAT JSON) {read};
-
--- name: estimate_rows
--- The planner's row estimate for a queue of a table with no state column.
-EXPLAIN (FORMAT JSON) SELECT 1 FROM {table} WHERE {filter};
-
--- name: estimate_marked
--- The planner's row estimate for the rows of a queue marked otherwise than ready.
-EXPLAIN (FORMAT JSON) SELECT 1 FROM {table}
-WHERE {filter}
-  AND (({locked}) IS NOT NULL OR ({visible})::timestamptz > now() OR ({not_before})::timestamptz > now()
-       OR ({attempts})::integer >= ({max_attempts})::integer);
-
--- name: dead_letters
--- A separate dead-letter table: its rows (of this queue, with a filter), counted up to `cap`.
-SELECT count(*) AS scanned FROM (SELECT 1 FROM {table} WHERE {filter} LIMIT %(cap)s::integer) AS d;
+EXPLAIN (FORMAT JSON) WITH {running} SELECT * FROM {read} AS r;
 
 -- name: head
 -- Enter: a queue's head rows in its order, every column as text cut to 200 characters (the
 -- table's column order is kept), so a wide row cannot flood the screen.
 SELECT (SELECT json_object_agg(f.key, left(f.value, 200)) FROM json_each_text(row_to_json(t)) AS f) AS row
-FROM (SELECT * FROM {table} WHERE {filter} ORDER BY {order} LIMIT %(limit)s::integer) AS t;
+FROM (SELECT * FROM {table} AS j WHERE {filter} ORDER BY {order} LIMIT %(limit)s::integer) AS t;
 
 -- name: dead_head
 -- Enter: the failed rows, newest first (by the order column), cut the same way.
 SELECT (SELECT json_object_agg(f.key, left(f.value, 200)) FROM json_each_text(row_to_json(t)) AS f) AS row
-FROM (SELECT * FROM {table} WHERE {filter} ORDER BY {order} DESC LIMIT %(limit)s::integer) AS t;
+FROM (SELECT * FROM {table} AS j WHERE {filter} ORDER BY {order} DESC LIMIT %(limit)s::integer) AS t;
 
 -- name: waiting_state_is
 -- Fragment: rows in a state that is neither finished nor dead (Enter's head).
@@ -276,10 +218,6 @@ FROM (SELECT * FROM {table} WHERE {filter} ORDER BY {order} DESC LIMIT %(limit)s
 -- name: dead_state_is
 -- Fragment: rows in one of the dead states.
 {state} = ANY(%(dead_states)s::{state_type}[])
-
--- name: exhausted
--- Fragment: rows whose attempts reached their maximum.
-({attempts})::integer >= ({max_attempts})::integer
 
 -- name: both
 -- Fragment: two conditions.

@@ -1,0 +1,187 @@
+"""Exact counts of a job table, made a page range at a time and kept between passes.
+
+A job table's figures are the counts of its rows by group (queue), state and class (ready, in
+flight, delayed, blocked, dead: jobtable.sql `classify`). Counting them all at once would cost as
+much as the table is large; the planner's statistics cost nothing but are wrong exactly when it
+matters (they take queue and state to be independent, and never say 0). So the tally reads the
+table in chunks of CHUNK_PAGES pages by TID range scans, a budget of pages per table and probe
+cycle (TABLE_PAGES: the cost grows with the number of tables, never with their depth), and keeps
+each chunk's counts until it reads that chunk again:
+
+- a table within the budget is read whole every cycle: every figure is exact, now;
+- a larger one is read in turns, from where the last cycle stopped; each figure is the sum of
+  the chunks' counts, exact as of the oldest chunk's reading (its `age_s`), and flagged as an
+  estimate. Chunks not read yet (the first passes over a table larger than the first cycle's
+  budget) are extrapolated from the pages read, flagged with no age.
+
+A table's first cycle has a larger budget (FIRST_TABLE_PAGES), so that one `queuetop snapshot` is exact
+on tables of a few hundred thousand rows. Without TID range scans (PostgreSQL 12 and 13), a pass
+is one statement over the whole table, made when the budget of the cycles since the last pass
+covers it. A view has no pages: it is read whole, at most VIEW_ROWS rows.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from psycopg import sql
+
+if TYPE_CHECKING:
+    from ..postgres import ProbeConnection
+    from .jobtable import ResolvedTable
+
+CHUNK_PAGES = 256  # 2 MB of an 8 kB-page table: the unit a tally's counts are kept by
+TABLE_PAGES = 256  # pages of one table read per probe cycle (2 MB: ~10-40k job rows)
+FIRST_TABLE_PAGES = 16_384  # ... in the table's first cycle (128 MB): one snapshot exact on ~1M narrow rows
+TID_RANGE_SCAN = 140_000  # the first server_version_num with TID range scans
+CLASSES = ("ready", "in_flight", "delayed", "blocked", "dead")
+FLAGS = ("n", "held", "exhausted", "later", "blocked")  # what a count row says of its rows (tally in jobtable.sql)
+
+Key = tuple[str | None, str | None]  # (group, state)
+Flags = tuple[int, int, int, int, int]  # FLAGS, in order
+Statement = Callable[[list[tuple[int, int, int]] | None], sql.Composed]  # ranges (chunk, lo, hi), or None: whole
+
+
+def add(a: tuple[float, ...], b: tuple[float, ...]) -> tuple[float, ...]:
+    return tuple(x + y for x, y in zip(a, b, strict=True))
+
+
+def flags_of(row: Any) -> Flags:
+    return (int(row["n"]), int(row["held"]), int(row["exhausted"]), int(row["later"]), int(row["blocked"]))
+
+
+_BUDGET: ContextVar[int | None] = ContextVar("tally_budget", default=None)
+
+
+@contextmanager
+def cycle_budget(pages: int) -> Iterator[None]:
+    """Let each table's tally read `pages` pages in this cycle (its first one too), instead of
+    TABLE_PAGES (FIRST_TABLE_PAGES the first time)."""
+    token = _BUDGET.set(pages)
+    try:
+        yield
+    finally:
+        _BUDGET.reset(token)
+
+
+@dataclass
+class Chunk:
+    at: float  # time.monotonic() of its reading
+    counts: dict[Key, Flags] = field(default_factory=dict)
+    oldest: dict[str | None, float] = field(default_factory=dict)  # group -> oldest due time (server epoch)
+
+
+@dataclass
+class TallyView:
+    """What the tally knows now: flag counts by (group, state); `fresh` when every chunk was
+    read in this cycle; `age_s` the age of the oldest chunk's count (None: some never read, and
+    extrapolated)."""
+
+    counts: dict[Key, tuple[float, ...]]
+    oldest: dict[str | None, float]
+    fresh: bool
+    age_s: float | None
+    server_offset: float  # server epoch - time.time(), from the last reading
+
+
+class Tally:
+    """The chunks of one relation (a table, each partition of a partitioned one, or a view)."""
+
+    def __init__(self, chunk_pages: int = CHUNK_PAGES) -> None:
+        self.chunk_pages = chunk_pages
+        self.chunks: dict[tuple[int, int], Chunk] = {}
+        self.cursor = 0  # the next chunk index to read
+        self.cycles = 0
+        self.saved_pages = 0  # budget left unspent since the last whole pass (no TID range scans)
+        self.server_offset = 0.0
+
+    def advance(self, conn: ProbeConnection, table: ResolvedTable, compose: Statement, params: dict[str, Any],
+                pages_sql: str) -> TallyView:
+        """Read as much of the relation as this cycle's budget allows, then say what is known."""
+        first = self.cycles == 0
+        self.cycles += 1
+        budget = _BUDGET.get()
+        allowance = budget if budget is not None else (FIRST_TABLE_PAGES if first else TABLE_PAGES)
+        now = time.monotonic()
+        if table.relkind == "v":
+            self._read(conn, compose(None), params, now, whole=True, fresh={(0, 0)})
+            return self._view(now, {0: 0}, whole=True)
+        sizes = {int(r["rel"]): int(r["pages"]) for r in conn.execute(pages_sql, {"relid": table.relid})}
+        if conn.info.server_version < TID_RANGE_SCAN:
+            # No page ranges: one chunk, the whole relation, read when the budget of the cycles
+            # since the last reading covers it - and the first time, whatever its size (the
+            # statement timeout bounds it): never counted would be no figure at all.
+            self.saved_pages += allowance
+            if self.saved_pages >= sum(sizes.values()) or first:
+                self.saved_pages = 0
+                self._read(conn, compose(None), params, now, whole=True, fresh={(rel, 0) for rel in sizes})
+            return self._view(now, {rel: 0 for rel in sizes}, whole=True)
+        widest = max(sizes.values(), default=0)
+        n_chunks = max(1, -(-widest // self.chunk_pages))
+        # Chunks past the end (the table shrank) are gone.
+        self.chunks = {k: c for k, c in self.chunks.items() if k[0] in sizes and k[1] < self._chunks_of(sizes[k[0]])}
+        # Chunk indexes from the cursor on, as many as the allowance pays for: a chunk index costs
+        # its pages in every partition that reaches it.
+        start = self.cursor % n_chunks
+        indexes: list[int] = []
+        spent = 0
+        for i in range(n_chunks):
+            index = (start + i) % n_chunks
+            cost = sum(min(self.chunk_pages, max(0, p - index * self.chunk_pages)) for p in sizes.values())
+            if indexes and spent + cost > allowance:
+                break
+            indexes.append(index)
+            spent += cost
+        todo = len(indexes)
+        ranges = [(i, i * self.chunk_pages, (i + 1) * self.chunk_pages) for i in indexes]
+        fresh = {(rel, i) for rel, pages in sizes.items() for i in indexes if i < self._chunks_of(pages)}
+        self._read(conn, compose(ranges), params, now, whole=False, fresh=fresh)
+        self.cursor = (start + todo) % n_chunks
+        return self._view(now, sizes, whole=False)
+
+    def _chunks_of(self, pages: int) -> int:
+        return max(1, -(-pages // self.chunk_pages))
+
+    def _read(self, conn: ProbeConnection, statement: sql.Composed, params: dict[str, Any], now: float, *, whole: bool,
+              fresh: set[tuple[int, int]]) -> None:
+        read = {key: Chunk(now) for key in fresh}
+        if whole:  # everything is read: every chunk known is replaced
+            self.chunks = {}
+        for row in conn.execute(statement, params):
+            key = (int(row["rel"]), int(row["chunk"]))
+            chunk = read.setdefault(key, Chunk(now))
+            k: Key = (row["grp"], row["state"])
+            counts = flags_of(row)
+            chunk.counts[k] = add(chunk.counts[k], counts) if k in chunk.counts else counts  # type: ignore[assignment]
+            if row["oldest"] is not None:
+                group = row["grp"]
+                chunk.oldest[group] = min(chunk.oldest.get(group, row["oldest"]), row["oldest"])
+            self.server_offset = float(row["server_now"]) - time.time()
+        self.chunks.update(read)
+
+    def _view(self, now: float, sizes: dict[int, int], *, whole: bool) -> TallyView:
+        counts: dict[Key, tuple[float, ...]] = {}
+        oldest: dict[str | None, float] = {}
+        for chunk in self.chunks.values():
+            for k, n in chunk.counts.items():
+                counts[k] = add(counts[k], n) if k in counts else n
+            for group, ts in chunk.oldest.items():
+                oldest[group] = min(oldest.get(group, ts), ts)
+        expected = len(sizes) if whole else sum(self._chunks_of(p) for p in sizes.values())
+        known = len(self.chunks)
+        fresh = known >= expected and all(c.at == now for c in self.chunks.values())
+        age: float | None = max((now - c.at for c in self.chunks.values()), default=0.0)
+        if known < expected:
+            # Never read yet: what was read, scaled to the whole (an extrapolation, with no age).
+            read_pages = sum(min(self.chunk_pages, max(0, sizes.get(rel, 0) - index * self.chunk_pages)) for rel, index in self.chunks)
+            total = sum(sizes.values())
+            if read_pages and total > read_pages:
+                factor = total / read_pages
+                counts = {k: tuple(x * factor for x in n) for k, n in counts.items()}
+            age = None
+        return TallyView(counts=counts, oldest=oldest, fresh=fresh, age_s=age, server_offset=self.server_offset)

@@ -1,0 +1,91 @@
+"""The accuracy contract, as a test states it.
+
+For every queue and every figure (ready, in_flight, delayed, dead, blocked, depth):
+
+- the truth is counted twice, just before and just after the snapshot (`before`, `after`); a
+  figure that did not move while queuetop looked has one true value, one that moved may be
+  anything between the two;
+- a truth of at most EXACT_UP_TO rows (both times) must be shown exactly: a value between the
+  two counts, so 0 is 0 (no phantom) and 7 is 7;
+- a larger one may be an estimate, within TOLERANCE of the range the truth spanned.
+
+`blocked` = due but not claimable now (a lock, a singleton/stately policy, a locked named queue):
+it is counted in `delayed`, never in `ready`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+EXACT_UP_TO = 10_000
+TOLERANCE = 0.05
+FIELDS = ("ready", "in_flight", "delayed", "dead", "blocked")
+
+Truth = Mapping[str, Mapping[str, int]]  # queue -> field -> count (FIELDS; depth is derived)
+
+
+def with_depth(counts: Mapping[str, int]) -> dict[str, int]:
+    out = {field: int(counts.get(field, 0)) for field in FIELDS}
+    out["depth"] = out["ready"] + out["in_flight"] + out["delayed"]
+    return out
+
+
+def within(shown: int | None, before: int, after: int) -> bool:
+    """Whether one figure keeps the contract."""
+    if shown is None:
+        return False
+    low, high = min(before, after), max(before, after)
+    if high <= EXACT_UP_TO:
+        return low <= shown <= high
+    return low * (1 - TOLERANCE) <= shown <= high * (1 + TOLERANCE)
+
+
+def breaches(shown: Mapping[str, Any], before: Truth, after: Truth) -> list[str]:
+    """Every figure of every queue that breaks the contract, said so that a failure reads as a
+    table: `queue.field: shown X, truth B..A`. `shown` maps a queue's name to its row (an object
+    with the FIELDS and depth as attributes, or a dict). A queue in the truth but not shown (or
+    shown but not in the truth, with anything in it) is a breach too."""
+    out: list[str] = []
+    names = set(before) | set(after)
+    empty = dict.fromkeys(FIELDS, 0)
+    for name in sorted(names | set(shown)):
+        b = with_depth(before.get(name, empty))
+        a = with_depth(after.get(name, empty))
+        row = shown.get(name)
+        if row is None:
+            if any(b.values()) or any(a.values()):
+                out.append(f"{name}: not shown, truth {a}")
+            continue
+        for field in (*FIELDS, "depth"):
+            value = row.get(field) if isinstance(row, Mapping) else getattr(row, field, None)
+            if not within(value, b[field], a[field]):
+                out.append(f"{name}.{field}: shown {value}, truth {b[field]}..{a[field]}")
+    return out
+
+
+def error_table(shown: Mapping[str, Any], truth: Truth) -> list[tuple[str, str, int, int | None, float | None]]:
+    """(queue, field, truth, shown, relative error) for every figure past EXACT_UP_TO: the
+    per-library error table of the closing note."""
+    rows = []
+    for name, counts in sorted(truth.items()):
+        t = with_depth(counts)
+        row = shown.get(name)
+        for field, value in t.items():
+            if value <= EXACT_UP_TO:
+                continue
+            got = None if row is None else (row.get(field) if isinstance(row, Mapping) else getattr(row, field, None))
+            rows.append((name, field, value, got, None if got is None else (got - value) / value))
+    return rows
+
+
+def shown_rows(snapshot: Any, source: str, schema: str) -> dict[str, Any]:
+    """The rows queuetop shows for one install of a library (its source, in one schema), by the
+    library's own queue name: a queue of an install outside the library's default schema is
+    shown as `<schema>.<queue>`, with `schema` set on its row."""
+    out: dict[str, Any] = {}
+    for q in snapshot.queues:
+        if q.source == source and q.schema == schema:
+            name = q.name[len(schema) + 1:] if q.name.startswith(f"{schema}.") else q.name
+            out[name] = q
+    return out
