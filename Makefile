@@ -19,7 +19,7 @@ PIP_INSTALL := $(PY) -m pip install -qq
 MATRIX_MAJORS := 12 13 14 15 16 17 18
 MATRIX_JOBS ?= 2
 
-.PHONY: run test test-main test-matrix lint clean $(addprefix matrix-,$(MATRIX_MAJORS))
+.PHONY: run test test-main test-matrix test-oracle lint clean $(addprefix matrix-,$(MATRIX_MAJORS))
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,10 @@ test: test-main test-matrix
 
 test-main: $(STAMP) $(PEERS_STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The truth oracle alone (every library at 250k+ rows; also part of test-main, and of matrix-15).
+test-oracle: $(STAMP) $(PEERS_STAMP)
+	$(PY) -m pytest -m oracle $(PYTEST_ARGS)
 
 test-matrix: $(STAMP) $(PEERS_STAMP)
 	@$(MAKE) --no-print-directory -j$(MATRIX_JOBS) --output-sync=target $(addprefix matrix-,$(MATRIX_MAJORS))

@@ -85,13 +85,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
              "(12-18; tests/servers.py fetches it) instead of the embedded one")
 
 
+# The majors the large truth oracle (tests marked `oracle`) runs on besides the embedded server: 15
+# is Debian's build, with LLVM and its default `jit = on`; the embedded 16 has no JIT. So every
+# library's figures are checked at 250k+ rows with JIT on and off.
+ORACLE_MAJORS = ("15",)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """With --server, only the matrix subset runs: the rest needs the embedded server's own parts."""
-    if config.getoption("--server") is None:
+    """With --server, only the matrix subset runs (and the large oracle on ORACLE_MAJORS): the
+    rest needs the embedded server's own parts."""
+    major = config.getoption("--server")
+    if major is None:
         return
     def in_subset(item: pytest.Item) -> bool:  # SQL Server's runs of a conformance test are not the matrix's
         params = getattr(item, "callspec", None)
-        return item.get_closest_marker("matrix") is not None and (params is None or params.params.get("engine_db") != "mssql")
+        marked = item.get_closest_marker("matrix") is not None or (
+            major in ORACLE_MAJORS and item.get_closest_marker("oracle") is not None)
+        return marked and (params is None or params.params.get("engine_db") != "mssql")
 
     config.hook.pytest_deselected(items=[item for item in items if not in_subset(item)])
     items[:] = [item for item in items if in_subset(item)]

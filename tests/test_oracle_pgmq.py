@@ -131,3 +131,17 @@ def test_every_large_figure_keeps_the_contract(large, in_turns):
     assert snap.probes["queues"].error is None, snap.probes["queues"].error
     problems = breaches(shown, before, after)
     assert not problems, f"PGMQ at {LARGE_ROWS:,} messages:\n" + "\n".join(problems)
+
+
+@pytest.mark.matrix
+def test_enter_lists_each_blocked_message_with_the_head_of_its_group(small):
+    from probes.details import queue_details
+    from probes.postgres import open_probe_connection
+
+    database, workload = small
+    for queue, counts in workload.expected.items():
+        with open_probe_connection(database.target) as conn:
+            details = queue_details(conn, SOURCE, queue)
+        assert len(details.blocked) == counts["blocked"] > 0, (queue, details.blocked)
+        for row in details.blocked:
+            assert row["blocked_by"] < row["msg_id"] and row["group"]

@@ -180,3 +180,20 @@ def test_every_large_figure_keeps_the_contract(large, in_turns):
     assert snap.probes["queues"].error is None, snap.probes["queues"].error
     problems = breaches(shown, before, after)
     assert not problems, f"Procrastinate at {LARGE_ROWS:,} jobs:\n" + "\n".join(problems)
+
+
+@pytest.mark.matrix
+@pytest.mark.parametrize("schema", SMALL_SCHEMAS)
+def test_enter_lists_each_blocked_job_with_the_job_it_waits_for(small, schema):
+    from probes.details import queue_details
+    from probes.postgres import open_probe_connection
+
+    database, built = small
+    run_cycle(database.target)
+    for queue, counts in built[schema].expected.items():
+        with open_probe_connection(database.target) as conn:
+            details = queue_details(conn, SOURCE, queue if schema == "public" else f"{schema}.{queue}", schema=schema)
+        assert len(details.blocked) == counts["blocked"] > 0, (queue, details.blocked)
+        for row in details.blocked:
+            assert row["blocked_by"] is not None and row["blocked_by"] != row["id"]
+            assert row["blocked_by_status"] in ("doing", "todo")

@@ -16,7 +16,7 @@ from dbcore.sqlfiles import Queries
 
 from ..config import DeclaredQueue
 from .base import Detection, Identifier, Install, QueueDetails, QueueFigures, QueueSource
-from .jobtable import JobTable
+from .jobtable import HEAD_ROWS, JobTable
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -66,7 +66,14 @@ class Pgmq(QueueSource):
 
     def details(self, conn: ProbeConnection, name: str) -> QueueDetails:
         table = self._queues(conn).get(name)
-        return table.details(conn, None) if table is not None else QueueDetails()
+        if table is None:
+            return QueueDetails()
+        generic = table.details(conn, None)
+        blocked = []
+        if table.blocked is not None:  # FIFO groups are possible: its table has headers
+            head = sql.SQL(PGMQ_SQL["blocked_head"]).format(table=Identifier(self.schema, f"q_{name}".lower()))
+            blocked = conn.execute(head, {"limit": HEAD_ROWS}).fetchall()
+        return QueueDetails(head=generic.head, dead=generic.dead, blocked=blocked)
 
 
 SOURCE = Pgmq

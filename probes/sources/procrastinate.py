@@ -73,7 +73,8 @@ class Procrastinate(QueueSource):
         failures = sql.SQL(PROCRASTINATE_SQL["failures"]).format(**self._parts())
         params = {"queue": name, "limit": HEAD_ROWS}
         blocked = []
-        if self.table.blocked is not None:  # 3.x, as the last sample found it
+        detection = self.detect(conn)
+        if detection is not None and detection.version == "3.x":  # its fetch's lock rule (procrastinate_fetch_job_v2)
             blocked = conn.execute(sql.SQL(PROCRASTINATE_SQL["blocked_head"]).format(**self._parts()), params).fetchall()
         return QueueDetails(head=generic.head, dead=conn.execute(failures, params).fetchall(), blocked=blocked)
 

@@ -30,3 +30,20 @@ ORDER BY m.queue_name;
         FROM {table} AS g WHERE g.headers->>'x-pgmq-group' IS NOT NULL
         ORDER BY g.headers->>'x-pgmq-group', g.msg_id) AS h
     WHERE h.vt > now()))
+
+
+-- name: blocked_head
+-- Enter: a queue's blocked messages (visible, in a FIFO group whose oldest message is not),
+-- oldest first, each with that oldest message (`blocked_by`) and until when it is invisible.
+WITH heads AS (
+    SELECT DISTINCT ON (g.headers->>'x-pgmq-group') g.headers->>'x-pgmq-group' AS grp, g.msg_id, g.vt, g.read_ct
+    FROM {table} AS g WHERE g.headers->>'x-pgmq-group' IS NOT NULL
+    ORDER BY g.headers->>'x-pgmq-group', g.msg_id
+)
+SELECT m.msg_id, h.grp AS "group", h.msg_id AS blocked_by, h.read_ct AS blocked_by_read_ct, h.vt AS blocked_by_vt,
+       left(m.message::text, 200) AS message
+FROM {table} AS m
+JOIN heads AS h ON h.grp = m.headers->>'x-pgmq-group'
+WHERE h.vt > now() AND m.vt <= now()
+ORDER BY m.msg_id
+LIMIT %(limit)s::integer;
