@@ -104,8 +104,6 @@ def resolve(conn: ProbeConnection, declared: DeclaredQueue) -> ResolvedTable:
         "max_attempts": (column("max_attempts_column", declared.max_attempts_column)
                          if declared.max_attempts_column else sql.Literal(declared.max_attempts)),
         "queue_column": column("queue_column", declared.queue_column),
-        # A view has no xmax: rows held by an open transaction cannot be seen through it.
-        "xmax": sql.Identifier("xmax") if row["relkind"] in ("r", "p", "m") else sql.Literal(None),
     }
     pairs = [(r["name"], r["second"]) for r in conn.execute(JOBTABLE_SQL["leading_index_columns"], {"relid": row["relid"]})]
     leading = {first for first, _ in pairs}
@@ -254,12 +252,12 @@ class JobTable:
             return self._cached_parts
         view = table.relkind == "v"
         parts = dict(table.parts)
-        if not self.held_by_transactions:
-            parts["xmax"] = sql.Literal(None)
         parts["state_type"] = table.state_type if table.state_type is not None else sql.SQL("text")
         parts["blocked"] = self.blocked if self.blocked is not None else sql.Literal(None)
         parts["group"] = self.group if self.group is not None else table.parts["queue_column"]
-        parts["running"] = sql.SQL(JOBTABLE_SQL["running"])
+        # A view has no xmax; a library marks its claims in the row (held_by_transactions).
+        parts["running"] = (sql.SQL(JOBTABLE_SQL["running"]) if self.held_by_transactions and table.relkind != "v"
+                            else sql.SQL("false"))
         parts["listed"] = sql.SQL(JOBTABLE_SQL["listed"]).format(**parts)
         parts["not_done"] = sql.SQL(JOBTABLE_SQL["not_done"]).format(**parts)
         constant = self.constant_class is not None  # every row is of one class: no flag to compute
@@ -287,7 +285,7 @@ class JobTable:
                     rows.format(**parts, chunk=sql.Literal(chunk),
                                 range=page_range.format(lo=sql.Literal(f"({lo},0)"), hi=sql.Literal(f"({hi},0)")))
                     for chunk, lo, hi in ranges)
-            return sql.SQL(JOBTABLE_SQL["tally"]).format(running=parts["running"], branches=branches)
+            return sql.SQL(JOBTABLE_SQL["tally"]).format(branches=branches)
 
         return statement
 
@@ -317,14 +315,14 @@ class JobTable:
         readable = []
         for state in wanted:
             branch = self._branch(parts, table, 0, state)
-            plan = self.estimates.explain(conn, sql.SQL(JOBTABLE_SQL["state_plan"]).format(read=branch, running=parts["running"]),
+            plan = self.estimates.explain(conn, sql.SQL(JOBTABLE_SQL["state_plan"]).format(read=branch),
                                           {"state_0": state, "limit_0": limit, **self._params()})
             if not _too_dear(plan, limit):
                 readable.append(state)
         if not readable:
             return {}
         branches = sql.SQL(JOBTABLE_SQL["union_all"]).join(self._branch(parts, table, i, s) for i, s in enumerate(readable))
-        statement = sql.SQL(JOBTABLE_SQL["states_read"]).format(branches=branches, running=parts["running"])
+        statement = sql.SQL(JOBTABLE_SQL["states_read"]).format(branches=branches)
         values: dict[str, Any] = {**self._params()}
         for i, state in enumerate(readable):
             values[f"state_{i}"] = state

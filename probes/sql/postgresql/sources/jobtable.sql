@@ -80,15 +80,16 @@ WHERE e.enumtypid = %(type)s::regtype ORDER BY e.enumsortorder;
 TRUE
 
 -- name: running
--- The CTE the row flags need: the ids of the transactions running now.
-running AS (SELECT backend_xid::text AS xid FROM pg_stat_activity WHERE backend_xid IS NOT NULL)
+-- Fragment: row `j`'s xmax is a transaction running now (it deleted or locked the row and has not
+-- committed): the running transactions' ids, gathered once per statement (an InitPlan).
+(j.xmax <> '0'::xid AND j.xmax = ANY (ARRAY(SELECT a.backend_xid FROM pg_stat_activity AS a WHERE a.backend_xid IS NOT NULL)))
 
 -- name: held
 -- Fragment: row `j` is held - claimed (visible_at ahead of an attempted row), locked
--- (in_flight_when_not_null), or its xmax a running transaction (deleted or locked, not yet
--- committed). Needs the CTE `running`.
+-- (in_flight_when_not_null), or held by a running transaction ({running}, where the table's
+-- consumers may work a job inside the transaction that locked it; else false).
 (coalesce(({locked}) IS NOT NULL OR (({visible})::timestamptz > now() AND coalesce(({attempts})::integer, 1) > 0), false)
- OR coalesce(({xmax})::xid <> '0'::xid AND ({xmax})::xid::text IN (SELECT xid FROM running), false))
+ OR {running})
 
 -- name: exhausted
 -- Fragment: row `j` has used up its attempts.
@@ -118,7 +119,6 @@ coalesce({state} <> ALL(%(done_states)s::{state_type}[]), true)
 -- attempts, due later, or blocked (in that order: each count excludes the rows of the ones
 -- before), and the oldest due time of the rest (the age column, epoch seconds). Which class a
 -- row is in follows from its state (jobtable.py, `_classes`).
-WITH {running}
 SELECT s.rel, s.chunk, s.grp, s.state::text AS state, count(*) AS n,
        count(*) FILTER (WHERE s.held) AS held,
        count(*) FILTER (WHERE NOT s.held AND s.exhausted) AS exhausted,
@@ -163,7 +163,6 @@ ORDER BY c.oid;
 -- statement (one snapshot: a job moving from one state to the next meanwhile is counted once):
 -- of each state at most its limit of rows ({branches}: one state_branch per state), counted as
 -- the tally counts. A state read to fewer rows than its limit was read whole: exact.
-WITH {running}
 SELECT s.i AS state_index, s.grp, s.state::text AS state, count(*) AS n,
        count(*) FILTER (WHERE s.held) AS held,
        count(*) FILTER (WHERE NOT s.held AND s.exhausted) AS exhausted,
@@ -198,7 +197,7 @@ UNION ALL
 -- when an index leads to the state's rows, much when they must be found among others' (a scan
 -- of the table, or an index whose condition takes in another state too and filters it out row
 -- by row).
-EXPLAIN (FORMAT JSON) WITH {running} SELECT * FROM {read} AS r;
+EXPLAIN (FORMAT JSON) SELECT * FROM {read} AS r;
 
 -- name: head
 -- Enter: a queue's head rows in its order, every column as text cut to 200 characters (the
