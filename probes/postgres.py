@@ -40,6 +40,7 @@ from .model import (
 )
 from .sources import QueueFigures, QueueSource, SourceSet
 from .sources.base import has_table
+from .sources.tally import CycleTallies
 
 APPLICATION_NAME = "queuetop-probe"
 # Every probe session, however opened (one-off or pooled), runs with these.
@@ -121,6 +122,7 @@ class PostgresProbes:
         self.config = config or Config()
         self._previous: dict[str, _Counters] = {}
         # Every source, and each library's installs (one instance per schema), kept across cycles.
+        self.tallies = CycleTallies()
         self.sources = SourceSet(self.config, self.dialect)
         self._server: ServerInfo | None = None
         self._version_num = 0
@@ -156,7 +158,8 @@ class PostgresProbes:
         unread = []
         # Which sources are installed, and where (every library in every schema): one catalog
         # statement for all of them (probes/sources/__init__.py, SourceSet).
-        with self.sources.cycle(conn) as found:
+        # The job tables' tallies share a time budget a cycle (probes/sources/tally.py).
+        with self.sources.cycle(conn) as found, self.tallies.cycle():
             for source, install in found:
                 try:
                     detection = source.detect(conn) if install is None else source.detected(conn, install)

@@ -14,9 +14,9 @@ from probes.config import Config, DeclaredQueue
 from probes.postgres import PostgresProbes, open_probe_connection
 from probes.sampler import run_cycle
 from probes.sources.jobtable import JobTable
-from probes.sources.tally import cycle_budget
+from probes.sources.tally import CycleTallies, cycle_budget
 
-from .conftest import PASSWORD, PASSWORD_ROLE, flush_stats, wait_until
+from .conftest import PASSWORD, PASSWORD_ROLE, wait_until
 
 JOBS = """
 CREATE TABLE public.jobs (
@@ -150,12 +150,14 @@ def test_a_table_within_the_cycles_budget_is_exact_in_every_queue_and_state(db):
 
 
 def heap_blocks(conn, table: str) -> int:
-    """Heap blocks this database has read of `table` so far (hits and reads, flushed)."""
-    flush_stats(conn)
+    """Heap blocks of `table` this database has read (hits and reads), with what the session
+    `conn` read itself flushed first (a probe session's counters otherwise reach the statistics
+    only once it has been idle a while)."""
+    conn.execute("SELECT pg_stat_force_next_flush()")
     conn.execute("SELECT pg_stat_clear_snapshot()")
-    row = conn.execute("SELECT heap_blks_read + heap_blks_hit FROM pg_statio_user_tables WHERE relid = %s::regclass",
+    row = conn.execute("SELECT heap_blks_read + heap_blks_hit AS n FROM pg_statio_user_tables WHERE relid = %s::regclass",
                        (table,)).fetchone()
-    return int(row[0])
+    return int(row["n"])
 
 
 def test_a_table_past_the_budget_is_counted_in_turns_and_its_small_states_stay_exact(db):
@@ -166,11 +168,11 @@ def test_a_table_past_the_budget_is_counted_in_turns_and_its_small_states_stay_e
     budget = 128  # pages a cycle: the table has ~8 times more
     assert pages > 6 * budget
     table = JobTable(BIG_DECLARED)
-    with open_probe_connection(db.target) as conn, db.connect() as stats:
-        blocks = heap_blocks(stats, "big")
+    with open_probe_connection(db.target) as conn:
+        blocks = heap_blocks(conn, "big")
         with cycle_budget(budget):
             first = {q.name: q for q in table.sample(conn)}
-        read = heap_blocks(stats, "big") - blocks
+        read = heap_blocks(conn, "big") - blocks
         # One chunk of pages and the small states' bounded reads: not the table.
         assert read <= budget + 2 * 320, (read, pages)
         # 'doing' and 'failed' are read whole through their index: exact now, in every queue.
@@ -512,3 +514,32 @@ def test_a_job_moving_between_states_while_the_probe_reads_is_counted_once(db, t
     assert samples >= 3
     with psycopg.connect(db.dsn) as conn:
         assert truth(conn, "SELECT count(*) FROM jobs WHERE status = 'doing'") == 400
+
+
+def test_a_time_budget_reads_a_chunk_only_when_a_tables_credit_pays_for_it(db):
+    # The probes' budget: 1 ms of tally a cycle for all tables (here one). A chunk of this table
+    # costs more than a cycle's share, so most cycles read no page of it; the credit adds up, a
+    # chunk is read every few cycles, and the pass still comes round to the exact counts.
+    with db.connect() as conn:
+        fill_big(conn)
+        truth_rows = big_truth(conn)
+    table = JobTable(BIG_DECLARED, chunk_pages=64)
+    tallies = CycleTallies(ms=1.0)
+    with open_probe_connection(db.target) as conn:
+        with tallies.cycle():
+            table.sample(conn)  # the first cycle: the whole table, as one snapshot would
+        idle = reading = 0
+        for _ in range(400):
+            before = heap_blocks(conn, "big")
+            with tallies.cycle():
+                rows = table.sample(conn)
+            read = heap_blocks(conn, "big") - before
+            assert read <= 2 * 64 + 2 * 320, read  # a chunk or two at most (and the small states' bounded reads)
+            if read >= 64:
+                reading += 1
+            else:
+                idle += 1
+            if table.tally.cursor == 0 and reading:
+                break
+    assert reading and idle > reading, (idle, reading)
+    assert figures_of(rows) == {**truth_rows, "finished": (0, 0, 0, 0)} or figures_of(rows) == truth_rows

@@ -341,6 +341,12 @@ class JobTable:
     def _branch(self, parts: dict[str, sql.Composable], table: ResolvedTable, index: int, state: str | None) -> sql.Composed:
         state_is = (sql.SQL(JOBTABLE_SQL["state_is"]).format(**parts, state_value=sql.Placeholder(f"state_{index}"))
                     if state is not None else sql.SQL(JOBTABLE_SQL["every_row"]))
+        d = self.declared
+        if state is not None and state in (*d.dead_states, *d.in_flight_states, *d.delayed_states):
+            # A state that says its class by itself: only its rows' queue is read, which an index
+            # on (state, queue) answers alone (an index-only scan, no row fetched).
+            off = sql.SQL("false")
+            parts = {**parts, "held": off, "exhausted": off, "later": off, "blocked_row": off, "age": sql.Literal(None)}
         return sql.SQL(JOBTABLE_SQL["state_branch"]).format(**parts, index=sql.Literal(index), state_is=state_is,
                                                             filter=sql.SQL(JOBTABLE_SQL["every_row"]),
                                                             limit=sql.Placeholder(f"limit_{index}"))
@@ -575,8 +581,21 @@ def _too_dear(plan: dict[str, Any], cap: int) -> bool:
     rows through an index should: it scans the table, or the planner expects more than
     READ_COST_PER_ROW cost units a row (a row fetched through an index costs about one; finding a
     rare state's rows among another state's, through an index that holds both, costs one per row
-    of the other state, so many times more)."""
-    return _scans_table(_plan_root(plan)) or _plan_cost(plan) > READ_COST_PER_ROW * cap
+    of the other state, so many times more), or a scan of it filters rows out after fetching them
+    (an index that holds other states too: pg-boss's `(name, start_after) WHERE state < 'active'`
+    read for its few `retry` jobs meets every `created` one first, whatever the planner expects)."""
+    return _scans_table(_plan_root(plan)) or _filters_rows(_plan_root(plan)) or _plan_cost(plan) > READ_COST_PER_ROW * cap
+
+
+def _filters_rows(node: dict[str, Any]) -> bool:
+    """Whether a scan anywhere in a plan drops rows it fetched (a `Filter` on a scan node)."""
+    stack = [node]
+    while stack:
+        node = stack.pop()
+        if "Scan" in str(node.get("Node Type", "")) and node.get("Filter"):
+            return True
+        stack.extend(node.get("Plans", []))
+    return False
 
 
 def _plan_root(plan: dict[str, Any]) -> dict[str, Any]:

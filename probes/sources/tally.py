@@ -55,7 +55,42 @@ def flags_of(row: Any) -> Flags:
     return (int(row["n"]), int(row["held"]), int(row["exhausted"]), int(row["later"]), int(row["blocked"]))
 
 
+CYCLE_TALLY_MS = 15.0  # the probe's time for the tallies of all tables, per cycle (after each table's first)
+MS_PER_PAGE_GUESS = 0.1  # a page's cost before a table's own is measured (~100 rows at 1 us)
+
 _BUDGET: ContextVar[int | None] = ContextVar("tally_budget", default=None)
+
+
+@dataclass
+class TimeBudget:
+    """One probe cycle's time for the tallies, shared out evenly: each table is credited its share
+    and reads a chunk of pages when its credit pays for one, so a cycle costs about `ms` however
+    many tables there are and however deep."""
+
+    ms: float
+    tables: int  # tables that took part in the last cycle: how many shares
+    seen: int = 0
+
+
+_TIME: ContextVar[TimeBudget | None] = ContextVar("tally_time", default=None)
+
+
+class CycleTallies:
+    """The tallies' time budget across cycles (the probes keep one)."""
+
+    def __init__(self, ms: float = CYCLE_TALLY_MS) -> None:
+        self.ms = ms
+        self.tables = 1
+
+    @contextmanager
+    def cycle(self) -> Iterator[TimeBudget]:
+        budget = TimeBudget(self.ms, self.tables)
+        token = _TIME.set(budget)
+        try:
+            yield budget
+        finally:
+            _TIME.reset(token)
+            self.tables = max(1, budget.seen)
 
 
 @contextmanager
@@ -97,7 +132,8 @@ class Tally:
         self.chunks: dict[tuple[int, int], Chunk] = {}
         self.cursor = 0  # the next chunk index to read
         self.cycles = 0
-        self.saved_pages = 0  # budget left unspent since the last whole pass (no TID range scans)
+        self.credit_ms = 0.0  # time budget credited and not yet spent (a cycle's share may not pay a chunk)
+        self.ms_per_page = MS_PER_PAGE_GUESS  # what reading a page has cost here (moving average)
         self.server_offset = 0.0
 
     def advance(self, conn: ProbeConnection, table: ResolvedTable, compose: Statement, params: dict[str, Any],
@@ -105,21 +141,36 @@ class Tally:
         """Read as much of the relation as this cycle's budget allows, then say what is known."""
         first = self.cycles == 0
         self.cycles += 1
-        budget = _BUDGET.get()
-        allowance = budget if budget is not None else (FIRST_TABLE_PAGES if first else TABLE_PAGES)
+        budget, timed = _BUDGET.get(), _TIME.get()
+        if budget is not None:
+            allowance = budget
+        elif first:
+            allowance = FIRST_TABLE_PAGES
+        elif timed is not None:
+            timed.seen += 1
+            share = timed.ms / max(1, timed.tables)
+            # Saved up to a few cycles' shares, and at least what a chunk costs (else never read).
+            self.credit_ms = min(self.credit_ms + share, max(4 * share, 1.5 * self.chunk_pages * self.ms_per_page))
+            allowance = int(max(0.0, self.credit_ms) / self.ms_per_page)
+        else:
+            allowance = TABLE_PAGES
         now = time.monotonic()
         if table.relkind == "v":
-            self._read(conn, compose(None), params, now, whole=True, fresh={(0, 0)})
+            self._timed(conn, compose(None), params, now, whole=True, fresh={(0, 0)}, pages=0)
             return self._view(now, {0: 0}, whole=True)
         sizes = {int(r["rel"]): int(r["pages"]) for r in conn.execute(pages_sql, {"relid": table.relid})}
         if conn.info.server_version < TID_RANGE_SCAN:
             # No page ranges: one chunk, the whole relation, read when the budget of the cycles
             # since the last reading covers it - and the first time, whatever its size (the
             # statement timeout bounds it): never counted would be no figure at all.
-            self.saved_pages += allowance
-            if self.saved_pages >= sum(sizes.values()) or first:
-                self.saved_pages = 0
-                self._read(conn, compose(None), params, now, whole=True, fresh={(rel, 0) for rel in sizes})
+            if first or allowance >= sum(sizes.values()):
+                self._timed(conn, compose(None), params, now, whole=True, fresh={(rel, 0) for rel in sizes},
+                            pages=sum(sizes.values()))
+            elif budget is None and timed is None:
+                self.credit_ms += TABLE_PAGES * self.ms_per_page  # untimed: a whole read once the cycles' pages pay for it
+                if self.credit_ms >= sum(sizes.values()) * self.ms_per_page:
+                    self._timed(conn, compose(None), params, now, whole=True, fresh={(rel, 0) for rel in sizes},
+                                pages=sum(sizes.values()))
             return self._view(now, {rel: 0 for rel in sizes}, whole=True)
         widest = max(sizes.values(), default=0)
         n_chunks = max(1, -(-widest // self.chunk_pages))
@@ -133,16 +184,29 @@ class Tally:
         for i in range(n_chunks):
             index = (start + i) % n_chunks
             cost = sum(min(self.chunk_pages, max(0, p - index * self.chunk_pages)) for p in sizes.values())
-            if indexes and spent + cost > allowance:
-                break
+            if spent + cost > allowance and (indexes or not (first or budget is not None or timed is None)):
+                break  # (a page budget always reads one chunk; a time budget waits until its credit pays one)
             indexes.append(index)
             spent += cost
         todo = len(indexes)
+        if not todo:
+            return self._view(now, sizes, whole=False)
         ranges = [(i, i * self.chunk_pages, (i + 1) * self.chunk_pages) for i in indexes]
         fresh = {(rel, i) for rel, pages in sizes.items() for i in indexes if i < self._chunks_of(pages)}
-        self._read(conn, compose(ranges), params, now, whole=False, fresh=fresh)
+        self._timed(conn, compose(ranges), params, now, whole=False, fresh=fresh, pages=spent)
         self.cursor = (start + todo) % n_chunks
         return self._view(now, sizes, whole=False)
+
+    def _timed(self, conn: ProbeConnection, statement: sql.Composed, params: dict[str, Any], now: float, *, whole: bool,
+               fresh: set[tuple[int, int]], pages: int) -> None:
+        """_read, and what it cost: taken from the credit and the cycle's budget, and learnt per page."""
+        started = time.perf_counter()
+        self._read(conn, statement, params, now, whole=whole, fresh=fresh)
+        elapsed = (time.perf_counter() - started) * 1000
+        if pages > 0:
+            self.ms_per_page = 0.7 * self.ms_per_page + 0.3 * elapsed / pages
+        if self.cycles > 1:  # the first reading is the snapshot's own, not the cycles' budget
+            self.credit_ms -= elapsed
 
     def _chunks_of(self, pages: int) -> int:
         return max(1, -(-pages // self.chunk_pages))
