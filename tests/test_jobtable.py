@@ -543,3 +543,62 @@ def test_a_time_budget_reads_a_chunk_only_when_a_tables_credit_pays_for_it(db):
                 break
     assert reading and idle > reading, (idle, reading)
     assert figures_of(rows) == {**truth_rows, "finished": (0, 0, 0, 0)} or figures_of(rows) == truth_rows
+
+
+def test_a_queue_emptied_between_passes_is_gone_once_the_pass_comes_round(db):
+    # The tally keeps each table's totals as chunks are read again: the 'mixed' queue's rows,
+    # deleted while the table is read in turns, leave no count behind (not a 0 that lingers,
+    # not a negative one) once every chunk has been read since.
+    with db.connect() as conn:
+        fill_big(conn)
+    table = JobTable(BIG_DECLARED, chunk_pages=64)
+    with open_probe_connection(db.target) as conn:
+        with cycle_budget(128):
+            table.sample(conn)
+            assert table.tally.cursor != 0  # read in turns
+            with db.connect() as writer:
+                writer.execute("DELETE FROM big WHERE queue_name = 'mixed'")
+                writer.execute("UPDATE big SET status = 'succeeded' WHERE id % 1000 = 0")
+                truth_rows = big_truth(writer)
+            for _ in range(200):
+                rows = table.sample(conn)
+                if table.tally.cursor == 0:
+                    break
+            rows = table.sample(conn)
+            for _ in range(200):  # one more whole pass, every chunk read after the change
+                if table.tally.cursor == 0:
+                    break
+                rows = table.sample(conn)
+    assert "mixed" not in truth_rows and figures_of(rows) == truth_rows
+    assert all(key[0] != "mixed" for key in table.tally.totals)
+    assert all(n[0] > 0 and min(n) >= 0 for n in table.tally.totals.values())
+
+
+def test_the_catalog_is_asked_once_a_cycle_for_every_table(db):
+    # Each table's pages and statistics come from one catalog statement a cycle for all of them
+    # (the tables the last cycle sampled), not one per table: the statements that ask for
+    # relations' facts are counted as the probe's connection sends them.
+    with db.connect() as conn:
+        fill_big(conn)
+        conn.execute(JOBS)
+    tables = [JobTable(BIG_DECLARED), JobTable(SHARED)]
+    tallies = CycleTallies()
+    with open_probe_connection(db.target) as conn:
+        asked = []
+        execute = conn.execute
+
+        def counting(query, params=None, **kwargs):
+            if params and "relids" in params:
+                asked.append(list(params["relids"]))
+            return execute(query, params, **kwargs)
+
+        conn.execute = counting  # observes the real connection's statements; the server answers
+        for cycle in range(3):
+            asked.clear()
+            with tallies.cycle():
+                for table in tables:
+                    table.sample(conn)
+            if cycle == 0:
+                assert len(asked) == 2  # the first cycle: each table as it comes
+            else:
+                assert len(asked) == 1 and sorted(asked[0]) == sorted(t.resolved(conn).relid for t in tables)

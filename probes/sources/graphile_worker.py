@@ -71,7 +71,7 @@ class GraphileWorker(QueueSource):
         if not table.can_select:
             return [QueueFigures(name="jobs", table=jobs, error=f"no SELECT privilege on {jobs}")]
         names = conn.execute(sql.SQL(GRAPHILE_SQL["names"]).format(**parts)).fetchall()
-        live = self.jobs.fingerprint(conn)["live"]
+        live = self.jobs.facts(conn).live
         if table.rls_active and not names:
             # Its tasks and queues are behind row-level security too: say it on the one row left.
             figures = QueueFigures(name="jobs", table=jobs, ready=0, in_flight=0, delayed=0, dead=0, depth=0, blocked=0)

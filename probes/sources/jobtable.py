@@ -36,7 +36,7 @@ from dbcore.sqlfiles import Queries
 from ..config import DeclaredQueue
 from ..failures import describe_error
 from .base import Identifier, QueueDetails, QueueFigures, is_relation_name
-from .tally import CHUNK_PAGES, CLASSES, Key, Statement, Tally, TallyView, flags_of
+from .tally import CHUNK_PAGES, CLASSES, Key, RelationFacts, Statement, Tally, TallyView, facts_of, flags_of
 
 if TYPE_CHECKING:
     from ..postgres import ProbeConnection
@@ -127,9 +127,9 @@ def resolve(conn: ProbeConnection, declared: DeclaredQueue) -> ResolvedTable:
 
 class Estimates:
     """The planner's answers (EXPLAIN) about one relation, kept while what they depend on - its
-    statistics and its indexes (the `fingerprint`) - stays as it was, and for at most
+    statistics and its indexes (the `stats_key` of relation_facts) - stays as it was, and for at most
     ESTIMATES_MAX_AGE_S (between two ANALYZEs the planner also scales by the table's current
-    size; a view's statistics are its tables', which it cannot fingerprint).
+    size; a view's statistics are its tables', which it has no key for).
     Planning against a partitioned table is the dearest thing a sample would do otherwise."""
 
     def __init__(self) -> None:
@@ -143,12 +143,8 @@ class Estimates:
             self.key, self.at = key, now
             self.plans.clear()
 
-    def explain(self, conn: ProbeConnection, statement: sql.Composed, params: dict[str, Any]) -> dict[str, Any]:
-        return self.remember((statement.as_string(conn), repr(sorted(params.items()))),
-                             lambda: one(conn.execute(statement, params)))
-
     def remember(self, key: tuple[str, str], compute: Callable[[], Any]) -> Any:
-        """What `compute` returned for `key` under the current fingerprint, computed once."""
+        """What `compute` returned for `key` under the current stats key, computed once."""
         self.refresh(self.key)  # expired by age
         if key not in self.plans:
             self.plans[key] = compute()
@@ -172,7 +168,6 @@ class JobTable:
         self._resolved: ResolvedTable | None = None
         self._other_states: list[str] | None = None
         self.estimates = Estimates()
-        self._fingerprint: dict[str, Any] = {}
         self.tally = Tally(chunk_pages)
         self.constant_class = constant_class  # every row is of this class (a dead-letter table: dead)
         # Whether a row an open transaction holds (its xmax running) is in flight: a declared
@@ -182,6 +177,7 @@ class JobTable:
         self.held_by_transactions = held_by_transactions
         self._dead_letter_jobs_table: JobTable | None = None
         self._cached_parts: dict[str, sql.Composable] | None = None
+        self._reads: dict[tuple[str | None, ...], bytes] = {}  # the states read exactly -> their statement
         self._read_oldest: dict[str | None, dict[str | None, float]] = {}  # state -> group -> oldest due (exact reads)
 
     def set_blocked(self, blocked: sql.Composable | None) -> None:
@@ -190,6 +186,8 @@ class JobTable:
         if blocked != self.blocked:
             self.blocked = blocked
             self._cached_parts = None
+            self._reads.clear()
+            self.estimates.plans.clear()
 
     def resolved(self, conn: ProbeConnection) -> ResolvedTable:
         if self._resolved is None:
@@ -217,9 +215,8 @@ class JobTable:
         else:
             wanted = list(queues) if queues is not None else None
         try:
-            live = self.fingerprint(conn)["live"]
-            view = self.tally.advance(conn, table, self._tally_statement(conn, table), self._params(),
-                                      JOBTABLE_SQL["relation_pages"])
+            facts = self.facts(conn)
+            view = self.tally.advance(conn, table, self._tally_statement(conn, table), self._params(), facts.pages)
             self._read_oldest = {}
             exact = {} if view.fresh else self._exact_reads(conn, table, view)
             dead_letters = self._dead_letters_by_queue(conn) if d.dead_letter_table else None
@@ -228,15 +225,14 @@ class JobTable:
                     for q in wanted or [None]]
         out = self._assemble(conn, table, view, exact, wanted, dead_letters)
         for figures in out:
-            self._add_notes(figures, table, live)
+            self._add_notes(figures, table, facts.live)
         return out
 
     def counts(self, conn: ProbeConnection) -> tuple[dict[str | None, dict[str, float]], dict[str, float | None], TallyView]:
         """The raw counts by group and class (for a source that makes its own rows of them, as
         Graphile Worker's tasks and named queues), which classes are estimates, and the view."""
         table = self.resolved(conn)
-        view = self.tally.advance(conn, table, self._tally_statement(conn, table), self._params(),
-                                  JOBTABLE_SQL["relation_pages"])
+        view = self.tally.advance(conn, table, self._tally_statement(conn, table), self._params(), self.facts(conn).pages)
         exact = {} if view.fresh else self._exact_reads(conn, table, view)
         by_group, estimated = self._by_group(conn, table, view, exact)
         return by_group, estimated, view
@@ -289,13 +285,13 @@ class JobTable:
 
         return statement
 
-    def fingerprint(self, conn: ProbeConnection) -> dict[str, Any]:
-        """The table's live rows as its statistics count them; the planner's estimates kept from
+    def facts(self, conn: ProbeConnection) -> RelationFacts:
+        """What the catalog says of the table now (its pages, its live rows as its statistics
+        count them; this cycle's, asked once for every table); the planner's estimates kept from
         earlier samples are dropped when its statistics, size or indexes have changed."""
-        row = one(conn.execute(JOBTABLE_SQL["fingerprint"], {"relid": self.resolved(conn).relid}))
-        self.estimates.refresh(row["stats_key"])
-        self._fingerprint = row
-        return row
+        facts = facts_of(conn, self.resolved(conn).relid, JOBTABLE_SQL["relation_facts"])
+        self.estimates.refresh(facts.stats_key)
+        return facts
 
     def _exact_reads(self, conn: ProbeConnection, table: ResolvedTable,
                      view: TallyView) -> dict[str | None, dict[Key, tuple[float, ...]]]:
@@ -314,15 +310,21 @@ class JobTable:
         parts = self._parts(conn, table)
         readable = []
         for state in wanted:
-            branch = self._branch(parts, table, 0, state)
-            plan = self.estimates.explain(conn, sql.SQL(JOBTABLE_SQL["state_plan"]).format(read=branch),
-                                          {"state_0": state, "limit_0": limit, **self._params()})
-            if not _too_dear(plan, limit):
+            def plan(state: str | None = state) -> Any:
+                branch = self._branch(parts, table, 0, state)
+                return one(conn.execute(sql.SQL(JOBTABLE_SQL["state_plan"]).format(read=branch),
+                                        {"state_0": state, "limit_0": limit, **self._params()}))
+            if not _too_dear(self.estimates.remember(("state_plan", repr((state, limit))), plan), limit):
                 readable.append(state)
         if not readable:
             return {}
-        branches = sql.SQL(JOBTABLE_SQL["union_all"]).join(self._branch(parts, table, i, s) for i, s in enumerate(readable))
-        statement = sql.SQL(JOBTABLE_SQL["states_read"]).format(branches=branches)
+        key = tuple(readable)
+        if key not in self._reads:  # composed once for each set of states read
+            if len(self._reads) >= 32:
+                self._reads.clear()
+            branches = sql.SQL(JOBTABLE_SQL["union_all"]).join(self._branch(parts, table, i, s) for i, s in enumerate(readable))
+            self._reads[key] = sql.SQL(JOBTABLE_SQL["states_read"]).format(branches=branches).as_bytes(conn)
+        statement = self._reads[key]
         values: dict[str, Any] = {**self._params()}
         for i, state in enumerate(readable):
             values[f"state_{i}"] = state

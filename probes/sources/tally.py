@@ -75,22 +75,83 @@ class TimeBudget:
 _TIME: ContextVar[TimeBudget | None] = ContextVar("tally_time", default=None)
 
 
+@dataclass(frozen=True)
+class RelationFacts:
+    """What the catalog says of a table now (jobtable.sql `relation_facts`): the pages of each of
+    its relations with storage (itself, or each partition), its rows as its statistics count them,
+    and a key that changes when what the planner's estimates depend on changes."""
+
+    pages: dict[int, int]
+    live: int
+    stats_key: str
+
+
+def relation_facts(conn: ProbeConnection, relids: list[int], statement: str) -> dict[int, RelationFacts]:
+    """The facts of each relation in `relids`, in one statement (an unknown one: no pages)."""
+    rows: dict[int, list[Any]] = {relid: [] for relid in relids}
+    for row in conn.execute(statement, {"relids": relids}):
+        rows.setdefault(int(row["relid"]), []).append(row)
+    facts = {}
+    for relid, rels in rows.items():
+        stored = [r for r in rels if r["pages"] is not None]
+        facts[relid] = RelationFacts(
+            pages={int(r["rel"]): int(r["pages"]) for r in stored},
+            live=int(sum(r["reltuples"] if r["reltuples"] >= 0 else r["n_live_tup"] for r in stored)),
+            stats_key=",".join(f"{r['rel']}:{r['reltuples']}:{r['relpages']}" for r in stored)
+            + "/" + str(sum(int(r["indexes"]) for r in rels)))
+    return facts
+
+
+class CycleCatalog:
+    """One probe cycle's catalog facts: asked for every table the last cycle asked about, in one
+    statement, at the first question (a table new this cycle costs one more)."""
+
+    def __init__(self, expected: set[int]) -> None:
+        self.expected = expected
+        self.asked: set[int] = set()
+        self.facts: dict[int, RelationFacts] | None = None
+
+    def get(self, conn: ProbeConnection, relid: int, statement: str) -> RelationFacts:
+        self.asked.add(relid)
+        if self.facts is None:
+            self.facts = relation_facts(conn, sorted(self.expected | {relid}), statement)
+        if relid not in self.facts:
+            self.facts.update(relation_facts(conn, [relid], statement))
+        return self.facts[relid]
+
+
+_CATALOG: ContextVar[CycleCatalog | None] = ContextVar("tally_catalog", default=None)
+
+
+def facts_of(conn: ProbeConnection, relid: int, statement: str) -> RelationFacts:
+    """A table's facts: this cycle's (asked once for all its tables), or asked now alone."""
+    catalog = _CATALOG.get()
+    if catalog is not None:
+        return catalog.get(conn, relid, statement)
+    return relation_facts(conn, [relid], statement)[relid]
+
+
 class CycleTallies:
-    """The tallies' time budget across cycles (the probes keep one)."""
+    """The tallies' time budget across cycles, and the tables whose catalog facts each cycle asks
+    for at once (the probes keep one)."""
 
     def __init__(self, ms: float = CYCLE_TALLY_MS) -> None:
         self.ms = ms
         self.tables = 1
+        self.relids: set[int] = set()
 
     @contextmanager
     def cycle(self) -> Iterator[TimeBudget]:
         budget = TimeBudget(self.ms, self.tables)
-        token = _TIME.set(budget)
+        catalog = CycleCatalog(self.relids)
+        token, catalog_token = _TIME.set(budget), _CATALOG.set(catalog)
         try:
             yield budget
         finally:
             _TIME.reset(token)
+            _CATALOG.reset(catalog_token)
             self.tables = max(1, budget.seen)
+            self.relids = catalog.asked
 
 
 @contextmanager
@@ -130,6 +191,7 @@ class Tally:
     def __init__(self, chunk_pages: int = CHUNK_PAGES) -> None:
         self.chunk_pages = chunk_pages
         self.chunks: dict[tuple[int, int], Chunk] = {}
+        self.totals: dict[Key, list[int]] = {}  # the chunks' counts summed, kept as chunks come and go
         self.cursor = 0  # the next chunk index to read
         self.cycles = 0
         self.credit_ms = 0.0  # time budget credited and not yet spent (a cycle's share may not pay a chunk)
@@ -137,8 +199,9 @@ class Tally:
         self.server_offset = 0.0
 
     def advance(self, conn: ProbeConnection, table: ResolvedTable, compose: Statement, params: dict[str, Any],
-                pages_sql: str) -> TallyView:
-        """Read as much of the relation as this cycle's budget allows, then say what is known."""
+                sizes: dict[int, int]) -> TallyView:
+        """Read as much of the relation as this cycle's budget allows (`sizes`: the pages of each
+        of its relations now), then say what is known."""
         first = self.cycles == 0
         self.cycles += 1
         budget, timed = _BUDGET.get(), _TIME.get()
@@ -158,7 +221,6 @@ class Tally:
         if table.relkind == "v":
             self._timed(conn, compose(None), params, now, whole=True, fresh={(0, 0)}, pages=0)
             return self._view(now, {0: 0}, whole=True)
-        sizes = {int(r["rel"]): int(r["pages"]) for r in conn.execute(pages_sql, {"relid": table.relid})}
         if conn.info.server_version < TID_RANGE_SCAN:
             # No page ranges: one chunk, the whole relation, read when the budget of the cycles
             # since the last reading covers it - and the first time, whatever its size (the
@@ -175,7 +237,8 @@ class Tally:
         widest = max(sizes.values(), default=0)
         n_chunks = max(1, -(-widest // self.chunk_pages))
         # Chunks past the end (the table shrank) are gone.
-        self.chunks = {k: c for k, c in self.chunks.items() if k[0] in sizes and k[1] < self._chunks_of(sizes[k[0]])}
+        for gone in [k for k in self.chunks if k[0] not in sizes or k[1] >= self._chunks_of(sizes[k[0]])]:
+            self._drop(gone)
         # Chunk indexes from the cursor on, as many as the allowance pays for: a chunk index costs
         # its pages in every partition that reaches it.
         start = self.cursor % n_chunks
@@ -215,7 +278,7 @@ class Tally:
               fresh: set[tuple[int, int]]) -> None:
         read = {key: Chunk(now) for key in fresh}
         if whole:  # everything is read: every chunk known is replaced
-            self.chunks = {}
+            self.chunks, self.totals = {}, {}
         for row in conn.execute(statement, params):
             key = (int(row["rel"]), int(row["chunk"]))
             chunk = read.setdefault(key, Chunk(now))
@@ -226,14 +289,30 @@ class Tally:
                 group = row["grp"]
                 chunk.oldest[group] = min(chunk.oldest.get(group, row["oldest"]), row["oldest"])
             self.server_offset = float(row["server_now"]) - time.time()
-        self.chunks.update(read)
+        for key, chunk in read.items():
+            self._drop(key)
+            self.chunks[key] = chunk
+            for k, n in chunk.counts.items():
+                total = self.totals.setdefault(k, [0] * len(FLAGS))
+                for i, x in enumerate(n):
+                    total[i] += x
+
+    def _drop(self, key: tuple[int, int]) -> None:
+        """Forget a chunk's counts (read again, or past the table's end now)."""
+        chunk = self.chunks.pop(key, None)
+        if chunk is None:
+            return
+        for k, n in chunk.counts.items():
+            total = self.totals[k]
+            for i, x in enumerate(n):
+                total[i] -= x
+            if total[0] == 0:  # no row of (group, state) left in any chunk
+                del self.totals[k]
 
     def _view(self, now: float, sizes: dict[int, int], *, whole: bool) -> TallyView:
-        counts: dict[Key, tuple[float, ...]] = {}
+        counts: dict[Key, tuple[float, ...]] = {k: tuple(n) for k, n in self.totals.items()}
         oldest: dict[str | None, float] = {}
         for chunk in self.chunks.values():
-            for k, n in chunk.counts.items():
-                counts[k] = add(counts[k], n) if k in counts else n
             for group, ts in chunk.oldest.items():
                 oldest[group] = min(oldest.get(group, ts), ts)
         expected = len(sizes) if whole else sum(self._chunks_of(p) for p in sizes.values())

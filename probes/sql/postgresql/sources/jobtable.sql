@@ -33,27 +33,6 @@ JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
 LEFT JOIN pg_attribute b ON b.attrelid = i.indrelid AND b.attnum = i.indkey[1] AND i.indnkeyatts > 1
 WHERE i.indrelid = %(relid)s::oid AND i.indisvalid;
 
--- name: fingerprint
--- The statistics' idea of how many rows a relation (or all partitions of a parent) holds (the
--- row count of the last ANALYZE or VACUUM, else the live-row counter), and what the planner's
--- estimates depend on: each relation's statistics (reltuples and relpages change with every
--- VACUUM and ANALYZE) and its indexes. The estimates read under one fingerprint are reused until
--- it changes (or for a minute at most: between two ANALYZEs the planner also scales by the
--- table's current size, which only opening the table - a lock - would tell). Catalog reads only.
-WITH rels AS (
-    SELECT c.oid, c.reltuples, c.relpages, pg_stat_get_live_tuples(c.oid) AS n_live_tup
-    FROM pg_class c
-    WHERE c.relkind IN ('r', 'm')
-      AND (c.oid = %(relid)s::oid OR c.oid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = %(relid)s::oid))
-)
-SELECT coalesce(sum(CASE WHEN reltuples >= 0 THEN reltuples ELSE n_live_tup END), 0)::bigint AS live,
-       coalesce(sum(relpages), 0)::bigint AS pages,
-       coalesce(string_agg(format('%%s:%%s:%%s', oid, reltuples, relpages), ',' ORDER BY oid), '')
-           || '/' || (SELECT count(*) FROM pg_index i
-                      WHERE i.indisvalid AND (i.indrelid = %(relid)s::oid OR i.indrelid IN (SELECT oid FROM rels)))::text
-           AS stats_key
-FROM rels;
-
 -- name: distinct_values
 -- The distinct values of a column (the queues of a shared table, the states of a text state
 -- column), found by skipping through the column's index: one index probe per value, not a scan
@@ -149,40 +128,51 @@ j.ctid >= {lo}::tid AND j.ctid < {hi}::tid
 -- Fragment: every row (a view, or a server without TID range scans: the whole relation at once).
 TRUE
 
--- name: relation_pages
--- How many pages the table (each partition of a partitioned one) has now: what a pass of the
--- tally must read. Catalog and size reads only (no lock beyond opening the relation's files).
-SELECT c.oid AS rel, (pg_relation_size(c.oid) / current_setting('block_size')::bigint)::bigint AS pages
-FROM pg_class c
-WHERE c.relkind IN ('r', 'm')
-  AND (c.oid = %(relid)s::oid OR c.oid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = %(relid)s::oid))
-ORDER BY c.oid;
+-- name: relation_facts
+-- For each relation asked about (a table or a partitioned parent): each of its relations with
+-- storage (itself, or each partition) with its pages now (what a pass of the tally must read),
+-- the statistics' idea of its rows (the last ANALYZE's or VACUUM's count, else the live-row
+-- counter) and what the planner's estimates depend on (reltuples and relpages change with every
+-- VACUUM and ANALYZE; and its valid indexes, the parent's too). The probes ask once a cycle for
+-- every table the last cycle sampled (tally.py, CycleCatalog). Catalog and size reads only (no
+-- lock beyond opening the relation's files).
+SELECT p.relid, c.oid AS rel, c.relkind::text AS relkind, c.reltuples::float8 AS reltuples, c.relpages::bigint AS relpages,
+       pg_stat_get_live_tuples(c.oid) AS n_live_tup,
+       CASE WHEN c.relkind IN ('r', 'm')
+            THEN (pg_relation_size(c.oid) / current_setting('block_size')::bigint)::bigint END AS pages,
+       (SELECT count(*) FROM pg_index i WHERE i.indisvalid AND i.indrelid = c.oid) AS indexes
+FROM unnest(%(relids)s::oid[]) AS p(relid)
+CROSS JOIN LATERAL (SELECT p.relid AS oid UNION ALL SELECT i.inhrelid FROM pg_inherits i WHERE i.inhparent = p.relid) AS r
+JOIN pg_class c ON c.oid = r.oid AND c.relkind IN ('r', 'm', 'p')
+ORDER BY p.relid, c.oid;
 
 -- name: states_read
 -- The exact counts where an index leads to them, between two passes of the tally, in one
 -- statement (one snapshot: a job moving from one state to the next meanwhile is counted once):
 -- of each state at most its limit of rows ({branches}: one state_branch per state), counted as
 -- the tally counts. A state read to fewer rows than its limit was read whole: exact.
-SELECT s.i AS state_index, s.grp, s.state::text AS state, count(*) AS n,
-       count(*) FILTER (WHERE s.held) AS held,
-       count(*) FILTER (WHERE NOT s.held AND s.exhausted) AS exhausted,
-       count(*) FILTER (WHERE NOT s.held AND NOT s.exhausted AND s.later) AS later,
-       count(*) FILTER (WHERE NOT s.held AND NOT s.exhausted AND NOT s.later AND s.blocked) AS blocked,
-       extract(epoch FROM min(s.ts) FILTER (WHERE NOT s.held AND NOT s.exhausted AND NOT s.later AND NOT s.blocked))::float8
-           AS oldest,
-       extract(epoch FROM now())::float8 AS server_now
-FROM ({branches}) AS s
-GROUP BY s.i, s.grp, s.state;
+SELECT s.*, extract(epoch FROM now())::float8 AS server_now
+FROM ({branches}) AS s;
 
 -- name: state_branch
--- Part of states_read: at most {limit} rows of one state ({index}: its place in the list), the
--- state a bound value, so the planner can pick the library's partial index for it
--- (`WHERE status = 'doing'`); with no state column, the rows of the queue.
-(SELECT {index} AS i, ({group})::text AS grp, {state} AS state, {held} AS held, {exhausted} AS exhausted,
-        {later} AS later, {blocked_row} AS blocked, ({age})::timestamptz AS ts
- FROM {table} AS j
- WHERE {state_is} AND {filter}
- LIMIT {limit}::integer)
+-- Part of states_read: at most {limit} rows of one state ({index}: its place in the list),
+-- counted by group as the tally counts them (each branch on its own: a state that says its class
+-- by itself has constant flags, and its rows are only grouped). The state is a bound value, so
+-- the planner can pick the library's partial index for it (`WHERE status = 'doing'`); with no
+-- state column, the rows of the queue.
+(SELECT {index} AS state_index, b.grp, b.state::text AS state, count(*) AS n,
+        count(*) FILTER (WHERE b.held) AS held,
+        count(*) FILTER (WHERE NOT b.held AND b.exhausted) AS exhausted,
+        count(*) FILTER (WHERE NOT b.held AND NOT b.exhausted AND b.later) AS later,
+        count(*) FILTER (WHERE NOT b.held AND NOT b.exhausted AND NOT b.later AND b.blocked) AS blocked,
+        extract(epoch FROM min(b.ts) FILTER (WHERE NOT b.held AND NOT b.exhausted AND NOT b.later AND NOT b.blocked))::float8
+            AS oldest
+ FROM (SELECT ({group})::text AS grp, {state} AS state, {held} AS held, {exhausted} AS exhausted,
+              {later} AS later, {blocked_row} AS blocked, ({age})::timestamptz AS ts
+       FROM {table} AS j
+       WHERE {state_is} AND {filter}
+       LIMIT {limit}::integer) AS b
+ GROUP BY b.grp, b.state)
 
 -- name: state_is
 -- Fragment: the rows of one state (a bound value).
