@@ -602,3 +602,36 @@ def test_the_catalog_is_asked_once_a_cycle_for_every_table(db):
                 assert len(asked) == 2  # the first cycle: each table as it comes
             else:
                 assert len(asked) == 1 and sorted(asked[0]) == sorted(t.resolved(conn).relid for t in tables)
+
+
+def test_a_small_table_is_exact_every_cycle_whatever_the_time_budget(db):
+    # A table of at most 1 MB is read whole every cycle, outside the tallies' shared time: even
+    # with a budget too small to pay for any chunk, each cycle's figures are the truth now.
+    with db.connect() as conn:
+        conn.execute(JOBS)
+        conn.execute("""INSERT INTO jobs (queue_name, status, scheduled_at)
+                        SELECT 'q' || (g % 3), CASE WHEN g % 10 = 0 THEN 'doing' ELSE 'todo' END,
+                               CASE WHEN g % 7 = 0 THEN now() + interval '1 hour' END
+                        FROM generate_series(1, 3000) AS g""")
+    table = JobTable(SHARED)
+    tallies = CycleTallies(ms=0.001)
+
+    def truth_now(conn) -> dict[str, tuple[int, int, int, int]]:
+        rows = conn.execute("""SELECT queue_name,
+                                      count(*) FILTER (WHERE status = 'todo' AND coalesce(scheduled_at <= now(), true)),
+                                      count(*) FILTER (WHERE status = 'doing'),
+                                      count(*) FILTER (WHERE status = 'todo' AND scheduled_at > now()),
+                                      count(*) FILTER (WHERE status = 'failed')
+                               FROM jobs WHERE status NOT IN ('succeeded', 'cancelled') GROUP BY queue_name""").fetchall()
+        return {f"jobs:{r[0]}": tuple(r[1:]) for r in rows}
+
+    with open_probe_connection(db.target) as conn, db.connect() as writer:
+        for cycle in range(6):
+            writer.execute("UPDATE jobs SET status = 'succeeded' WHERE id IN (SELECT id FROM jobs WHERE status = 'todo' "
+                           "ORDER BY id LIMIT 100)")
+            writer.execute("UPDATE jobs SET status = 'failed' WHERE id = %s", (cycle * 10 + 10,))
+            expected = truth_now(writer)
+            with tallies.cycle():
+                rows = table.sample(conn)
+            assert {q.name: (q.ready, q.in_flight, q.delayed, q.dead) for q in rows} == expected, cycle
+            assert not any(q.depth_is_estimate or q.estimated for q in rows), cycle

@@ -4,20 +4,23 @@ A job table's figures are the counts of its rows by group (queue), state and cla
 flight, delayed, blocked, dead: jobtable.sql `classify`). Counting them all at once would cost as
 much as the table is large; the planner's statistics cost nothing but are wrong exactly when it
 matters (they take queue and state to be independent, and never say 0). So the tally reads the
-table in chunks of CHUNK_PAGES pages by TID range scans, a budget of pages per table and probe
-cycle (TABLE_PAGES: the cost grows with the number of tables, never with their depth), and keeps
-each chunk's counts until it reads that chunk again:
+table in chunks of CHUNK_PAGES pages by TID range scans and keeps each chunk's counts until it
+reads that chunk again:
 
-- a table within the budget is read whole every cycle: every figure is exact, now;
-- a larger one is read in turns, from where the last cycle stopped; each figure is the sum of
-  the chunks' counts, exact as of the oldest chunk's reading (its `age_s`), and flagged as an
-  estimate. Chunks not read yet (the first passes over a table larger than the first cycle's
-  budget) are extrapolated from the pages read, flagged with no age.
+- a table's first cycle reads up to FIRST_TABLE_PAGES (128 MB), so that one `queuetop snapshot`
+  is exact on tables of about a million narrow rows;
+- a table of at most SMALL_TABLE_PAGES (1 MB) is read whole every cycle: exact, now;
+- a larger one is read in turns, from where the last cycle stopped, within the probes' time for
+  the tallies (CYCLE_TALLY_MS a cycle, shared evenly by the tables as credit: the cost grows with
+  the number of tables, never with their depth). Each figure is the sum of the chunks' counts,
+  exact as of the oldest chunk's reading (its `age_s`), and flagged as an estimate. Chunks not
+  read yet (the first passes over a table larger than the first cycle's reading) are
+  extrapolated from the pages read, flagged with no age.
 
-A table's first cycle has a larger budget (FIRST_TABLE_PAGES), so that one `queuetop snapshot` is exact
-on tables of a few hundred thousand rows. Without TID range scans (PostgreSQL 12 and 13), a pass
-is one statement over the whole table, made when the budget of the cycles since the last pass
-covers it. A view has no pages: it is read whole, at most VIEW_ROWS rows.
+Outside a probe cycle (a source sampled alone) a table reads TABLE_PAGES a call. Without TID
+range scans (PostgreSQL 12 and 13), a pass is one statement over the whole table, made when the
+credit since the last pass covers it. A view has no pages: it is read whole. The tables' pages
+come from one catalog statement a cycle for all of them (CycleCatalog).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ if TYPE_CHECKING:
 CHUNK_PAGES = 256  # 2 MB of an 8 kB-page table: the unit a tally's counts are kept by
 TABLE_PAGES = 256  # pages of one table read per probe cycle (2 MB: ~10-40k job rows)
 FIRST_TABLE_PAGES = 16_384  # ... in the table's first cycle (128 MB): one snapshot exact on ~1M narrow rows
+SMALL_TABLE_PAGES = 128  # a table of at most this (1 MB) is read whole every cycle, outside the time budget
 TID_RANGE_SCAN = 140_000  # the first server_version_num with TID range scans
 CLASSES = ("ready", "in_flight", "delayed", "blocked", "dead")
 FLAGS = ("n", "held", "exhausted", "later", "blocked")  # what a count row says of its rows (tally in jobtable.sql)
@@ -197,6 +201,7 @@ class Tally:
         self.credit_ms = 0.0  # time budget credited and not yet spent (a cycle's share may not pay a chunk)
         self.ms_per_page = MS_PER_PAGE_GUESS  # what reading a page has cost here (moving average)
         self.server_offset = 0.0
+        self._charged = True  # whether this cycle's reading is paid from the credit (not a small table's)
 
     def advance(self, conn: ProbeConnection, table: ResolvedTable, compose: Statement, params: dict[str, Any],
                 sizes: dict[int, int]) -> TallyView:
@@ -205,10 +210,14 @@ class Tally:
         first = self.cycles == 0
         self.cycles += 1
         budget, timed = _BUDGET.get(), _TIME.get()
+        small = sum(sizes.values()) <= SMALL_TABLE_PAGES and table.relkind != "v"
+        self._charged = not (small and timed is not None and budget is None)
         if budget is not None:
             allowance = budget
         elif first:
             allowance = FIRST_TABLE_PAGES
+        elif small and timed is not None:
+            allowance = SMALL_TABLE_PAGES  # whole, every cycle, outside the shares: exact now, for little
         elif timed is not None:
             timed.seen += 1
             share = timed.ms / max(1, timed.tables)
@@ -268,7 +277,7 @@ class Tally:
         elapsed = (time.perf_counter() - started) * 1000
         if pages > 0:
             self.ms_per_page = 0.7 * self.ms_per_page + 0.3 * elapsed / pages
-        if self.cycles > 1:  # the first reading is the snapshot's own, not the cycles' budget
+        if self.cycles > 1 and self._charged:  # the first reading is the snapshot's own, not the cycles' budget
             self.credit_ms -= elapsed
 
     def _chunks_of(self, pages: int) -> int:
