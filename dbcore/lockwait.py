@@ -2,7 +2,7 @@
 
 A command such as `queuetop engine enqueue` used to wait as long as another session held a lock
 it needed (a `LOCK TABLE`, an open transaction that changed the same lease or ring row, the
-schema's init lock), silently. Its session now runs with a lock timeout (dbcore/dialect.py:
+schema's init lock), silently. Its session now runs with a lock timeout (dbcore/seam.py:
 `lock_timeout_for`), and when the timeout ends the wait, the error says who held the lock: its
 pid, application_name, state, and how long its transaction has been open.
 

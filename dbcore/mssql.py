@@ -29,14 +29,14 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Any
 
-from .dialect import Capabilities, LockTimeoutSetting
 from .errors import ConnectionFailed, DatabaseRefused, LockTimeout, MissingPrivilege, QueuetopError, UsageError, first_line
+from .seam import Capabilities, LockTimeoutSetting
 from .sqlfiles import NamedQuery, read_script
 
 if TYPE_CHECKING:
     import sqlalchemy
 
-    from .database import Target
+    from .target import Target
 
 DEFAULT_LOGIN_TIMEOUT_S = 10
 PROBE_QUERY_TIMEOUT_S = 2  # PostgreSQL's probes have a 2,000 ms statement_timeout

@@ -15,9 +15,9 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 
 from .database import Target, connect
-from .dialect import Capabilities, LockTimeoutSetting
 from .errors import ConnectionFailed, LockTimeout, OperationFailed, QueuetopError, UsageError, first_line
 from .lockwait import apply_lock_timeout
+from .seam import Capabilities, LockTimeoutSetting
 
 
 class PostgresDialect:

@@ -6,7 +6,7 @@ psycopg, SQLAlchemy and Textual are imported. Without a parser there is no telli
 password ends, so this hides more when in doubt: a URI's userinfo from its first `:` to the
 text's last `@`, and everything after a key that may name a secret (`password=`, `sslpassword=`,
 ODBC's `PWD=`, a misspelt `pasword=`, percent-encoded or not) to the end of the text.
-dbcore/database.py masks a DSN its parser could read more precisely, with this as its fallback.
+dbcore/dsn.py masks a DSN its parser could read more precisely, with this as its fallback.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from urllib.parse import unquote, unquote_plus
 MASK = "***"
 
 # Keys whose value is a secret, in the keys a parser has read: libpq's `password`, `sslpassword`,
-# `oauth_client_secret`, `scram_client_key`, `scram_server_key` (dbcore/database.py adds
+# `oauth_client_secret`, `scram_client_key`, `scram_server_key` (dbcore/dsn.py adds
 # whichever keywords the loaded libpq itself marks as secret); SQLAlchemy's query `password`;
 # ODBC's `PWD` (`Password` for FreeTDS, `KeyStoreSecret` for Microsoft's driver). Not secrets:
 # paths to one (`sslkey`, `passfile`): they are shown, as a reader of the error needs them.

@@ -27,6 +27,10 @@
 
 Column and table names are never put into SQL as text: the probe looks them up in the catalog
 and quotes the catalog's names.
+
+The settings' model (Config, DeclaredQueue, TargetSpec) is probes/configmodel.py, re-exported
+here; this module reads and checks the file, asking the queue sources (probes/sources/) which
+sources and options there are.
 """
 
 from __future__ import annotations
@@ -35,7 +39,6 @@ import os
 import re
 import stat
 import tomllib
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from platformdirs import user_config_dir
@@ -43,78 +46,14 @@ from platformdirs import user_config_dir
 from dbcore.errors import UsageError, first_line
 from dbcore.names import is_valid_name
 
+from .configmodel import CONTROL
+from .configmodel import DEFAULT_INTERVAL_S as DEFAULT_INTERVAL_S
+from .configmodel import DEFAULT_WINDOW as DEFAULT_WINDOW
+from .configmodel import Config as Config
+from .configmodel import DeclaredQueue as DeclaredQueue
+from .configmodel import TargetSpec as TargetSpec
+
 ENV_CONFIG = "QUEUETOP_CONFIG"
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-DEFAULT_INTERVAL_S = 2.0
-DEFAULT_WINDOW = 1000
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DeclaredQueue:
-    """A job table and what its columns mean (see probes/sources/jobtable.py for the rules)."""
-
-    name: str
-    table: str  # a table, a partitioned parent or a view
-    order_by: str  # the dequeue order (should lead an index)
-    age_column: str | None = None  # enqueue (or due) time: the oldest ready age
-    queue_column: str | None = None  # a shared table: one queue per distinct value ...
-    queue: str | None = None  # ... or only this one
-    visible_at_column: str | None = None  # ahead: claimed until then (in flight), or sent with a delay
-    not_before_column: str | None = None  # ahead: scheduled or backing off (delayed)
-    state_column: str | None = None
-    ready_states: tuple[str, ...] = ()  # empty: every state not listed below
-    in_flight_states: tuple[str, ...] = ()
-    delayed_states: tuple[str, ...] = ()  # e.g. scheduled, retryable: not claimable until something moves them
-    done_states: tuple[str, ...] = ()  # finished rows kept in the table: in no count
-    dead_states: tuple[str, ...] = ()
-    in_flight_when_not_null: str | None = None  # e.g. locked_at
-    attempts_column: str | None = None
-    max_attempts_column: str | None = None  # dead when attempts reach it ...
-    max_attempts: int | None = None  # ... or this
-    dead_letter_table: str | None = None  # its rows (of this queue, if it has the queue column) are dead
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TargetSpec:
-    """A database the config names: `dsn` as written, or read from `dsn_env` when used (so that a
-    password need never be in the file), or a libpq `service`."""
-
-    name: str
-    dsn: str | None = None
-    dsn_env: str | None = None
-    service: str | None = None
-
-    def resolve_dsn(self) -> str:
-        if self.dsn_env is not None:
-            value = os.environ.get(self.dsn_env, "").strip()
-            if not value:
-                raise UsageError(f"target {self.name!r}: ${self.dsn_env} is not set")
-            if _CONTROL.search(value):
-                raise UsageError(f"target {self.name!r}: ${self.dsn_env} must be one line, without control characters")
-            return value
-        if self.service is not None:
-            return f"service={self.service}"
-        assert self.dsn is not None
-        return self.dsn
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Config:
-    interval_s: float = DEFAULT_INTERVAL_S
-    window: int = DEFAULT_WINDOW
-    queues: tuple[DeclaredQueue, ...] = field(default_factory=tuple)
-    keys: dict[str, str] = field(default_factory=dict)  # dashboard binding id -> key(s)
-    disabled_sources: frozenset[str] = frozenset()  # [sources] disable = ["pgmq", ...]
-    source_options: dict[str, dict[str, object]] = field(default_factory=dict)  # [sources.<name>]
-    targets: tuple[TargetSpec, ...] = ()  # [[targets]]: the databases to watch when no --dsn is given
-    path: Path | None = None
-
-    def sampling_interval(self, given: float | None) -> float:
-        """Seconds between samples: `given` (--interval), else the config's; 0.1 to 3600."""
-        interval = given or self.interval_s
-        if not 0.1 <= interval <= 3600:
-            raise UsageError("--interval must be between 0.1 and 3600 seconds")
-        return interval
 
 
 def default_config_path() -> Path:
@@ -250,7 +189,7 @@ def _targets(entries: object, where: str) -> tuple[TargetSpec, ...]:
         if len(given) != 1 or not all(isinstance(v, str) and v.strip() for v in given.values()):
             raise UsageError(f"{where}: target {name!r}: give one of dsn, dsn_env or service, as a string")
         for key, value in given.items():
-            if _CONTROL.search(value):  # it would be printed in errors: one line, always
+            if CONTROL.search(value):  # it would be printed in errors: one line, always
                 raise UsageError(f"{where}: target {name!r}: {key} must be one line, without control characters")
         if "dsn_env" in given and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", given["dsn_env"]):
             raise UsageError(f"{where}: target {name!r}: dsn_env must name an environment variable")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dbcore.sqlfiles import Queries
 
 from .config import Config
-from .postgres import ProbeConnection
+from .session import ProbeConnection
 from .sources import QueueDetails, source_classes
 from .sources.base import find_installs
 

@@ -1,9 +1,9 @@
 """PostgreSQL probes: queues, rings, leases, blocked sessions, connections.
 
 Each probe is a method taking a probe connection (autocommit, read-only, statement and lock
-timeouts, application_name `queuetop-probe`; see `open_probe_connection`) and returning frozen
-samples. The queries live in `probes/sql/postgresql/<probe>.sql`. A probe raises on failure; the
-sampler records the reason and the other probes go on.
+timeouts, application_name `queuetop-probe`: probes/session.py, whose names are re-exported
+here) and returning frozen samples. The queries live in `probes/sql/postgresql/<probe>.sql`. A
+probe raises on failure; the sampler records the reason and the other probes go on.
 """
 
 from __future__ import annotations
@@ -14,16 +14,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeAlias
 
-import psycopg
 from psycopg import sql
 
-from dbcore.database import DictRow, Target, one
-from dbcore.dialect import dialect_named
+from dbcore.database import DictRow, one
 from dbcore.pgversions import check_supported, versioned
 from dbcore.sqlfiles import Queries
 
 from .config import Config
-from .failures import LOCK_TIMEOUT_MS, PROBE_FAILURES, STATEMENT_TIMEOUT_MS, describe_error
+from .failures import PROBE_FAILURES, describe_error
 from .locks import build_lock_tree, prepared_blockers
 from .model import (
     AppLock,
@@ -38,39 +36,14 @@ from .model import (
     RingSample,
     ServerInfo,
 )
+from .session import APPLICATION_NAME as APPLICATION_NAME
+from .session import PROBE_SETTINGS as PROBE_SETTINGS
+from .session import ProbeConnection as ProbeConnection
+from .session import open_probe_connection as open_probe_connection
 from .sources import QueueFigures, QueueSource, SourceSet
 from .sources.base import has_table
 from .sources.tally import CycleTallies
 
-APPLICATION_NAME = "queuetop-probe"
-# Every probe session, however opened (one-off or pooled), runs with these.
-PROBE_SETTINGS = {
-    "default_transaction_read_only": "on",
-    "statement_timeout": str(STATEMENT_TIMEOUT_MS),
-    "lock_timeout": str(LOCK_TIMEOUT_MS),
-    "idle_in_transaction_session_timeout": "10000",
-    # psycopg prepares a statement run five times; a generic plan cannot use the partial indexes
-    # the queue libraries keep per state (WHERE status = 'doing'): always plan for the values.
-    "plan_cache_mode": "force_custom_plan",
-    # A probe reads a bounded handful of rows: it never takes parallel workers from the server,
-    # and it reads a job table through an index scan that stops at its LIMIT, or not at all. A
-    # sequential scan finds a frequent state's rows fast but a rare state's only after reading
-    # the table; a bitmap scan collects every matching index entry before its LIMIT applies.
-    # The queue sources check each read's plan and estimate a state no index leads to
-    # (probes/sources/jobtable.py).
-    "max_parallel_workers_per_gather": "0",
-    "enable_seqscan": "off",
-    "enable_bitmapscan": "off",
-    # What a stock server's settings would otherwise make a monitor pay for:
-    # - JIT (on by default wherever PostgreSQL is built with LLVM, as Debian's is): a read that
-    #   no index serves is costed around 1e10 with the scans above disabled, far past
-    #   jit_above_cost, and compiling it with inlining took 5.9 s for 2 ms of execution, past
-    #   the statement timeout. A probe's statements are small and short: never worth compiling.
-    "jit": "off",
-    # A server (or role) whose default isolation is SERIALIZABLE would make every probe read take
-    # predicate locks, which can fail the monitored application's transactions.
-    "default_transaction_isolation": "read committed",
-}
 PROBE_NAMES = ("queues", "rings", "leases", "locks", "connections", "compaction")
 COMPACTION_COUNT_CAP = 20_000
 COMPACTION_TOP_GROUPS = 20
@@ -86,19 +59,6 @@ LOCKS_SQL = Queries("probes", "locks.sql")
 LockPicture: TypeAlias = "tuple[tuple[BlockedSession, ...], tuple[Blocker, ...], tuple[PreparedXact, ...], tuple[AppLock, ...]]"
 CONNECTIONS_SQL = Queries("probes", "connections.sql")
 COMPACTION_SQL = Queries("probes", "compaction.sql")
-
-
-# A probe session's rows are dictionaries keyed by column name.
-ProbeConnection: TypeAlias = psycopg.Connection[DictRow]
-
-
-def open_probe_connection(target: Target, *, application_name: str = APPLICATION_NAME) -> ProbeConnection:
-    """A session that cannot hurt the monitored database: read-only, autocommit, short
-    statement and lock timeouts, and a name that says whose it is (in the target's dialect:
-    PROBE_SETTINGS on PostgreSQL, their equivalents on SQL Server)."""
-    session: ProbeConnection = dialect_named(target.dialect).open_probe_session(
-        target, application_name=application_name, settings=PROBE_SETTINGS)
-    return session
 
 
 @dataclass(frozen=True, slots=True)

@@ -361,7 +361,7 @@ def test_a_recording_by_an_earlier_version_and_a_recorder_killed_mid_member_read
 def test_a_line_without_end_is_bounded(tmp_path, monkeypatch):
     """A gzip member that inflates to more than MAX_LINE without a newline (a bomb of zeros) is
     skipped as one damaged line; reading goes on after it."""
-    import probes.recording as recording_module
+    import probes.recordfile as recording_module
 
     monkeypatch.setattr(recording_module, "MAX_LINE", 1 << 20)
     path = tmp_path / "bomb.gz"

@@ -1,6 +1,14 @@
 """Queue sources: one module per kind of queue, found here by name. A module that defines
 `SOURCE = <a QueueSource subclass>` is a source; adding a library means adding one such module
-(and its SQL), nothing else."""
+(and its SQL), nothing else.
+
+The other modules here are what the sources share: the seam every source implements and the
+one catalog statement that finds every library's installs (base.py), and the reading of any job
+table, counted or honestly estimated (jobtable.py, with what it stands on: the catalog lookup
+of a declared table, resolved.py; the planner's word on a read, plans.py; exact counts made a
+page range at a time, tally.py). This module finds the sources (`source_classes`) and keeps one
+database's of them from one probe cycle to the next (`SourceSet`).
+"""
 
 from __future__ import annotations
 
@@ -13,8 +21,8 @@ from typing import TYPE_CHECKING
 from .base import Detection, Install, QueueDetails, QueueFigures, QueueSource, find_installs, tables_known
 
 if TYPE_CHECKING:
-    from ..config import Config
-    from ..postgres import ProbeConnection
+    from ..configmodel import Config
+    from ..session import ProbeConnection
 
 __all__ = ["Detection", "Install", "QueueDetails", "QueueFigures", "QueueSource", "SourceSet", "source_classes",
            "sources_for"]

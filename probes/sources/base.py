@@ -32,8 +32,8 @@ from dbcore.database import DictRow, one
 from dbcore.sqlfiles import Queries
 
 if TYPE_CHECKING:
-    from ..config import Config
-    from ..postgres import ProbeConnection
+    from ..configmodel import Config
+    from ..session import ProbeConnection
 
 
 SERVER_SQL = Queries("probes", "server.sql")

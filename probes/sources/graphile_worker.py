@@ -20,13 +20,13 @@ from psycopg import sql
 from dbcore.database import one
 from dbcore.sqlfiles import Queries
 
-from ..config import DeclaredQueue
+from ..configmodel import DeclaredQueue
 from .base import Detection, Identifier, Install, QueueDetails, QueueFigures, QueueSource
 from .jobtable import COUNT_CAP, HEAD_ROWS, JobTable
 
 if TYPE_CHECKING:
-    from ..config import Config
-    from ..postgres import ProbeConnection
+    from ..configmodel import Config
+    from ..session import ProbeConnection
 
 GRAPHILE_SQL = Queries("probes", "sources/graphile_worker.sql")
 

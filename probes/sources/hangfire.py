@@ -44,7 +44,7 @@ from ..failures import PROBE_FAILURES, describe_error
 from .base import Detection, QueueDetails, QueueFigures, QueueSource, has_table
 
 if TYPE_CHECKING:
-    from ..postgres import ProbeConnection
+    from ..session import ProbeConnection
 
 HANGFIRE_SQL = Queries("probes", "sources/hangfire.sql", dialect="mssql")
 NOT_QUEUED = "(not queued)"  # the row of the Scheduled, Awaiting and Failed jobs

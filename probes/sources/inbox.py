@@ -10,7 +10,7 @@ from dbcore.sqlfiles import Queries
 from .base import Detection, QueueDetails, QueueFigures, QueueSource, has_table
 
 if TYPE_CHECKING:
-    from ..postgres import ProbeConnection
+    from ..session import ProbeConnection
 
 INBOX_SQL = Queries("probes", "sources/inbox.sql")
 HEAD_ROWS = 20

@@ -43,8 +43,8 @@ from ..failures import PROBE_FAILURES, describe_error
 from .base import Detection, QueueDetails, QueueFigures, QueueSource
 
 if TYPE_CHECKING:
-    from ..config import Config
-    from ..postgres import ProbeConnection
+    from ..configmodel import Config
+    from ..session import ProbeConnection
 
 NSB_SQL = Queries("probes", "sources/nservicebus.sql", dialect="mssql")
 MAX_TABLES = 200  # transport tables listed (queue and delayed tables together)

@@ -11,7 +11,7 @@ from dbcore.sqlfiles import Queries
 from .base import Detection, QueueDetails, QueueFigures, QueueSource, has_table
 
 if TYPE_CHECKING:
-    from ..postgres import ProbeConnection
+    from ..session import ProbeConnection
 
 OUTBOX_SQL = Queries("probes", "sources/outbox.sql")
 HEAD_ROWS = 20

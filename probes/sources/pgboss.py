@@ -17,13 +17,13 @@ from psycopg import sql
 from dbcore.database import one
 from dbcore.sqlfiles import Queries
 
-from ..config import DeclaredQueue
+from ..configmodel import DeclaredQueue
 from .base import Detection, Identifier, Install, QueueDetails, QueueFigures, QueueSource
 from .jobtable import HEAD_ROWS, JobTable
 
 if TYPE_CHECKING:
-    from ..config import Config
-    from ..postgres import ProbeConnection
+    from ..configmodel import Config
+    from ..session import ProbeConnection
 
 PGBOSS_SQL = Queries("probes", "sources/pgboss.sql")
 V10 = 21  # pg-boss 10's schema version: the queue table and one partition per queue

@@ -15,13 +15,13 @@ from psycopg import sql
 
 from dbcore.sqlfiles import Queries
 
-from ..config import DeclaredQueue
+from ..configmodel import DeclaredQueue
 from .base import Detection, Identifier, Install, QueueDetails, QueueFigures, QueueSource
 from .jobtable import HEAD_ROWS, JobTable
 
 if TYPE_CHECKING:
-    from ..config import Config
-    from ..postgres import ProbeConnection
+    from ..configmodel import Config
+    from ..session import ProbeConnection
 
 PROCRASTINATE_SQL = Queries("probes", "sources/procrastinate.sql")
 

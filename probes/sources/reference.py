@@ -12,7 +12,7 @@ from ..failures import PROBE_FAILURES, describe_error
 from .base import Detection, QueueDetails, QueueFigures, QueueSource, has_table
 
 if TYPE_CHECKING:
-    from ..postgres import ProbeConnection
+    from ..session import ProbeConnection
 
 REFERENCE_SQL = Queries("probes", "sources/reference.sql")
 DEAD_COUNT_CAP = 10_000

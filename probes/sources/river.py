@@ -16,13 +16,13 @@ from psycopg import sql
 from dbcore.database import one
 from dbcore.sqlfiles import Queries
 
-from ..config import DeclaredQueue
+from ..configmodel import DeclaredQueue
 from .base import Detection, Identifier, Install, QueueDetails, QueueFigures, QueueSource, has_table
 from .jobtable import HEAD_ROWS, JobTable
 
 if TYPE_CHECKING:
-    from ..config import Config
-    from ..postgres import ProbeConnection
+    from ..configmodel import Config
+    from ..session import ProbeConnection
 
 RIVER_SQL = Queries("probes", "sources/river.sql")
 

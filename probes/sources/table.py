@@ -9,8 +9,8 @@ from .base import Detection, QueueDetails, QueueFigures, QueueSource
 from .jobtable import JobTable
 
 if TYPE_CHECKING:
-    from ..config import Config
-    from ..postgres import ProbeConnection
+    from ..configmodel import Config
+    from ..session import ProbeConnection
 
 
 class DeclaredTables(QueueSource):

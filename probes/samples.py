@@ -1,0 +1,191 @@
+"""The samples a probe returns, typed and frozen: a queue's figures (`QueueSample`), a ring's, a
+lease's, the lock picture's parts (blocked sessions, root blockers, prepared transactions,
+application locks), connections, compaction, the server, and each probe's status.
+
+A `Snapshot` (probes/model.py) holds one cycle's of them; probes/jsonform.py turns them into
+JSON and back. Nothing here touches the database.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProbeStatus:
+    elapsed_ms: float
+    # Why the probe failed, or the part of it that did (a queue source, a queue's table): its
+    # figures, or those of that part, are unknown. Only failures: what a probe that worked wants
+    # said beside its figures (a locked named queue, rows row-level security hides, other roles'
+    # queries hidden) is in `notes`.
+    error: str | None = None
+    notes: str | None = None
+    # What the probe could not read this cycle, so a view can keep the last figures of it, marked
+    # stale: the queue sources that failed (by source name), or ("all",) when the probe failed.
+    unread: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueSample:
+    name: str
+    kind: str  # "reference" (the engine's table queue), "table" (a job table: declared in the
+    # config, or a library's), "outbox" (the transactional outbox's unrelayed rows) or "inbox"
+    table: str  # schema-qualified, quoted as SQL
+    depth: int | None
+    ready: int | None
+    in_flight: int | None
+    delayed: int | None  # waiting out a retry back-off: neither ready nor in flight
+    dead: int | None
+    oldest_ready_age_s: float | None
+    enqueued_per_s: float | None
+    dequeued_per_s: float | None
+    depth_is_estimate: bool
+    dead_tuples: int | None
+    live_tuples: int | None
+    last_vacuum_at: datetime | None  # the later of manual and auto vacuum
+    last_autovacuum_at: datetime | None
+    inserted_total: int | None  # cumulative counters the rates come from (pg_stat_user_tables)
+    deleted_total: int | None
+    error: str | None = None
+    source: str = "reference"  # which source found it: reference | outbox | inbox | table | pgmq | ...
+    # Messages enqueued and dequeued since this process's probes first saw the queue (what the
+    # rates count, added up: a Prometheus counter, which restarts with the process); None where
+    # the rates are (a table shared by several queues: its counters are none of them alone).
+    enqueued_total: int | None = None
+    dequeued_total: int | None = None
+    # Due but not claimable now (a lock, a policy, a locked named queue): part of delayed.
+    blocked: int | None = None
+    # Figures that are estimates -> age (s) of the exact count behind each (None: never counted).
+    estimated: dict[str, float | None] = field(default_factory=dict)
+    schema: str | None = None  # the library install's schema (None: not a library's queue)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RingSample:
+    name: str
+    capacity: int
+    used: int
+    refused_total: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaseSample:
+    name: str
+    holder: str | None
+    token: int
+    expires_in_s: float | None
+    state: str  # held | expired | free
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BlockedSession:
+    pid: int
+    blocked_by: tuple[int, ...]  # sessions only: a prepared transaction is in blocked_by_prepared
+    root_blocker: int | None  # the lowest of root_blockers (version 1 had only one)
+    wait_s: float | None
+    lock_type: str | None  # as pg_locks says: a row wait is "transactionid" (or "tuple")
+    mode: str | None
+    relation: str | None  # the table, also for a row wait; "db:oid N" for another database's
+    query: str | None
+    application: str | None
+    state: str | None = None
+    in_cycle: bool = False  # part of a wait cycle (a deadlock the server has not broken yet)
+    root_blockers: tuple[int, ...] = ()  # every session at the root of its chains
+    blocked_by_prepared: tuple[str, ...] = ()  # gids of prepared transactions it waits for
+    root_prepared: tuple[str, ...] = ()  # gids of prepared transactions at the root of its chains
+    database: str | None = None  # the database of the lock it waits for
+    row: str | None = None  # the row's ctid "(page,tuple)", where it can be known
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Blocker:
+    pid: int
+    blocked_count: int  # sessions it blocks directly or transitively
+    state: str | None
+    xact_age_s: float | None
+    query: str | None
+    application: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PreparedXact:
+    """A transaction prepared for two-phase commit: it holds its locks with no session behind
+    it until COMMIT PREPARED or ROLLBACK PREPARED."""
+
+    gid: str
+    owner: str | None
+    database: str | None
+    age_s: float | None
+    blocked_count: int  # sessions it holds up, directly or behind others
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AppLock:
+    """An application lock held or waited for: PostgreSQL's advisory locks, SQL Server's
+    sp_getapplock. A held one is worth seeing before anyone waits on it (schema changes and
+    compactions are serialised by them)."""
+
+    pid: int
+    resource: str | None  # the key as the application passed it ("5", "(1902341488, 7)"), or SQL Server's name
+    mode: str | None
+    granted: bool
+    wait_s: float | None  # a waiting request: how long it has waited
+    application: str | None
+    database: str | None
+    owner_type: str | None = None  # SQL Server: TRANSACTION or SESSION (pg_locks does not say)
+    principal: str | None = None  # SQL Server: the database principal the lock is scoped to
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Connections:
+    total: int
+    max: int
+    by_state: dict[str, int]
+    by_application: dict[str, int]
+    oldest_xact_age_s: float | None
+    oldest_xact_pid: int | None
+    xmin_holder_pid: int | None
+    xmin_holder_age_xids: int | None
+    xmin_holder_application: str | None
+    oldest_xact_state: str | None = None  # e.g. "idle in transaction": the usual culprit
+    # SQL Server: the version store's size (tempdb's, plus the persistent one under accelerated
+    # recovery), which the oldest snapshot transaction (xmin_holder_pid there) keeps from shrinking.
+    version_store_kb: int | None = None
+    # What holds the xmin horizon of this database's tables back (xmin_holder_age_xids is by how
+    # much): "session" (xmin_holder_pid: its transaction's id or its snapshot), "prepared" (a
+    # prepared transaction, which no session holds: xmin_holder_name is its gid) or "slot" (a
+    # replication slot's xmin, a standby's feedback: xmin_holder_name is the slot's name). None
+    # when nothing holds it, and in snapshots recorded before these were read (a pid there is a
+    # session's).
+    xmin_holder_kind: str | None = None
+    xmin_holder_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompactionGroup:
+    group: int  # the group's key (a task id)
+    title: str | None
+    pending_deltas: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompactionSample:
+    name: str
+    pending_deltas: int
+    groups: int
+    last_run_at: datetime | None
+    last_duration_ms: float | None = None
+    last_rows_folded: int | None = None
+    runs_total: int = 0
+    pending_is_estimate: bool = False  # at least this many (the count is capped)
+    by_group: tuple[CompactionGroup, ...] = ()  # the groups with the most pending deltas
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerInfo:
+    dialect: str
+    version: str | None
+    database: str | None
+    label: str | None = None  # the masked DSN or the embedded server's description
+    deadlock_timeout_s: float | None = None  # how long a wait cycle lasts before the server breaks it
