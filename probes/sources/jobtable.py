@@ -21,10 +21,7 @@ or under `cap` rows is read now through its index, at most `cap` + 1 rows: exact
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -33,122 +30,20 @@ from psycopg import sql
 from dbcore.database import one
 from dbcore.sqlfiles import Queries
 
-from ..config import DeclaredQueue
+from ..configmodel import DeclaredQueue
 from ..failures import describe_error
-from .base import Identifier, QueueDetails, QueueFigures, is_relation_name
+from .base import QueueDetails, QueueFigures
+from .plans import Estimates, too_dear
+from .resolved import ResolvedTable, resolve
 from .tally import CHUNK_PAGES, CLASSES, Key, RelationFacts, Statement, Tally, TallyView, facts_of, flags_of
 
 if TYPE_CHECKING:
-    from ..postgres import ProbeConnection
+    from ..session import ProbeConnection
 
 JOBTABLE_SQL = Queries("probes", "sources/jobtable.sql")
 COUNT_CAP = 10_000  # a figure of at most this many rows is exact: a state's bounded read takes one more
-ESTIMATES_MAX_AGE_S = 60.0
-READ_COST_PER_ROW = 5.0  # a state is read when the planner expects it to cost at most this a row
 MAX_QUEUES = 200  # distinct queues of one shared table
 HEAD_ROWS = 20
-_TIMESTAMPS = ("timestamp", "date")
-
-
-@dataclass(frozen=True, slots=True)
-class ResolvedTable:
-    """A declared table, resolved through the catalog once (names quoted from the catalog)."""
-
-    relid: int
-    qualified: str
-    relkind: str  # r table, p partitioned parent, v view, m materialized view
-    can_select: bool
-    rls_active: bool
-    parts: dict[str, sql.Composable]  # the {fields} of jobtable.sql
-    state_type: sql.Composable | None
-    state_type_name: str | None  # the state column's type, for enum labels
-    queue_type: sql.Composable | None
-    indexed: bool  # order_by leads an index
-    queue_indexed: bool  # queue_column leads an index (the distinct-queue skip scan needs it)
-    state_queue_indexed: bool  # an index leads with (state_column, queue_column): a skip scan per state
-
-
-def resolve(conn: ProbeConnection, declared: DeclaredQueue) -> ResolvedTable:
-    """Look the table and every configured column up in the catalog; LookupError says what is
-    missing. Nothing configured is ever put into SQL as text."""
-    # Not a relation's name at all: not found, without asking (to_regclass raises on it before 16).
-    row = conn.execute(JOBTABLE_SQL["resolve"], {"table": declared.table}).fetchone() if is_relation_name(declared.table) else None
-    if row is None:
-        raise LookupError(f"table {declared.table!r} not found (or not a table or view)")
-    columns = {r["name"]: r for r in conn.execute(JOBTABLE_SQL["columns"], {"relid": row["relid"]})}
-
-    def column(key: str, value: str | None, types: tuple[str, ...] = ()) -> sql.Composable:
-        if value is None:
-            return sql.Literal(None)
-        if value not in columns:
-            raise LookupError(f"{declared.name}: {key} column {value!r} not in {declared.table}")
-        if types and not str(columns[value]["type"]).startswith(types):
-            raise LookupError(f"{declared.name}: {key} column {value!r} is {columns[value]['type']}, not a timestamp")
-        return Identifier(value)
-
-    def type_of(value: str | None) -> sql.Composable | None:
-        if value is None:
-            return None
-        return Identifier(columns[value]["type_schema"], columns[value]["type_name"])
-
-    table = Identifier(row["schema_name"], row["table_name"])
-    parts: dict[str, sql.Composable] = {
-        "table": table,
-        "order": column("order_by", declared.order_by),
-        "age": column("age_column", declared.age_column, _TIMESTAMPS),
-        "visible": column("visible_at_column", declared.visible_at_column, _TIMESTAMPS),
-        "not_before": column("not_before_column", declared.not_before_column, _TIMESTAMPS),
-        "state": column("state_column", declared.state_column),
-        "locked": column("in_flight_when_not_null", declared.in_flight_when_not_null),
-        "attempts": column("attempts_column", declared.attempts_column),
-        "max_attempts": (column("max_attempts_column", declared.max_attempts_column)
-                         if declared.max_attempts_column else sql.Literal(declared.max_attempts)),
-        "queue_column": column("queue_column", declared.queue_column),
-    }
-    pairs = [(r["name"], r["second"]) for r in conn.execute(JOBTABLE_SQL["leading_index_columns"], {"relid": row["relid"]})]
-    leading = {first for first, _ in pairs}
-    return ResolvedTable(
-        relid=row["relid"],
-        qualified=table.as_string(conn),
-        relkind=row["relkind"],
-        can_select=row["can_select"],
-        rls_active=bool(row["rls_active"]),
-        parts=parts,
-        state_type=type_of(declared.state_column),
-        state_type_name=(Identifier(columns[declared.state_column]["type_schema"], columns[declared.state_column]["type_name"])
-                         .as_string(conn) if declared.state_column and columns[declared.state_column]["typtype"] == "e" else None),
-        queue_type=type_of(declared.queue_column),
-        indexed=declared.order_by in leading or row["relkind"] == "v",
-        queue_indexed=declared.queue_column in leading if declared.queue_column else False,
-        state_queue_indexed=bool(declared.state_column and declared.queue_column
-                                 and (declared.state_column, declared.queue_column) in pairs),
-    )
-
-
-class Estimates:
-    """The planner's answers (EXPLAIN) about one relation, kept while what they depend on - its
-    statistics and its indexes (the `stats_key` of relation_facts) - stays as it was, and for at most
-    ESTIMATES_MAX_AGE_S (between two ANALYZEs the planner also scales by the table's current
-    size; a view's statistics are its tables', which it has no key for).
-    Planning against a partitioned table is the dearest thing a sample would do otherwise."""
-
-    def __init__(self) -> None:
-        self.key: str | None = None
-        self.at = 0.0
-        self.plans: dict[tuple[str, str], Any] = {}
-
-    def refresh(self, key: str | None) -> None:
-        now = time.monotonic()
-        if key != self.key or now - self.at > ESTIMATES_MAX_AGE_S:
-            self.key, self.at = key, now
-            self.plans.clear()
-
-    def remember(self, key: tuple[str, str], compute: Callable[[], Any]) -> Any:
-        """What `compute` returned for `key` under the current stats key, computed once."""
-        self.refresh(self.key)  # expired by age
-        if key not in self.plans:
-            self.plans[key] = compute()
-        return self.plans[key]
 
 
 class JobTable:
@@ -314,7 +209,7 @@ class JobTable:
                 branch = self._branch(parts, table, 0, state)
                 return one(conn.execute(sql.SQL(JOBTABLE_SQL["state_plan"]).format(read=branch),
                                         {"state_0": state, "limit_0": limit, **self._params()}))
-            if not _too_dear(self.estimates.remember(("state_plan", repr((state, limit))), plan), limit):
+            if not too_dear(self.estimates.remember(("state_plan", repr((state, limit))), plan), limit):
                 readable.append(state)
         if not readable:
             return {}
@@ -576,57 +471,6 @@ class JobTable:
 def _older(a: float | None, b: float | None) -> float | None:
     """The older of two counts' ages (None, never counted, is the oldest)."""
     return None if a is None or b is None else max(a, b)
-
-
-def _too_dear(plan: dict[str, Any], cap: int) -> bool:
-    """Whether a bounded read (state_plan) of a large table would cost more than reading `cap`
-    rows through an index should: it scans the table, or the planner expects more than
-    READ_COST_PER_ROW cost units a row (a row fetched through an index costs about one; finding a
-    rare state's rows among another state's, through an index that holds both, costs one per row
-    of the other state, so many times more), or a scan of it filters rows out after fetching them
-    (an index that holds other states too: pg-boss's `(name, start_after) WHERE state < 'active'`
-    read for its few `retry` jobs meets every `created` one first, whatever the planner expects)."""
-    return _scans_table(_plan_root(plan)) or _filters_rows(_plan_root(plan)) or _plan_cost(plan) > READ_COST_PER_ROW * cap
-
-
-def _filters_rows(node: dict[str, Any]) -> bool:
-    """Whether a scan anywhere in a plan drops rows it fetched (a `Filter` on a scan node)."""
-    stack = [node]
-    while stack:
-        node = stack.pop()
-        if "Scan" in str(node.get("Node Type", "")) and node.get("Filter"):
-            return True
-        stack.extend(node.get("Plans", []))
-    return False
-
-
-def _plan_root(plan: dict[str, Any]) -> dict[str, Any]:
-    """The top node of an EXPLAIN (FORMAT JSON) result row."""
-    document = plan["QUERY PLAN"]
-    if isinstance(document, str):
-        document = json.loads(document)
-    return dict(document[0]["Plan"])
-
-
-def _plan_cost(plan: dict[str, Any]) -> float:
-    return float(_plan_root(plan)["Total Cost"])
-
-
-def _scans_table(node: dict[str, Any]) -> bool:
-    """Whether a plan reads a table sequentially anywhere (its cost then grows with the table,
-    whatever the LIMIT: the planner prorates it as if the state's rows were spread evenly)."""
-    stack = [node]
-    while stack:
-        node = stack.pop()
-        if node.get("Node Type") == "Seq Scan":
-            return True
-        stack.extend(node.get("Plans", []))
-    return False
-
-
-def plan_rows(plan: dict[str, Any]) -> int:
-    """`Plan Rows` of an EXPLAIN (FORMAT JSON) result row."""
-    return int(_plan_root(plan)["Plan Rows"])
 
 
 def describe(exc: psycopg.Error | LookupError) -> str:

@@ -1,7 +1,7 @@
 """Exact counts of a job table, made a page range at a time and kept between passes.
 
 A job table's figures are the counts of its rows by group (queue), state and class (ready, in
-flight, delayed, blocked, dead: jobtable.sql `classify`). Counting them all at once would cost as
+flight, delayed, blocked, dead: jobtable.py `_classes`). Counting them all at once would cost as
 much as the table is large; the planner's statistics cost nothing but are wrong exactly when it
 matters (they take queue and state to be independent, and never say 0). So the tally reads the
 table in chunks of CHUNK_PAGES pages by TID range scans and keeps each chunk's counts until it
@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING, Any
 from psycopg import sql
 
 if TYPE_CHECKING:
-    from ..postgres import ProbeConnection
-    from .jobtable import ResolvedTable
+    from ..session import ProbeConnection
+    from .resolved import ResolvedTable
 
 CHUNK_PAGES = 256  # 2 MB of an 8 kB-page table: the unit a tally's counts are kept by
 TABLE_PAGES = 256  # pages of one table read per probe cycle (2 MB: ~10-40k job rows)
