@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from queues.bench import to_pgbench
+from bench.engine import to_pgbench
 
 from .conftest import wait_until
 

@@ -19,7 +19,8 @@ import pytest
 
 from queues import lease, ring
 from queues.table_queue import TableQueue
-from tui.cli import MAX_BODY_DEPTH, build_parser, main
+from tui.cli import build_parser, main
+from tui.commands.bodies import MAX_BODY_DEPTH
 
 from .conftest import REPO
 from .test_cli_errors import db_state

@@ -3,7 +3,7 @@
 The code reaches a file's queries only through a module-level `Queries("pkg", "file.sql")`
 binding subscripted with a literal (`ENGINE_SQL["claim_one"]`), or through a function whose
 parameter is annotated `QueryName`, called with a literal (`queue.statement("enqueue")`). This
-test reads every module of dbcore/, queues/, probes/ and tui/ with `ast` and checks that:
+test reads every module of dbcore/, queues/, probes/, bench/ and tui/ with `ast` and checks that:
 
 - every name used exists in the file it is looked up in, and every section is used somewhere;
 - no lookup uses a computed name (which this scan could not follow);
@@ -25,9 +25,9 @@ from dbcore import pgversions, sqlfiles
 
 from .conftest import REPO
 
-PACKAGES = ("dbcore", "queues", "probes", "tui")
+PACKAGES = ("dbcore", "queues", "probes", "bench", "tui")
 LOADER = "dbcore/sqlfiles.py"  # Queries itself: the one place a name is looked up by value
-SQL_PACKAGES = ("dbcore", "queues", "probes", "tui")
+SQL_PACKAGES = ("dbcore", "queues", "probes", "bench")
 # Files run whole, not looked up by name; and the table of fragments by major, whose sections
 # dbcore/pgversions.py reads all at once (tests/test_servers.py checks each slot is filled).
 SCRIPTS = {("queues", "schema.sql"), ("dbcore", "probe_session.sql"), ("dbcore", "lock_timeout.sql"), ("dbcore", "versions.sql")}

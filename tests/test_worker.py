@@ -16,7 +16,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from queues.bench import queue_scans
+from bench.engine import queue_scans
 from queues.handlers import parse_handler
 from queues.table_queue import TableQueue
 from queues.worker import WorkerPool, WorkOptions

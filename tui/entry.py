@@ -6,7 +6,8 @@ first, then the command line.
 takes most of a second, so the title is rewritten here before that, with nothing but the
 standard library and setproctitle: every argument that may hold a secret masked without a
 parser, hiding more when in doubt (dbcore/redact.py). tui.cli's main then sets a finer title,
-each --dsn masked by its own parser.
+each --dsn masked by its own parser (both through tui/title.py: the imports go one way, entry
+to cli).
 """
 
 from __future__ import annotations
@@ -15,18 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from dbcore.redact import mask_raw
-
-PROG = "queuetop"
-
-
-def set_title(shown: Sequence[str]) -> None:
-    """Make `ps` show `queuetop` and `shown` (setproctitle overwrites the memory that
-    /proc/PID/cmdline reads: the arguments as given are gone from it)."""
-    try:
-        import setproctitle
-    except ImportError:  # a dependency: only a broken install lacks it
-        return
-    setproctitle.setproctitle(" ".join([PROG, *shown]))
+from tui.title import set_title
 
 
 def hide_arguments(argv: Sequence[str]) -> None:

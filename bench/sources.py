@@ -6,7 +6,7 @@ server: the role needs CREATEDB). Each library's schema is installed as the libr
 (PGMQ's SQL from its PyPI client; Procrastinate's schema manager; River's `river_job` as its Python
 client ships it, with River's fetching index; pg-boss's start() and Graphile Worker's migrate()
 through Node.js), then filled in bulk with jobs shaped as each library writes them (see
-tui/sql/postgresql/bench_sources.sql). A library whose package (or Node.js) is missing is skipped,
+bench/sql/postgresql/sources.sql). A library whose package (or Node.js) is missing is skipped,
 and the result says so.
 
 Measured: queuetop's queues probe over the five (p50 of `cycles`), each source's share, and the
@@ -37,7 +37,7 @@ from probes.config import Config
 from probes.postgres import PostgresProbes, open_probe_connection
 from probes.sources import source_classes
 
-SOURCES_BENCH_SQL = Queries("tui", "bench_sources.sql")
+SOURCES_BENCH_SQL = Queries("bench", "sources.sql")
 DATABASE = "queuetop_bench_sources"
 QUEUES = ("q0", "q1", "q2", "q3")
 LIBRARIES = ("pgmq", "procrastinate", "pg-boss", "graphile-worker", "river")

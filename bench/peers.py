@@ -22,11 +22,11 @@ from typing import Any
 from dbcore.database import Target, connect, one
 from dbcore.errors import UsageError
 from dbcore.sqlfiles import Queries
-from queues.bench import EngineBench, run_clients
 
-from .source_bench import bench_database
+from .engine import EngineBench, run_clients
+from .sources import bench_database
 
-PEERS_SQL = Queries("tui", "bench_peers.sql")
+PEERS_SQL = Queries("bench", "peers.sql")
 
 
 def run_peers_bench(target: Target, *, messages: int = 20_000, concurrency: int = 2, batch: int = 100, rounds: int = 3,

@@ -26,16 +26,15 @@ import psycopg
 from dbcore.database import Target, connect, for_child_process, one
 from dbcore.errors import UsageError
 from dbcore.sqlfiles import PLACEHOLDER, Queries
-
-from . import schema
-from .handlers import parse_handler
-from .table_queue import TableQueue
-from .worker import WorkerPool, WorkOptions
+from queues import schema
+from queues.handlers import parse_handler
+from queues.table_queue import TableQueue
+from queues.worker import WorkerPool, WorkOptions
 
 BENCH_QUEUE = "bench.engine"
 VISIBILITY_S = 30.0
 T = TypeVar("T")
-BENCH_SQL = Queries("queues", "bench.sql")
+BENCH_SQL = Queries("bench", "engine.sql")
 
 
 def find_pgbench() -> str:

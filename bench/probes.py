@@ -23,17 +23,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import psycopg
+
 from dbcore.database import Target, connect, for_child_process, one
 from dbcore.errors import UsageError
 from dbcore.sqlfiles import Queries
 from probes.postgres import PostgresProbes, open_probe_connection
 from probes.sampler import run_cycle
 from queues import schema
-from queues.bench import find_pgbench
 from queues.table_queue import TableQueue
 
+from .engine import find_pgbench
+
 BENCH_QUEUE = "bench.probes"
-PILEUP_SQL = Queries("tui", "bench_pileup.sql")
+PILEUP_SQL = Queries("bench", "pileup.sql")
 
 
 def run_probe_bench(
@@ -142,7 +145,7 @@ def _locks_pileup(target: Target, clients: int, cycles: int, say: Callable[[str]
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _prepare(conn, queue: TableQueue, depth: int) -> None:
+def _prepare(conn: psycopg.Connection, queue: TableQueue, depth: int) -> None:
     conn.execute(queue.statement("truncate_queue"))
     queue.purge_dead_letters(conn)
     conn.execute(queue.statement("fill_queue"), {"count": depth})
