@@ -1,0 +1,378 @@
+"""QueuetopApp: composes the dashboard's parts and routes between them. Its parts, each in its
+own module: the hosts and the one shown (hosts.py), the panels' view (view.py), the bars
+(bars.py), recording and replay (replay.py), acting on the database (actions.py), the command
+palette (commands.py). The app holds the one key table (Textual runs a key only on the focus
+chain, and the footer and the help list keys in the table's order), and each key's action is a
+line or two that hands it to its part."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from functools import partial
+from pathlib import Path
+from typing import ClassVar
+
+from textual import on
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.css.query import NoMatches
+from textual.events import Key
+from textual.notifications import SeverityLevel
+from textual.widgets import DataTable, Footer, Input, Tree
+
+from probes.model import Snapshot
+from probes.recording import Recorder, ReplayClock
+
+from .. import format as fmt
+from ..messages import ActivityEnded, NoticeFromThread, SnapshotArrived
+from ..screens.dialogs import HelpScreen, HostsScreen, NoticesScreen
+from ..widgets.panels import ConnectionsPanel, LeasesPanel, LocksPanel, QueuesPanel
+from .actions import HostActions, selected_queue
+from .bars import HostBar, NoticeBar, StatusBar, StatusFacts
+from .commands import EngineCommands
+from .hosts import Backend, Host, Hosts, HostSpec, SnapshotSource, host_line
+from .keymap import KEYS, bindings_by_id, help_keys
+from .replay import LiveRecording, seek, seek_prompt, toggle_play
+from .view import LAYOUT_CSS, PanelsView
+
+
+class QueuetopApp(App[None]):
+    TITLE = "queuetop"
+    AUTO_FOCUS = "#queues-table"
+    CSS = LAYOUT_CSS
+    BINDINGS: ClassVar[list[BindingType]] = KEYS
+    COMMANDS = App.COMMANDS | {EngineCommands}
+
+    def __init__(
+        self,
+        source_factory: Callable[[Callable[[Snapshot], None]], SnapshotSource] | None = None,
+        *,
+        backend: Backend | None = None,
+        controls=None,
+        demo=None,
+        read_only: bool = False,
+        keymap: dict[str, str] | None = None,
+        controls_off: str | None = None,
+        hosts: Sequence[HostSpec] = (),
+        replay: ReplayClock | None = None,
+        record_dir: Path | None = None,
+    ) -> None:
+        super().__init__()
+        self.replay = replay  # a recording's clock: the dashboard replays it, with no database
+        self.live_recording = LiveRecording(record_dir)  # R
+        specs = list(hosts)
+        if not specs:
+            assert source_factory is not None, "a source, or hosts"
+            specs = [HostSpec(name="", source_factory=source_factory, backend=backend, controls=controls, demo=demo,
+                              controls_off=controls_off)]
+        self._hosts = Hosts(specs, self._sink)
+        self.read_only = read_only
+        self.host_actions = HostActions(self, self._hosts, read_only=read_only)
+        self.paused = False
+        self.filter_text = ""
+        self.apply_ms: list[float] = []  # time to apply each snapshot (bench tui)
+        self._keymap = keymap or {}
+        self.notices: deque[tuple[str, str, str]] = deque(maxlen=1000)  # (HH:MM:SS, severity, text), the `m` log
+
+    # -- the host shown, and the state tests and tools read -------------------------------
+
+    @property
+    def hosts(self) -> list[Host]:
+        return self._hosts.all
+
+    @property
+    def current(self) -> int:
+        return self._hosts.current
+
+    @property
+    def host(self) -> Host:
+        return self._hosts.shown
+
+    @property
+    def source(self) -> SnapshotSource:
+        return self.host.source
+
+    @property
+    def snapshot(self) -> Snapshot | None:
+        return self.host.snapshot
+
+    @property
+    def recorder(self) -> Recorder | None:
+        return self.live_recording.recorder
+
+    _host_line = staticmethod(host_line)  # a line of the Hosts screen (H)
+
+    # -- layout and lifetime --------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield StatusBar("queuetop: waiting for the first sample…", id="status")
+        if len(self.hosts) > 1:
+            yield HostBar("", id="hosts")
+        yield PanelsView.build()
+        yield Input(placeholder="filter: queue, application or query text (Enter applies, Esc clears)", id="filter")
+        yield NoticeBar(id="notice")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        if self._keymap:
+            self.set_keymap(self._keymap)
+        if self.host.demo is not None:
+            self.run_worker(self._start_demo, thread=True, name="demo")
+        for index, host in enumerate(self.hosts):
+            host.source.start()
+            if host.prepare is not None:
+                self.run_worker(partial(self._hosts.prepare, index), thread=True, name=f"prepare {host.name}")
+        self.render_status()
+        self.render_hosts()
+        if self.replay is not None:
+            self.query_one(LeasesPanel).clock = self.replay.now  # the countdown runs on the recorded clock
+            self.set_interval(0.25, self.render_status)  # the position moves between snapshots
+
+    def _start_demo(self) -> None:
+        try:
+            self.host.demo.start()  # type: ignore[attr-defined]
+        except Exception as exc:
+            self.call_from_thread(self.notify, f"demo did not start: {fmt.one_line(str(exc), 120)}", severity="error")
+
+    def on_unmount(self) -> None:
+        self.live_recording.close()
+        self._hosts.stop()
+
+    # -- snapshots ------------------------------------------------------------------------
+
+    def _sink(self, host: int, snapshot: Snapshot) -> None:
+        """Called from the host's sampler's thread (which also writes it to a recording, if one runs)."""
+        stopped = self.live_recording.write(snapshot)
+        if stopped is not None:
+            self.post_message(NoticeFromThread(stopped, "error"))
+        try:
+            self.post_message(SnapshotArrived(snapshot, host))
+        except Exception:  # the app is shutting down
+            pass
+
+    def on_snapshot_arrived(self, message: SnapshotArrived) -> None:
+        if self.paused:
+            return
+        try:
+            if message.host != self.current:  # another tab's: kept for when it is shown, and summarised
+                Hosts.keep(self.hosts[message.host], message.snapshot)
+                if message.snapshot.connected:  # its trends and countdowns go on while not shown
+                    self.query_one(PanelsView).record(message.snapshot)
+                self.render_hosts()
+                return
+            self.apply_snapshot(message.snapshot)
+            self.render_hosts()
+        except NoMatches:
+            # The sampler's last snapshot can arrive while the app shuts down and its panels are
+            # already removed (CI saw it once, at the end of a Pilot test): nothing to draw on.
+            if self.is_running:  # False from the start of shutdown
+                raise
+
+    def apply_snapshot(self, snapshot: Snapshot) -> None:
+        started = time.perf_counter()
+        host = self.host
+        Hosts.keep(host, snapshot)
+        # Disconnected: keep the last figures on screen; the status bar says they are stale.
+        self.query_one(PanelsView).show(host.shown or snapshot, self.filter_text)
+        self.render_status()
+        self.apply_ms.append((time.perf_counter() - started) * 1000)
+
+    def refresh_panels(self) -> None:
+        """Show the current host's figures (another host shown, a new filter): the last taken
+        while connected, else the latest."""
+        shown = self.host.shown or self.host.snapshot
+        if shown is not None:
+            self.query_one(PanelsView).show(shown, self.filter_text)
+
+    def render_hosts(self) -> None:
+        if len(self.hosts) > 1:
+            for bar in self.query(HostBar):
+                bar.show(self.hosts, self.current)
+
+    def render_status(self, force: bool = False) -> None:
+        try:
+            bar = self.query_one(StatusBar)
+        except NoMatches:  # shutting down: a replay's clock timer can fire after the screen is gone
+            return
+        bar.show(StatusFacts(snapshot=self.snapshot, last_good_at=self.host.last_good_at,
+                             host_name=self.host.name if len(self.hosts) > 1 else None, replay=self.replay,
+                             paused=self.paused, recording=self.recorder is not None, read_only=self.read_only,
+                             interval_s=self.source.interval_s if self.replay is None else 0.0), force)
+
+    # -- notices --------------------------------------------------------------------------
+
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information", timeout: float | None = None,
+               markup: bool = True) -> None:
+        """Every notice goes to the log (`m`) and, for a few seconds, to the footer's line; none
+        covers a panel. Messages are plain text, inert and on one line: an error's text may hold
+        brackets, and a notice may quote a name or an error from the database."""
+        text = fmt.inert_line(f"{title}: {message}" if title else message)
+        at = time.strftime("%H:%M:%S")
+        self.notices.append((at, severity, text))
+        try:  # on the main screen, even while a dialog is open over it
+            bar = self.screen_stack[0].query_one(NoticeBar)
+        except (NoMatches, IndexError):  # not composed yet, or shutting down: the log has it
+            return
+        bar.show(at, severity, text, timeout)
+
+    def on_notice_from_thread(self, message: NoticeFromThread) -> None:
+        self.notify(message.text, severity=message.severity)  # type: ignore[arg-type]
+        self.render_status()
+
+    def on_activity_ended(self, message: ActivityEnded) -> None:
+        self.notify(message.text, timeout=15)
+        self.source.refresh_now()
+
+    def action_notices(self) -> None:
+        for bar in self.screen_stack[0].query(NoticeBar):
+            bar.hide()
+        self.push_screen(NoticesScreen(list(self.notices)))
+
+    # -- keys -----------------------------------------------------------------------------
+
+    @classmethod
+    def bindings_by_id(cls) -> dict[str, Binding]:
+        """Every binding, by the id the config's [keys] table remaps it by."""
+        return bindings_by_id()
+
+    def key_for(self, binding_id: str) -> str:
+        """The key that runs a binding, as the config's [keys] table may have remapped it."""
+        binding = self.bindings_by_id().get(binding_id)
+        return "?" if binding is None else self._keymap.get(binding_id, binding.key_display or binding.key)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # False hides a binding (footer, help) and refuses its key; None would show it dimmed.
+        if action in ("host", "hosts"):
+            return len(self.hosts) > 1  # one database: no host keys
+        if action in ("step", "seek"):
+            return self.replay is not None
+        if action == "record":
+            return self.replay is None  # a replay is not recorded again
+        return True
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(help_keys(self.key_for)))
+
+    def action_host(self, index: int) -> None:
+        """Show host `index` (its number in the host bar, from 0), or the next (-1) or previous (-2)."""
+        if self._hosts.select(index):
+            self.refresh_panels()
+            self.render_status(force=True)
+            self.render_hosts()
+
+    def action_hosts(self) -> None:
+        """A line per host: what the host bar says of each, and more."""
+        self.push_screen(HostsScreen([host_line(i, h) for i, h in enumerate(self.hosts)], self.current))
+
+    def action_toggle_pause(self) -> None:
+        if self.replay is not None:  # play / pause the recording: its snapshots still arrive when stepped
+            toggle_play(self.replay)
+        else:
+            self.paused = not self.paused
+            self._hosts.pause(self.paused)
+        self.render_status()
+
+    def action_refresh_now(self) -> None:
+        if self.replay is not None:
+            return
+        if self.paused:
+            taken = f" of {self.snapshot.taken_at:%H:%M:%S} UTC" if self.snapshot is not None else ""
+            self.notify(f"paused: the panels keep the sample{taken}; p resumes", severity="warning", timeout=4)
+            return
+        self._hosts.refresh()
+
+    def action_interval(self, step: int) -> None:
+        if self.replay is not None:  # + and - change the speed of a recording
+            speed = self.replay.faster(step)
+            self.render_status()
+            self.notify(f"replay at x{speed:g}", timeout=2)
+            return
+        new = self._hosts.step_interval(step)
+        self.render_status()
+        self.notify(f"refresh every {new:g}s", timeout=2)
+
+    def action_step(self, direction: int) -> None:
+        if self.replay is not None:
+            self.replay.step(direction, self.host.name)
+            self.render_status()
+
+    def action_seek(self) -> None:
+        if self.replay is not None:
+            self.push_screen(seek_prompt(self.replay), partial(self._seek, self.replay))
+
+    def _seek(self, clock: ReplayClock, text: str | None) -> None:
+        if not text:
+            return
+        wrong = seek(clock, text)
+        if wrong is not None:
+            self.notify(wrong, severity="error")
+            return
+        self.render_status()
+
+    def action_record(self) -> None:
+        """Start or stop recording every host's snapshots (queuetop replay FILE plays them)."""
+        if self.replay is None:
+            said, severity = self.live_recording.toggle()
+            self.notify(said, severity=severity)
+            if severity != "error":
+                self.render_status()
+
+    # -- the panels -----------------------------------------------------------------------
+
+    def action_zoom(self) -> None:
+        self.query_one(PanelsView).zoom()
+
+    def action_sort(self) -> None:
+        self.notify(self.query_one(PanelsView).sort(self.snapshot, self.filter_text), timeout=3)
+
+    def action_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.add_class("visible")
+        box.focus()
+
+    @on(Input.Submitted, "#filter")
+    def _apply_filter(self, event: Input.Submitted) -> None:
+        self.filter_text = event.value.strip()
+        if not self.filter_text:
+            event.input.remove_class("visible")
+        self.query_one(QueuesPanel).query_one(DataTable).focus()
+        self.refresh_panels()
+
+    def on_key(self, event: Key) -> None:
+        box = self.query_one("#filter", Input)
+        if event.key == "escape" and self.screen.maximized is not None and self.screen is self.screen_stack[0]:
+            self.screen.minimize()
+            event.stop()
+            return
+        if event.key == "escape" and (box.has_focus or self.filter_text):
+            box.value = ""
+            box.remove_class("visible")
+            self.filter_text = ""
+            self.refresh_panels()
+            self.query_one(QueuesPanel).query_one(DataTable).focus()
+
+    @on(DataTable.RowSelected, "#queues-table")
+    def _queue_details(self, event: DataTable.RowSelected) -> None:
+        self.host_actions.queue_details(event.row_key.value or "")
+
+    @on(Tree.NodeSelected, "#locks-tree")
+    def _session_details(self, event: Tree.NodeSelected) -> None:
+        self.host_actions.session_details(event.node.data)
+
+    # -- acting on the database (actions.py) ------------------------------------------------
+
+    def action_signal(self, terminate: bool) -> None:
+        panels = self.query_one(PanelsView)
+        self.host_actions.signal(terminate, from_connections=isinstance(panels.focused_panel(), ConnectionsPanel),
+                           selected_pid=lambda: self.query_one(LocksPanel).selected_pid)
+
+    def action_engine(self, binding_id: str) -> None:
+        self.host_actions.engine(binding_id, lambda: selected_queue(self.query_one(QueuesPanel).query_one(DataTable)))
+
+    def action_stop_all(self) -> None:
+        self.host_actions.stop_all()
+
+    def action_reset_demo(self) -> None:
+        self.host_actions.reset_demo()

@@ -1,0 +1,89 @@
+"""The panels, as one view: laid out in three rows (`PanelsView.build`), each snapshot handed to
+every panel (once per snapshot and filter), other hosts' trends kept going, the focused panel
+sorted and zoomed. The app gives it the snapshots and the filter (data down)."""
+
+from __future__ import annotations
+
+from textual.containers import Horizontal, Vertical
+
+from probes.model import Snapshot
+
+from ..widgets.panels import CompactionPanel, ConnectionsPanel, LeasesPanel, LocksPanel, Panel, QueuesPanel, RingsPanel
+
+PANELS = (QueuesPanel, RingsPanel, LeasesPanel, CompactionPanel, LocksPanel, ConnectionsPanel)
+
+
+# The app's stylesheet: the panels' rows, and the filter box under them.
+LAYOUT_CSS = """
+    Screen { layout: vertical; }
+    #row-queues { height: 3fr; min-height: 6; }
+    #row-locks { height: 2fr; min-height: 6; }
+    /* As tall as the longest of Rings, Leases and Compaction needs (every lease in sight when
+       relays take over), up to 40 % of the screen; z zooms a panel to full screen. */
+    #row-small { height: auto; max-height: 40%; }
+    #row-small Panel { height: auto; min-height: 5; }
+    #row-small KeyedTable { height: auto; }
+    #locks { width: 3fr; }
+    #connections { width: 2fr; }
+    /* Rings and Compaction as wide as their rows need (set from their content), within these
+       bounds; Leases takes the rest. At 80 columns: a ring's name and used/capacity, a lease's
+       name, token and TTL, the pending deltas and their group. */
+    #rings { width: 24; min-width: 16; max-width: 28%; }
+    #compaction { width: 22; min-width: 16; max-width: 30%; }
+    #leases { width: 1fr; min-width: 40%; }
+    #connections-spark { height: 1; margin: 0 1; }
+    #connections-summary { height: 1; padding: 0 1; }
+    #filter { dock: bottom; display: none; }
+    #filter.visible { display: block; }
+    """
+
+
+class PanelsView(Vertical):
+    _applied: tuple[Snapshot, str] | None = None  # what the panels show, and with which filter
+
+    @classmethod
+    def build(cls) -> PanelsView:
+        """The panels in three rows: the queues; locks and connections; rings, leases and compaction."""
+        return cls(
+            Horizontal(QueuesPanel(), id="row-queues"),
+            Horizontal(LocksPanel(), ConnectionsPanel(), id="row-locks"),
+            Horizontal(RingsPanel(), LeasesPanel(), CompactionPanel(), id="row-small"),
+        )
+
+    def show(self, snapshot: Snapshot, filter_text: str) -> None:
+        """Hand `snapshot` to every panel, unless they show it already with this filter (a panel
+        adds each sample it is given to its history)."""
+        if self._applied is not None and self._applied[0] is snapshot and self._applied[1] == filter_text:
+            return
+        self._applied = (snapshot, filter_text)
+        with self.app.batch_update():
+            for panel in PANELS:
+                self.query_one(panel).show(snapshot, filter_text)
+
+    def record(self, snapshot: Snapshot) -> None:
+        """Another host's snapshot, not shown: its trends and countdowns go on."""
+        self.query_one(QueuesPanel).record(snapshot)
+        self.query_one(ConnectionsPanel).record(snapshot)
+        self.query_one(LeasesPanel).record(snapshot)
+
+    def focused_panel(self) -> Panel | None:
+        focused = self.app.focused
+        return next((w for w in (focused.ancestors_with_self if focused else []) if isinstance(w, Panel)), None)
+
+    def zoom(self) -> None:
+        """The focused panel full screen, or back."""
+        screen = self.screen
+        if screen.maximized is not None:
+            screen.minimize()
+            return
+        screen.maximize(self.focused_panel() or self.query_one(QueuesPanel), container=False)
+
+    def sort(self, snapshot: Snapshot | None, filter_text: str) -> str:
+        """Cycle the focused panel's order (Queues when the focused one does not sort); says what it did."""
+        panel = self.focused_panel()
+        if panel is None or len(panel.SORTS) < 2:
+            panel = self.query_one(QueuesPanel)
+        order = panel.cycle_sort()
+        if snapshot is not None:
+            panel.show(snapshot, filter_text)
+        return f"{panel.border_title} sorted by {order}"

@@ -1,0 +1,136 @@
+"""The Connections panel: sessions against the limit, the oldest transaction and what holds the
+cleanup horizon, sessions by state and by application."""
+
+from __future__ import annotations
+
+from collections import deque
+from datetime import datetime
+from typing import ClassVar
+
+from textual.widgets import Sparkline, Static
+
+from probes.model import Connections, Snapshot
+
+from ... import format as fmt
+from ...report import xmin_holder
+from ..keyed_table import Column, KeyedTable
+from .base import CULPRIT_STATES, SHORT_STATES, Panel, fit_segments, matches_filter, new_sample
+
+
+class ConnectionsPanel(Panel):
+    HORIZON: ClassVar[dict[str, str]] = {"postgresql": "xmin", "mssql": "snapshot"}
+    # Sessions: how many connections are in that state, or come from that application.
+    COLUMNS: ClassVar[list[Column]] = [Column("n", "Sessions", 0), Column("what", "By", 1, yields_to_names=True),
+                                       Column("name", "State/app", 0, text=True)]
+    SORTS: ClassVar[tuple[tuple[str, str], ...]] = (("given", "state, then app"), ("sessions", "sessions ↓"), ("name", "name"))
+
+    def __init__(self) -> None:
+        super().__init__("Connections", id="connections")
+        self._histories: dict[str, deque[float]] = {}  # per host: total sessions over the samples seen
+        self._recorded: dict[str, datetime] = {}
+        self._history: deque[float] = deque(maxlen=60)  # the shown host's
+        self._shown_host: str | None = None
+        self._summary_text = ""
+        self._connections: Connections | None = None
+        self._unknown: str | None = None  # why the connections are unknown (the probe failed)
+        self._horizon = "xmin"
+
+
+    def record(self, snapshot: Snapshot) -> None:
+        """Add a sample to its host's history of sessions (once per sample), shown or not."""
+        if snapshot.connections is None:
+            return
+        new = new_sample(self._recorded, snapshot)
+        if new is None:
+            return
+        history = self._histories.setdefault(snapshot.host, deque(maxlen=60))
+        if new == "earlier":  # a replay went back in time
+            history.clear()
+        history.append(float(snapshot.connections.total))
+
+    def compose(self):
+        yield Static("", id="connections-summary")
+        yield Sparkline([], id="connections-spark")
+        yield KeyedTable(self.COLUMNS, id="connections-table")
+
+    def show(self, snapshot: Snapshot, filter_text: str = "") -> None:
+        # What holds the cleanup horizon back, in the database's words: PostgreSQL's xmin, SQL
+        # Server's oldest snapshot transaction (which keeps the version store from shrinking).
+        self._horizon = self.HORIZON.get(snapshot.server.dialect, "xmin")
+        self.record(snapshot)
+        host = snapshot.host
+        self._history = self._histories.setdefault(host, deque(maxlen=60))
+        c = snapshot.connections
+        if c is None:
+            # Another host's figures must not stay under this one's name, nor any where nothing was
+            # sampled (a replay before this host's recording begins: no probe ran), nor any where
+            # the probe failed: the sessions are unknown, and the summary says why.
+            unknown = snapshot.unknown_list("connections")
+            other_host = host != self._shown_host
+            if other_host or "connections" not in snapshot.probes or unknown is not None:
+                self._shown_host, self._connections, self._summary_text = host, None, ""
+                self._unknown = unknown
+                self.border_title = "Connections"
+                self.query_one("#connections-summary", Static).update("", layout=False)
+                if other_host or unknown is None:  # this host's history of sessions stays: it was seen
+                    self.query_one(Sparkline).data = []
+                self.query_one(KeyedTable).sync({})
+                self._render_summary()
+            return
+        self._shown_host = host
+        self._connections, self._unknown = c, None
+        self._render_summary()
+        spark = self.query_one(Sparkline)
+        history = list(self._history)
+        if spark.data != history:
+            spark.data = history
+        entries = [("state", state, n) for state, n in c.by_state.items()]
+        entries += [("app", app, n) for app, n in c.by_application.items() if matches_filter(filter_text, app)]
+        if self.sort == "sessions":
+            entries.sort(key=lambda e: -e[2])  # stable: states before apps among equals
+        elif self.sort == "name":
+            entries.sort(key=lambda e: (e[1] or "").lower())
+        rows: dict[str, tuple[object, ...]] = {}
+        for what, name, n in entries:
+            label = fmt.plain(SHORT_STATES.get(name, name), style="bold red" if name in CULPRIT_STATES else "") \
+                if what == "state" else (fmt.inert(name) or "(none)")
+            rows[f"{what}:{name}"] = (fmt.count(n), what, label)
+        self.query_one(KeyedTable).sync(rows)
+
+
+    def _render_summary(self) -> None:
+        c = self._connections
+        width = max(10, self.query_one("#connections-summary", Static).size.width - 2)
+        if c is None:
+            if self._unknown is not None:  # the probe failed: no figure, and why
+                line = fit_segments([("sessions unknown: ", "bold yellow", False), (fmt.one_line(self._unknown, 300), "yellow", True)],
+                                    width)
+                if line.plain != self._summary_text:
+                    self._summary_text = line.plain
+                    self.query_one("#connections-summary", Static).update(line, layout=False)
+            return
+        holder = xmin_holder(c, words="short")
+        xmin_style = "bold yellow" if holder else ""
+        session = c.xmin_holder_kind in (None, "session")
+        # The second line fitted to the width: each figure whole or left out, the app name cut last.
+        oldest = fit_segments([
+            ("oldest xact ", "", False), (fmt.seconds(c.oldest_xact_age_s), "bold", False),
+            (f" pid {c.oldest_xact_pid}" if c.oldest_xact_pid else "", "", False),
+            (f" · {self._horizon} {holder}" if holder and session else "", xmin_style, False),
+            # A prepared transaction's gid or a slot's name: a name, cut last but one.
+            (f" · {self._horizon} {holder}" if holder and not session else "", xmin_style, True),
+            (f" · version store {fmt.kilobytes(c.version_store_kb)}" if c.version_store_kb is not None else "", "", False),
+            (f" {c.xmin_holder_application}" if holder and session and c.xmin_holder_application else "", xmin_style, True),
+        ], width)
+        # Sessions against max_connections in the title: the lines below are for the rows.
+        title = f"Connections {fmt.sessions(c.total, c.max)}"
+        if self.border_title != title:
+            self.border_title = title
+        if oldest.plain != self._summary_text:  # repaint only what changed
+            self._summary_text = oldest.plain
+            self.query_one("#connections-summary", Static).update(oldest, layout=False)  # fixed height
+
+    def on_resize(self) -> None:
+        self._render_summary()  # refit the line to the new width
+        # The history line only where it leaves room for at least three rows.
+        self.query_one(Sparkline).display = self.size.height - 2 >= 6

@@ -1,0 +1,208 @@
+"""The Queues panel: every queue's depth, states, age, rates, trend and table health."""
+
+from __future__ import annotations
+
+from collections import deque
+from datetime import datetime
+from typing import ClassVar
+
+from rich.text import Text
+
+from probes.model import QueueSample, Snapshot
+
+from ... import format as fmt
+from ..keyed_table import Column, KeyedTable, RowsShown
+from .base import UNKNOWN_KEY, Panel, matches_filter, new_sample, unknown_row
+
+HISTORY = 30
+# What a queue's name is followed by, by source: the engine's own queues need no suffix.
+SOURCE_SUFFIX = {"reference": "", "outbox": ""}
+
+
+def _estimated(q: QueueSample, field: str) -> bool:
+    """Whether a figure of a queue is an estimate (a snapshot recorded before per-figure flags
+    has the depth's flag only: its ready figure followed it)."""
+    if q.estimated:
+        return field in q.estimated
+    return q.depth_is_estimate and field == "ready"
+
+
+def _display_name(q: QueueSample) -> str:
+    """A queue's name as the Queues panel shows it (inert): with its source, but for the engine's own."""
+    return fmt.inert(q.name + SOURCE_SUFFIX.get(q.source, f" ({q.source})"))
+
+
+class QueuesPanel(Panel):
+    # Priority: what goes last when the width runs out (0 never goes).
+    COLUMNS: ClassVar[list[Column]] = [
+        Column("name", "Queue", 0, text=True, min_width=12), Column("depth", "Depth", 1), Column("ready", "Ready", 3),
+        Column("in_flight", "In flight", 5), Column("delayed", "Delayed", 6), Column("dead", "Dead", 4),
+        Column("age", "Oldest", 2), Column("in", "In/s", 7), Column("out", "Out/s", 8), Column("trend", "Trend (peak)", 11),
+        Column("bloat", "Dead tup", 9), Column("vacuum", "Vacuumed", 10),
+    ]
+
+    # The snapshot's own order (by source), then the figures an operator looks for first, largest
+    # first, then by name.
+    SORTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("source", "source"), ("depth", "depth ↓"), ("oldest", "oldest ready ↓"), ("dead", "dead ↓"), ("name", "name"),
+    )
+
+    # The table-health columns in each database's words: PostgreSQL's dead tuples and last
+    # (auto)vacuum; SQL Server's ghost records (read on a slow schedule) and the last update of
+    # the table's statistics (it has no vacuum).
+    WORDS: ClassVar[dict[str, dict[str, str]]] = {
+        "postgresql": {"bloat": "Dead tup", "vacuum": "Vacuumed"},
+        "mssql": {"bloat": "Ghosts", "vacuum": "Stats upd"},  # STATS_DATE of the clustered index
+    }
+
+    def __init__(self) -> None:
+        super().__init__("Queues", id="queues")
+        self._dialect = "postgresql"
+        # Per host (a snapshot's `host`: the dashboard may watch several): each queue's depth over
+        # the samples seen, and the last sample of each queue and when it was read.
+        self._histories: dict[str, dict[str, deque[float]]] = {}
+        self._recorded: dict[str, datetime] = {}  # host -> the sample last added to its histories
+        self._rendered: dict[str, tuple[object, tuple]] = {}  # the shown host's: key -> (facts, cells)
+        self._rendered_by_host: dict[str, dict[str, tuple[object, tuple]]] = {}
+        self._last_reads: dict[str, dict[str, tuple[QueueSample, datetime]]] = {}
+        self.history: dict[str, deque[float]] = {}  # the shown host's
+        self._last_read: dict[str, tuple[QueueSample, datetime]] = {}
+        self._shown_snapshot: tuple[Snapshot, str] | None = None
+        self._redraw_only = False
+
+    def _ordered(self, queues: tuple[QueueSample, ...]) -> list[QueueSample]:
+        if self.sort == "source":
+            return list(queues)
+        if self.sort == "name":
+            return sorted(queues, key=lambda q: (q.name.lower(), q.source))
+        figure = {"depth": lambda q: q.depth, "oldest": lambda q: q.oldest_ready_age_s, "dead": lambda q: q.dead}[self.sort]
+        # Largest first; unknown figures last, each group in the snapshot's order (a stable sort).
+        return sorted(queues, key=lambda q: (figure(q) is None, -(figure(q) or 0)))
+
+    def compose(self):
+        yield KeyedTable(self.COLUMNS, id="queues-table")
+
+    def _stale(self, snapshot: Snapshot) -> list[QueueSample]:
+        """The queues of the sources the probe could not read this cycle (a lock on the registry
+        table, a lock timeout), as last read: kept on screen, marked stale, not dropped."""
+        status = snapshot.probes.get("queues")
+        unread = status.unread if status is not None else ()
+        for q in snapshot.queues:
+            self._last_read[f"{q.source}:{q.name}"] = (q, snapshot.taken_at)
+        if not unread:
+            self.set_subtitle("stale")
+            return []
+        read = {f"{q.source}:{q.name}" for q in snapshot.queues}
+        stale = [(q, at) for key, (q, at) in self._last_read.items() if key not in read and ("all" in unread or q.source in unread)]
+        if stale:
+            since = min(at for _q, at in stale)
+            reason = fmt.one_line(status.error if status is not None else None, 200)
+            self.set_subtitle("stale", f"{len(stale)} stale since {since:%H:%M:%S}: {reason}",
+                              f"{len(stale)} stale since {since:%H:%M:%S}", f"{len(stale)} stale")
+        else:
+            self.set_subtitle("stale")
+        return [q for q, _at in stale]
+
+    def on_rows_shown(self, message: RowsShown) -> None:
+        super().on_rows_shown(message)
+        # Rows that scrolled into view are drawn from the last sample now (see show()).
+        if self._shown_snapshot is not None:
+            self._redraw_only = True
+            try:
+                self.show(*self._shown_snapshot)
+            finally:
+                self._redraw_only = False
+
+    def record(self, snapshot: Snapshot) -> None:
+        """Add a sample to its host's depth histories (once per sample), shown or not: a host in
+        another tab keeps its trends."""
+        history = self._histories.setdefault(snapshot.host, {})
+        new = new_sample(self._recorded, snapshot)
+        if new is None:
+            return
+        if new == "earlier":  # a replay went back in time: the trends start again
+            history.clear()
+        for q in snapshot.queues:
+            if q.depth is not None:
+                history.setdefault(f"{q.source}:{q.name}", deque(maxlen=HISTORY)).append(float(q.depth))
+
+    def show(self, snapshot: Snapshot, filter_text: str = "") -> None:
+        rows: dict[str, tuple] = {}
+        host = snapshot.host
+        if not self._redraw_only:
+            self.record(snapshot)
+        self.history = self._histories.setdefault(host, {})
+        self._last_read = self._last_reads.setdefault(host, {})
+        self._rendered = self._rendered_by_host.setdefault(host, {})  # a stale row keeps its own host's cells
+        self._shown_snapshot = (snapshot, filter_text)
+        stale = self._stale(snapshot)
+        stale_keys = {f"{q.source}:{q.name}" for q in stale}
+        table = self.query_one(KeyedTable)
+        dialect = snapshot.server.dialect if snapshot.server is not None else self._dialect
+        if dialect != self._dialect and dialect in self.WORDS:
+            self._dialect = dialect
+            table.relabel(self.WORDS[dialect])
+        trend_shown = "trend" in table.shown_columns()
+        ordered = self._ordered(snapshot.queues + tuple(stale))
+        # Only the rows on screen (and a few either side) are formatted anew: with 500 queues,
+        # a row scrolled out of view keeps the cells it had until it comes back into view.
+        in_view = table.keys_in_view([f"{q.source}:{q.name}" for q in ordered if matches_filter(filter_text, q.name, q.table)])
+        for q in ordered:
+            key = f"{q.source}:{q.name}"
+            if key in stale_keys:  # the last figures, dimmed (the border says since when and why)
+                if key in self._rendered and matches_filter(filter_text, q.name, q.table):
+                    rows[key] = tuple(Text(cell.plain if isinstance(cell, Text) else cell, style="dim italic")
+                                      for cell in self._rendered[key][1])
+                continue
+            history = self.history.get(key) or deque()
+            if not matches_filter(filter_text, q.name, q.table):
+                continue
+            cached = self._rendered.get(key)
+            if cached is not None and in_view is not None and key not in in_view:
+                rows[key] = cached[1]
+                continue
+            # Same sample, same trend, same clock: the same cells (no Text built, none compared).
+            facts = (q, tuple(history)[-12:], snapshot.taken_at if q.last_vacuum_at else None)
+            if cached is not None and cached[0] == facts:
+                rows[key] = cached[1]
+                continue
+            if q.error and q.depth is None:
+                # Its figures unknown; why is in the border (and the status notes, `queuetop
+                # snapshot`): a long text here would widen the Depth column for good.
+                rows[key] = (Text(_display_name(q), style="red"),
+                             Text("unknown", style="bold yellow"), "", "", "", "", "", "", "", "", "", "")
+                self._rendered[key] = (facts, rows[key])
+                continue
+            # Plain strings unless a cell is coloured: a Text costs several times more to build,
+            # compare and measure, and a busy screen of 500 queues changes every row each second.
+            name = _display_name(q)
+            bloat: str | Text = fmt.count(q.dead_tuples)
+            if q.dead_tuples and q.live_tuples is not None and q.dead_tuples > max(1000, 2 * (q.live_tuples or 0)):
+                bloat = Text(fmt.count(q.dead_tuples), style="bold yellow")  # more dead than live: vacuum is not keeping up
+            age: str | Text = fmt.seconds(q.oldest_ready_age_s)
+            if q.oldest_ready_age_s is not None and q.oldest_ready_age_s > 60:
+                age = Text(fmt.seconds(q.oldest_ready_age_s), style="bold red")
+            dead: str | Text = fmt.count(q.dead, "dead" in q.estimated)
+            if q.dead:
+                dead = Text(fmt.count(q.dead, "dead" in q.estimated), style="red")
+            vacuum = "-" if q.last_vacuum_at is None else fmt.seconds(
+                snapshot.taken_at.timestamp() - q.last_vacuum_at.timestamp()) + " ago"
+            rows[key] = (
+                name, fmt.count(q.depth, q.depth_is_estimate), fmt.count(q.ready, _estimated(q, "ready")),
+                fmt.count(q.in_flight, _estimated(q, "in_flight")), fmt.count(q.delayed, _estimated(q, "delayed")), dead, age,
+                fmt.rate(q.enqueued_per_s), fmt.rate(q.dequeued_per_s),
+                fmt.trend(list(history), styled=trend_shown), bloat, vacuum,
+            )
+            self._rendered[key] = (facts, rows[key])
+        failed = [q for q in snapshot.queues if q.error and q.depth is None and matches_filter(filter_text, q.name, q.table)]
+        if failed:
+            reason = fmt.one_line(failed[0].error, 200)
+            self.set_subtitle("unknown", f"{len(failed)} unknown: {failed[0].name}: {reason}", f"{len(failed)} unknown")
+        else:
+            self.set_subtitle("unknown")
+        # Sources the probe could not read, with no last rows of theirs to show stale: unknown,
+        # not "no queues".
+        status = snapshot.probes.get("queues")
+        if status is not None and status.error and not stale and (status.unread or not snapshot.queues):
+            rows[UNKNOWN_KEY] = unknown_row(status.error, len(self.COLUMNS))
+        self.query_one(KeyedTable).sync(rows)
