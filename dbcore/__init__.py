@@ -13,6 +13,6 @@
 
 The packages depend one way only: `dbcore` imports none of queuetop's other packages; `queues`
 and `probes` import `dbcore` and never each other; `bench` (the benchmarks) stands on those
-three; `tui` (the dashboard and the command line) puts them all together. Within each package no two modules import each other, at any depth.
-`tests/test_layering.py` enforces both.
+three; `tui` (the dashboard and the command line) puts them all together. Within each package
+no two modules import each other, at any depth. `tests/test_layering.py` enforces both.
 """

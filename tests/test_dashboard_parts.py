@@ -9,7 +9,7 @@ import dataclasses
 from probes.recording import Recording, ReplayClock
 from tui.dashboard.actions import prefill, what_ending_releases
 from tui.dashboard.bars import StatusFacts, status_parts
-from tui.dashboard.hosts import INTERVALS, HostSpec, Hosts, hosts_text
+from tui.dashboard.hosts import INTERVALS, Hosts, HostSpec, hosts_text
 from tui.dashboard.replay import LiveRecording, seek
 from tui.sample import SampleSource, sample_snapshot
 
