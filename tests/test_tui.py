@@ -3,22 +3,28 @@ against a real PostgreSQL, and snapshot tests of the main screen fed by a determ
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import io
 import json
+from datetime import timedelta
 
 import psycopg
 import pytest
 from rich.console import Console
-from textual.widgets import DataTable, Input, Tree
+from textual.widgets import DataTable, Input, Static, Tree
 
 from probes.config import Config, DeclaredQueue
+from probes.recording import Recorder, Recording
 from probes.sampler import Sampler
 from queues import compactor
 from queues.control import SCENARIO_KEY, EngineControls
 from queues.table_queue import TableQueue
 from tui import format as fmt
+from tui.app import replay_app
 from tui.backend import DatabaseBackend
-from tui.dashboard import QueuetopApp
+from tui.dashboard import QueuetopApp, StatusBar
+from tui.messages import NoticeFromThread, SnapshotArrived
 from tui.sample import SampleSource, sample_snapshot
 from tui.screens.details import DetailsScreen
 from tui.screens.dialogs import ConfirmScreen, HelpScreen, NoticesScreen, PromptScreen
@@ -381,6 +387,40 @@ async def test_notices_take_the_footers_line_not_a_panel_and_m_lists_them_all():
         assert bar.display and "while help is open" in str(bar.render())
         await settle(pilot, app, lambda: not bar.display, "the notice's line handed back to the footer")
         assert isinstance(app.screen, HelpScreen)
+
+
+async def test_nothing_looks_for_the_screens_widgets_while_the_app_shuts_down(tmp_path):
+    """Issue 28: a replay's status clock ticked on the app, and went on while the app shut down and
+    removed the screen's widgets (NoMatches 'StatusBar', about 1 run in 11). Here a widget slow to
+    go holds the screen's removal open, the other widgets gone: the clock's ticks, a notice's
+    timer, a last snapshot and a notice from a thread all come then, and none looks for them."""
+    path = tmp_path / "r.jsonl.gz"
+    recorder = Recorder(path)
+    first = sample_snapshot()
+    for n in range(2):
+        recorder.write(dataclasses.replace(sample_snapshot(step=n), taken_at=first.taken_at + timedelta(seconds=5 * n)))
+    recorder.close()
+    app = replay_app(Recording(path), playing=False)  # no snapshot arrives unless stepped
+    delivered: list[bool] = []
+
+    class SlowToGo(Static):
+        async def on_unmount(self) -> None:
+            await asyncio.sleep(0.3)  # the other widgets are removed meanwhile
+            assert not app.is_running and not app.default_screen.query(StatusBar)
+            delivered.append(app.post_message(SnapshotArrived(sample_snapshot(step=5), 0)))
+            delivered.append(app.post_message(NoticeFromThread("a sampler's last words", "error")))
+            await asyncio.sleep(0.7)  # the clock's ticks (every 0.25 s) and the notice's timer are due
+
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot, app, lambda: app.snapshot is not None, "the first snapshot")
+        status = app.query_one(StatusBar)
+        assert " x1" in str(status.render())
+        app.replay.faster(1)  # the clock alone, nothing rendered: the bar's own tick shows it
+        await settle(pilot, app, lambda: " x2" in str(status.render()), "the clock's tick on the status line")
+        await app.screen.mount(SlowToGo())
+        app.notify("gone before its time is up", timeout=0.2)
+    assert delivered == [True, True]  # handled while the app shut down (run_test re-raises what they raised)
+    assert any(text == "a sampler's last words" for _at, _severity, text in app.notices)  # in the log, not drawn
 
 
 async def test_ctrl_p_lists_our_commands_before_anything_is_typed():

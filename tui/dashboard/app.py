@@ -17,7 +17,6 @@ from typing import ClassVar
 from textual import on
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
-from textual.css.query import NoMatches
 from textual.events import Key
 from textual.notifications import SeverityLevel
 from textual.widgets import DataTable, Footer, Input, Tree
@@ -128,7 +127,7 @@ class QueuetopApp(App[None]):
         self.render_hosts()
         if self.replay is not None:
             self.query_one(LeasesPanel).clock = self.replay.now  # the countdown runs on the recorded clock
-            self.set_interval(0.25, self.render_status)  # the position moves between snapshots
+            self.query_one(StatusBar).follow_clock(0.25)  # the position moves between snapshots
 
     def _start_demo(self) -> None:
         try:
@@ -153,22 +152,26 @@ class QueuetopApp(App[None]):
             pass
 
     def on_snapshot_arrived(self, message: SnapshotArrived) -> None:
-        if self.paused:
+        if self.paused or self._shutting_down():
             return
-        try:
-            if message.host != self.current:  # another tab's: kept for when it is shown, and summarised
-                Hosts.keep(self.hosts[message.host], message.snapshot)
-                if message.snapshot.connected:  # its trends and countdowns go on while not shown
-                    self.query_one(PanelsView).record(message.snapshot)
-                self.render_hosts()
-                return
-            self.apply_snapshot(message.snapshot)
+        if message.host != self.current:  # another tab's: kept for when it is shown, and summarised
+            Hosts.keep(self.hosts[message.host], message.snapshot)
+            if message.snapshot.connected:  # its trends and countdowns go on while not shown
+                self.query_one(PanelsView).record(message.snapshot)
             self.render_hosts()
-        except NoMatches:
-            # The sampler's last snapshot can arrive while the app shuts down and its panels are
-            # already removed (CI saw it once, at the end of a Pilot test): nothing to draw on.
-            if self.is_running:  # False from the start of shutdown
-                raise
+            return
+        self.apply_snapshot(message.snapshot)
+        self.render_hosts()
+
+    def _shutting_down(self) -> bool:
+        """True once the app has begun to shut down, when a message from a thread (a sampler's last
+        snapshot, a notice) may still be handled but the screen's widgets are being removed (CI saw
+        a snapshot arrive so at the end of a Pilot test). The app's handlers run until the app's
+        own message loop ends, after its screens are gone, and Textual says nothing to them in
+        between: `is_running` is False from the start of shutdown (and only then, once the app
+        handles messages). Each handler checks it first, and draws nothing on its way out; none
+        of them awaits, so the widgets cannot go while one runs. (Also True before the app runs.)"""
+        return not self.is_running
 
     def apply_snapshot(self, snapshot: Snapshot) -> None:
         started = time.perf_counter()
@@ -192,14 +195,11 @@ class QueuetopApp(App[None]):
                 bar.show(self.hosts, self.current)
 
     def render_status(self, force: bool = False) -> None:
-        try:
-            bar = self.query_one(StatusBar)
-        except NoMatches:  # shutting down: a replay's clock timer can fire after the screen is gone
-            return
-        bar.show(StatusFacts(snapshot=self.snapshot, last_good_at=self.host.last_good_at,
-                             host_name=self.host.name if len(self.hosts) > 1 else None, replay=self.replay,
-                             paused=self.paused, recording=self.recorder is not None, read_only=self.read_only,
-                             interval_s=self.source.interval_s if self.replay is None else 0.0), force)
+        facts = StatusFacts(snapshot=self.snapshot, last_good_at=self.host.last_good_at,
+                            host_name=self.host.name if len(self.hosts) > 1 else None, replay=self.replay,
+                            paused=self.paused, recording=self.recorder is not None, read_only=self.read_only,
+                            interval_s=self.source.interval_s if self.replay is None else 0.0)
+        self.query_one(StatusBar).show(facts, force)
 
     # -- notices --------------------------------------------------------------------------
 
@@ -211,15 +211,17 @@ class QueuetopApp(App[None]):
         text = fmt.inert_line(f"{title}: {message}" if title else message)
         at = time.strftime("%H:%M:%S")
         self.notices.append((at, severity, text))
-        try:  # on the main screen, even while a dialog is open over it
-            bar = self.screen_stack[0].query_one(NoticeBar)
-        except (NoMatches, IndexError):  # not composed yet, or shutting down: the log has it
+        # A notice from a thread (call_from_thread) can come while the app shuts down; one before
+        # the app runs has no screen yet: the log has them.
+        if self._shutting_down() or not self.screen_stack:
             return
-        bar.show(at, severity, text, timeout)
+        # On the main screen, even while a dialog is open over it.
+        self.screen_stack[0].query_one(NoticeBar).show(at, severity, text, timeout)
 
     def on_notice_from_thread(self, message: NoticeFromThread) -> None:
         self.notify(message.text, severity=message.severity)  # type: ignore[arg-type]
-        self.render_status()
+        if not self._shutting_down():
+            self.render_status()
 
     def on_activity_ended(self, message: ActivityEnded) -> None:
         self.notify(message.text, timeout=15)
