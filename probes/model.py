@@ -33,6 +33,7 @@ from .samples import ProbeStatus as ProbeStatus
 from .samples import QueueSample as QueueSample
 from .samples import RingSample as RingSample
 from .samples import ServerInfo as ServerInfo
+from .samples import SessionSample as SessionSample
 
 SNAPSHOT_VERSION = 1
 
@@ -51,6 +52,12 @@ class Snapshot:
     app_locks: tuple[AppLock, ...] = ()
     connections: Connections | None = None
     compaction: tuple[CompactionSample, ...] = ()
+    # Every session the connections probe saw (the sessions view), the oldest transaction first,
+    # at most probes.postgres.SESSIONS_CAP of them; sessions_total counts them all (more than
+    # len(sessions) when the list was capped; None when they were not read, or in a snapshot
+    # recorded before sessions were, which has none).
+    sessions: tuple[SessionSample, ...] = ()
+    sessions_total: int | None = None
     extra: dict[str, object] = field(default_factory=dict)
 
     @property
@@ -103,6 +110,8 @@ class Snapshot:
             "app_locks": [plain(a) for a in self.app_locks],
             "connections": plain(self.connections) if self.connections else _EMPTY_CONNECTIONS,
             "compaction": [plain(c) for c in self.compaction],
+            "sessions": [plain(s) for s in self.sessions],
+            "sessions_total": self.sessions_total,
             **self.extra,
         }
         # Unknown is absent: a list its probe could not read is null, not [] (which reads as "none");
@@ -153,6 +162,7 @@ class Snapshot:
 PROBE_OF: dict[str, str] = {
     "queues": "queues", "rings": "rings", "leases": "leases", "blocked": "locks", "blockers": "locks",
     "prepared_xacts": "locks", "app_locks": "locks", "connections": "connections", "compaction": "compaction",
+    "sessions": "connections",
 }
 
 

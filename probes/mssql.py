@@ -4,6 +4,9 @@ The T-SQL (probes/sql/mssql/) returns the same columns as PostgreSQL's, with SQL
 (docs/mssql.md), so the queues, rings, leases, compaction and connections probes are
 PostgresProbes' own. What differs is here:
 
+- the sessions (the connections probe's second statement): connections.sql's `sessions` in
+  T-SQL, run as it is (PostgreSQL's text is composed with its xmin_horizon statement; SQL
+  Server's finds the oldest snapshot transaction itself), with `blocked_by` as JSON text.
 - the locks probe: SQL Server has no arrays, so `blocked_by`, `held_tables` and `prepared` come
   as JSON text; the lock manager itself names an orphaned DTC transaction as a blocker (session
   -2, reported as 0 as PostgreSQL reports a prepared transaction), and the T-SQL lists the
@@ -27,7 +30,7 @@ from .config import Config
 from .failures import PROBE_FAILURES, describe_error
 from .locks import build_lock_tree
 from .model import Connections, QueueSample, ServerInfo
-from .postgres import LOCKS_SQL, LockPicture, PostgresProbes, ProbeConnection, json_value
+from .postgres import CONNECTIONS_SQL, LOCKS_SQL, LockPicture, PostgresProbes, ProbeConnection, SessionPicture, json_value
 
 # SQL Server's own sections of the probes' files (ghost records; what the login may see; the version store).
 MSSQL_QUEUES_SQL = Queries("probes", "queues.sql", dialect="mssql")
@@ -78,6 +81,13 @@ class MssqlProbes(PostgresProbes):
             return None
         return {"kind": "session", "pid": oldest["pid"], "name": None, "application_name": oldest["application_name"],
                 "age_xids": oldest["xmin_age"]}
+
+    def sessions(self, conn: ProbeConnection) -> SessionPicture:
+        self._require_server_state("other sessions")
+        return super().sessions(conn)
+
+    def _sessions_query(self) -> str:
+        return CONNECTIONS_SQL["sessions"]  # the session runs SQL Server's text of it
 
     def queues(self, conn: ProbeConnection) -> tuple[QueueSample, ...]:
         """PostgreSQL's queue probe, and the dead-tuple analogue, ghost records, on a slow

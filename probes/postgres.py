@@ -1,4 +1,4 @@
-"""PostgreSQL probes: queues, rings, leases, blocked sessions, connections.
+"""PostgreSQL probes: queues, rings, leases, blocked sessions, connections and every session.
 
 Each probe is a method taking a probe connection (autocommit, read-only, statement and lock
 timeouts, application_name `queuetop-probe`: probes/session.py, whose names are re-exported
@@ -12,6 +12,7 @@ import json
 import time
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 from typing import Any, TypeAlias
 
 from psycopg import sql
@@ -35,6 +36,7 @@ from .model import (
     QueueSample,
     RingSample,
     ServerInfo,
+    SessionSample,
 )
 from .session import APPLICATION_NAME as APPLICATION_NAME
 from .session import PROBE_SETTINGS as PROBE_SETTINGS
@@ -45,8 +47,16 @@ from .sources.base import has_table
 from .sources.tally import CycleTallies
 
 PROBE_NAMES = ("queues", "rings", "leases", "locks", "connections", "compaction")
+# The method a probe runs, where it is not the probe's name: the connections probe also lists
+# every session (the sessions view), a statement of its own, so that a cycle's connections and
+# sessions are read by one probe with one status.
+PROBE_METHODS = {"connections": "connections_and_sessions"}
 COMPACTION_COUNT_CAP = 20_000
 COMPACTION_TOP_GROUPS = 20
+# The connections probe lists at most this many sessions (the oldest transactions first), each
+# query cut to SESSION_QUERY_CHARS characters (the whole text is the session's details).
+SESSIONS_CAP = 5_000
+SESSION_QUERY_CHARS = 300
 
 
 # Each probe's statements (probes/sql/postgresql/<probe>.sql).
@@ -58,6 +68,11 @@ LOCKS_SQL = Queries("probes", "locks.sql")
 # What the locks probe returns: blocked sessions, root blockers, prepared transactions.
 LockPicture: TypeAlias = "tuple[tuple[BlockedSession, ...], tuple[Blocker, ...], tuple[PreparedXact, ...], tuple[AppLock, ...]]"
 CONNECTIONS_SQL = Queries("probes", "connections.sql")
+# The sessions listed, and how many there were before the cap.
+SessionPicture: TypeAlias = "tuple[tuple[SessionSample, ...], int]"
+# What the connections probe returns: the connections' figures, and the sessions (None when
+# their statement failed: unknown, the probe's error says why).
+ConnectionsPicture: TypeAlias = "tuple[Connections, SessionPicture | None]"
 COMPACTION_SQL = Queries("probes", "compaction.sql")
 
 
@@ -303,6 +318,47 @@ class PostgresProbes:
             xmin_holder_name=xmin["name"] if xmin else None,
         )
 
+    # -- sessions ------------------------------------------------------------------------
+
+    def connections_and_sessions(self, conn: ProbeConnection) -> ConnectionsPicture:
+        """The connections probe as the sampler runs it: the connections' figures, then every
+        session. When the sessions' statement fails the connections' figures stand: the sessions
+        are unknown (the probe's `unread` is ("sessions",)) and its error says why."""
+        connections = self.connections(conn)
+        try:
+            listed: SessionPicture | None = self.sessions(conn)
+        except PROBE_FAILURES as exc:
+            self.errors["connections"] = f"sessions: {describe_error(exc)}"
+            self.unread["connections"] = ("sessions",)
+            listed = None
+        said = [note for note in (self.notes.pop("connections", None), self.notes.pop("sessions", None)) if note]
+        if said:
+            self.notes["connections"] = "; ".join(said)
+        return connections, listed
+
+    def sessions(self, conn: ProbeConnection) -> SessionPicture:
+        """Every session the role can see but this probe's (pg_activity's list), the oldest
+        transaction first, at most SESSIONS_CAP, and how many there were: one statement
+        (connections.sql's `sessions`), bounded by the number of backends. (Other roles' sessions
+        whose state privileges hide are the connections' note.)"""
+        rows = conn.execute(self._sessions_query(), {"cap": SESSIONS_CAP, "query_chars": SESSION_QUERY_CHARS}).fetchall()
+        total = int(rows[0]["total"]) if rows else 0
+        if total > len(rows):
+            self.notes["sessions"] = f"{len(rows):,} of {total:,} sessions listed, the oldest transactions first"
+        return tuple(
+            SessionSample(
+                pid=r["pid"], database=r["database"], user=r["usename"], application=r["application_name"], client=r["client"],
+                backend_type=r["backend_type"], state=r["state"], xact_age_s=r["xact_age_s"], query_age_s=r["query_age_s"],
+                wait_event_type=r["wait_event_type"], wait_event=r["wait_event"],
+                blocked_by=tuple(json_value(r["blocked_by"]) or ()), xmin_holder=bool(r["xmin_holder"]),
+                leader_pid=r["leader_pid"], query=r["query"], query_is_cut=bool(r["query_is_cut"]),
+            )
+            for r in rows
+        ), total
+
+    def _sessions_query(self) -> sql.Composed | str:
+        return sessions_statement(self._version_num)
+
     def xmin_horizon_holder(self, conn: ProbeConnection, sessions: list[DictRow]) -> DictRow | None:
         """What holds this database's xmin horizon back the most (kind, pid, name,
         application_name, age_xids), as the server computes it (connections.sql's xmin_horizon):
@@ -310,6 +366,15 @@ class PostgresProbes:
         `sessions`: the connections statement's rows, for a dialect that finds it among them."""
         row: DictRow | None = conn.execute(CONNECTIONS_SQL["xmin_horizon"]).fetchone()
         return row
+
+
+@cache
+def sessions_statement(version_num: int) -> sql.Composed:
+    """connections.sql's `sessions` for a server of `version_num`, with the xmin horizon's holder
+    found by connections.sql's own `xmin_horizon` statement (a subquery of it): the flag and
+    Connections.xmin_holder_pid are decided by the same SQL."""
+    horizon = CONNECTIONS_SQL["xmin_horizon"].rstrip().removesuffix(";")
+    return sql.SQL(versioned(CONNECTIONS_SQL["sessions"], version_num)).format(xmin_horizon=sql.SQL(horizon))
 
 
 def _latest(a: datetime | None, b: datetime | None) -> datetime | None:

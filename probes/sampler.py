@@ -32,14 +32,16 @@ from dbcore.pgversions import UnsupportedServer
 
 from .config import Config
 from .failures import PROBE_FAILURES, describe_error
-from .model import ProbeStatus, ServerInfo, Snapshot
+from .model import Connections, ProbeStatus, ServerInfo, Snapshot
 from .postgres import (
     APPLICATION_NAME,
+    PROBE_METHODS,
     PROBE_NAMES,
     PROBE_SETTINGS,
     LockPicture,
     PostgresProbes,
     ProbeConnection,
+    SessionPicture,
     open_probe_connection,
 )
 
@@ -65,7 +67,7 @@ def run_probe(probes: PostgresProbes, name: str, conn: ProbeConnection) -> tuple
     unread: tuple[str, ...] = ()
     notes = None
     try:
-        result = getattr(probes, name)(conn)
+        result = getattr(probes, PROBE_METHODS.get(name, name))(conn)
         error = probes.errors.pop(name, None)  # the part of it that failed (a queue source)
         notes = probes.notes.pop(name, None)  # what it says beside figures it read
         unread = probes.unread.pop(name, ())
@@ -84,6 +86,8 @@ def compose(server: ServerInfo, results: dict[str, tuple[ProbeStatus, object]], 
         return default if result is None or result[1] is None else cast(T, result[1])
 
     blocked, blockers, prepared, app_locks = value("locks", cast(LockPicture, ((), (), (), ())))
+    connections, listed = value("connections", cast("tuple[Connections | None, SessionPicture | None]", (None, None)))
+    sessions, sessions_total = listed if listed is not None else ((), None)  # unknown: no count either
     return Snapshot(
         taken_at=datetime.now(UTC),
         server=server,
@@ -95,8 +99,10 @@ def compose(server: ServerInfo, results: dict[str, tuple[ProbeStatus, object]], 
         blockers=blockers,
         prepared_xacts=prepared,
         app_locks=app_locks,
-        connections=value("connections", None),
+        connections=connections,
         compaction=value("compaction", ()),
+        sessions=sessions,
+        sessions_total=sessions_total,
         extra={**(extra or {}), **({"host": host} if host is not None else {})},
     )
 

@@ -1,6 +1,7 @@
 """The samples a probe returns, typed and frozen: a queue's figures (`QueueSample`), a ring's, a
 lease's, the lock picture's parts (blocked sessions, root blockers, prepared transactions,
-application locks), connections, compaction, the server, and each probe's status.
+application locks), connections, every session (the sessions view), compaction, the server, and
+each probe's status.
 
 A `Snapshot` (probes/model.py) holds one cycle's of them; probes/jsonform.py turns them into
 JSON and back. Nothing here touches the database.
@@ -160,6 +161,30 @@ class Connections:
     # session's).
     xmin_holder_kind: str | None = None
     xmin_holder_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionSample:
+    """One backend as the sessions view lists it (pg_activity's columns): every backend the
+    probe's role can see but the probe's own session. Text is kept as the server gave it (a view
+    makes it inert: dbcore/text.py)."""
+
+    pid: int
+    database: str | None  # None for a background process not connected to one
+    user: str | None
+    application: str | None
+    client: str | None  # address or host name; "local" for a Unix socket; None for a background process
+    backend_type: str | None  # "client backend", "autovacuum worker", ...; None where privileges hide it
+    state: str | None  # active, idle, idle in transaction, ...; None where privileges hide it
+    xact_age_s: float | None  # how long its transaction has lasted (server clock); None: no transaction
+    query_age_s: float | None  # how long its current query has run, or, idle, its state has lasted
+    wait_event_type: str | None
+    wait_event: str | None
+    blocked_by: tuple[int, ...] = ()  # pg_blocking_pids of a session waiting on a lock (0: a prepared transaction)
+    xmin_holder: bool = False  # it is what holds this database's xmin horizon back the most (Connections.xmin_holder_pid)
+    leader_pid: int | None = None  # a parallel worker's leader (PostgreSQL 13+)
+    query: str | None = None  # its query cut to probes.postgres.SESSION_QUERY_CHARS (the whole: session details)
+    query_is_cut: bool = False  # the query was longer than what is kept here
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from probes.model import SNAPSHOT_VERSION, Connections, Snapshot
+from probes.model import SNAPSHOT_VERSION, Connections, ProbeStatus, Snapshot
 from tui.sample import sample_snapshot
 
 pytestmark = pytest.mark.matrix  # the server matrix runs these on every supported major
@@ -91,3 +91,26 @@ def test_another_version_is_refused():
     document = sample_snapshot(step=0).to_json()
     with pytest.raises(ValueError, match=f"this queuetop reads version {SNAPSHOT_VERSION}"):
         Snapshot.from_json({**document, "version": SNAPSHOT_VERSION + 1})
+
+
+def test_a_snapshot_recorded_before_sessions_were_read_still_loads():
+    # Recordings made before the sessions view have neither `sessions` nor `sessions_total`.
+    document = json.loads(json.dumps(sample_snapshot(step=0).to_json()))
+    assert document["sessions"] and document["sessions_total"] == len(document["sessions"])
+    del document["sessions"], document["sessions_total"]
+    loaded = Snapshot.from_json(document)
+    assert loaded.sessions == () and loaded.sessions_total is None and loaded.unknown_list("sessions") is None
+    assert loaded == replace(sample_snapshot(step=0), sessions=(), sessions_total=None)
+
+
+def test_sessions_the_connections_probe_could_not_read_are_null_beside_its_figures():
+    # The sessions' statement failed, the connections' figures stand: the list is unknown (null),
+    # not empty, and reads back as such.
+    sample = sample_snapshot(step=0)
+    failed = ProbeStatus(elapsed_ms=3.0, error="sessions: skipped: statement timeout (2000 ms) reached", unread=("sessions",))
+    snapshot = replace(sample, sessions=(), sessions_total=None, probes={**sample.probes, "connections": failed})
+    document = snapshot.to_json()
+    assert document["sessions"] is None and document["sessions_total"] is None
+    assert sample.connections is not None and document["connections"]["total"] == sample.connections.total
+    assert snapshot.unknown_list("sessions") == failed.error and snapshot.unknown_list("connections") is None
+    assert through_json(snapshot) == snapshot

@@ -18,6 +18,7 @@ from probes.model import (
     QueueSample,
     RingSample,
     ServerInfo,
+    SessionSample,
     Snapshot,
 )
 
@@ -103,6 +104,7 @@ def _sample_snapshot(*, queues: int, sessions: int, tree_depth: int, step: int) 
         oldest_xact_age_s=120.0, oldest_xact_pid=1000, xmin_holder_pid=1000, xmin_holder_age_xids=5321,
         xmin_holder_application="billing",
     )
+    session_samples = _session_samples(blockers, blocked, step)
     return Snapshot(
         taken_at=TAKEN_AT + timedelta(seconds=step),
         server=ServerInfo(dialect="postgresql", version="16.2", database="app", label="sample data"),
@@ -123,8 +125,35 @@ def _sample_snapshot(*, queues: int, sessions: int, tree_depth: int, step: int) 
                       CompactionGroup(group=7, title="onboarding", pending_deltas=200),
                       CompactionGroup(group=3, title="nps", pending_deltas=34)),
         ),),
+        sessions=session_samples,
+        sessions_total=len(session_samples),
         extra={"connected": True},
     )
+
+
+def _session_samples(blockers: list[Blocker], blocked: list[BlockedSession], step: int) -> tuple[SessionSample, ...]:
+    """The sessions view's rows for the sample's lock tree, the oldest transaction first: the
+    idle-in-transaction roots (the first holds the xmin horizon), the sessions they block, three
+    idle ones and the autovacuum launcher."""
+    rows = [SessionSample(pid=b.pid, database="app", user="billing", application=b.application, client="10.0.4.17",
+                          backend_type="client backend", state=b.state, xact_age_s=(b.xact_age_s or 0.0) + step,
+                          query_age_s=100.0 + step, wait_event_type="Client", wait_event="ClientRead",
+                          xmin_holder=i == 0, query=b.query) for i, b in enumerate(blockers)]
+    rows.sort(key=lambda row: -(row.xact_age_s or 0.0))
+    rows += [SessionSample(pid=b.pid, database="app", user="worker", application=b.application, client="10.0.4.23",
+                           backend_type="client backend", state=b.state, xact_age_s=(b.wait_s or 0.0) + step,
+                           query_age_s=(b.wait_s or 0.0) + step, wait_event_type="Lock",
+                           wait_event="transactionid" if b.lock_type == "transactionid" else "tuple",
+                           blocked_by=b.blocked_by, query=b.query)
+             for b in sorted(blocked, key=lambda b: (-(b.wait_s or 0.0), b.pid))]
+    rows += [SessionSample(pid=900 + n, database="app", user="web", application="web", client="local",
+                           backend_type="client backend", state="idle", xact_age_s=None, query_age_s=3.0 * (n + 1),
+                           wait_event_type="Client", wait_event="ClientRead", query="SELECT id, status FROM orders WHERE id = $1")
+             for n in range(3)]
+    rows.append(SessionSample(pid=42, database=None, user=None, application="", client=None,
+                              backend_type="autovacuum launcher", state=None, xact_age_s=None, query_age_s=None,
+                              wait_event_type="Activity", wait_event="AutoVacuumMain", query=""))
+    return tuple(rows)
 
 
 class SampleSource:
