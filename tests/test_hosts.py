@@ -196,8 +196,8 @@ async def test_each_hosts_engine_controls_act_on_its_own_database(db, second_db)
 
     with second_db.connect() as conn:
         queue = TableQueue.create(conn, "multi_q")
-    app = QueuetopApp(hosts=[dashboard_host("billing", db.target, Config(), INTERVAL_S, False),
-                             dashboard_host("orders", second_db.target, Config(), INTERVAL_S, False)])
+    app = QueuetopApp(hosts=[dashboard_host("billing", db.target, Config(), INTERVAL_S, False, engine=True),
+                             dashboard_host("orders", second_db.target, Config(), INTERVAL_S, False, engine=True)])
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(pilot, app, lambda: all(h.controls is not None for h in app.hosts), "both hosts' controls", 500)
         await pilot.press("2")

@@ -42,6 +42,10 @@ def run_dashboard(ctx) -> int:
         controls_off = None
         if args.read_only:
             _refuse_unsupported(target)
+        elif not (target.embedded or args.engine):
+            # Someone else's database: the engine and demo keys write to it, so they wait for --engine.
+            _refuse_unsupported(target)
+            controls_off = ENGINE_OFF
         else:
             engine_ready, controls_off = engine_usable(target)
             if engine_ready:
@@ -50,9 +54,13 @@ def run_dashboard(ctx) -> int:
                     demo = Demo(controls)
         hosts = [_host_spec(name, target, config, interval, controls=controls, demo=demo, controls_off=controls_off)]
     else:
-        hosts = [_host(name, target, config, interval, args.read_only) for name, target in targets]
+        hosts = [_host(name, target, config, interval, args.read_only, args.engine) for name, target in targets]
     run_app(QueuetopApp(hosts=hosts, read_only=args.read_only, keymap=config.keys), debug=getattr(args, "debug", False))
     return 0
+
+
+# What an engine key says on a database other than the embedded one, without --engine.
+ENGINE_OFF = "engine controls are off on this database: start queuetop with --engine to drive the reference engine here"
 
 
 class DashboardFailed(QueuetopError):
@@ -87,13 +95,15 @@ def _host_spec(name: str, target, config, interval: float, **engine):
                     backend=DatabaseBackend(target, config), **engine)
 
 
-def _host(name: str, target, config, interval: float, read_only: bool):
+def _host(name: str, target, config, interval: float, read_only: bool, engine: bool = False):
     """One of several databases: its engine controls are checked once the dashboard runs, in a
     thread of their own, so that a host that is down holds up no other."""
     from queues.control import EngineControls
 
     if read_only:
         return _host_spec(name, target, config, interval)
+    if not (target.embedded or engine):
+        return _host_spec(name, target, config, interval, controls_off=ENGINE_OFF)
     # Created now (no database is touched): the relays' fork server must start while stderr is a real file.
     controls = EngineControls(target)
 

@@ -43,6 +43,8 @@ def build_parser() -> ArgumentParser:
                         help="dashboard refresh interval in seconds, 0.1 to 3600 (default 2)")
     parser.add_argument("--read-only", action="store_true", help="disable every action that changes the database")
     parser.add_argument("--no-demo", action="store_true", help="do not start the demo workload on the embedded server")
+    parser.add_argument("--engine", action="store_true",
+                        help="turn the reference engine's controls on for a database other than the embedded one")
     parser.add_argument("--config", default=None, help="TOML file declaring your own queue tables (default: the user's config dir)")
     parser.set_defaults(func=cmd_dashboard)
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", parser_class=ArgumentParser)
