@@ -74,9 +74,26 @@ class NamedQuery(str):
 
 @cache
 def load(package: str, dialect: str, filename: str) -> dict[str, NamedQuery]:
-    """The named queries of `<package>/sql/<dialect>/<filename>` (as `NamedQuery` objects)."""
+    """The named queries of `<package>/sql/<dialect>/<filename>` (as `NamedQuery` objects), each
+    `{field}` that names one of the dialect's fragments filled with it (other fields stay)."""
     sections = parse_sections(read_script(package, dialect, filename))
-    return {name: NamedQuery(text, package, filename, name) for name, text in sections.items()}
+    shared = fragments(dialect)
+    return {name: NamedQuery(_FIELD.sub(lambda m: shared.get(m.group(1), m.group(0)), text), package, filename, name)
+            for name, text in sections.items()}
+
+
+_FIELD = re.compile(r"\{([a-z_]+)\}")
+
+
+@cache
+def fragments(dialect: str) -> dict[str, str]:
+    """The expressions that several of a dialect's statements write, each once:
+    `dbcore/sql/<dialect>/fragments.sql`, by name (none when the dialect has no such file)."""
+    found = resources.files("dbcore").joinpath("sql", dialect, FRAGMENTS)
+    return parse_sections(found.read_text(encoding="utf-8")) if found.is_file() else {}
+
+
+FRAGMENTS = "fragments.sql"
 
 
 def read_script(package: str, dialect: str, filename: str) -> str:

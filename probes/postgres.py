@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import cache
 from typing import Any, TypeAlias
@@ -322,11 +322,14 @@ class PostgresProbes:
 
     def connections_and_sessions(self, conn: ProbeConnection) -> ConnectionsPicture:
         """The connections probe as the sampler runs it: the connections' figures, then every
-        session. When the sessions' statement fails the connections' figures stand: the sessions
-        are unknown (the probe's `unread` is ("sessions",)) and its error says why."""
+        session, the one that holds the xmin horizon flagged as the connections' figures name it
+        (Connections.xmin_holder_pid: found once a cycle). When the sessions' statement fails the
+        connections' figures stand: the sessions are unknown (the probe's `unread` is
+        ("sessions",)) and its error says why."""
         connections = self.connections(conn)
         try:
-            listed: SessionPicture | None = self.sessions(conn)
+            sessions, total = self.sessions(conn)
+            listed: SessionPicture | None = (flag_xmin_holder(sessions, connections.xmin_holder_pid), total)
         except PROBE_FAILURES as exc:
             self.errors["connections"] = f"sessions: {describe_error(exc)}"
             self.unread["connections"] = ("sessions",)
@@ -339,8 +342,9 @@ class PostgresProbes:
     def sessions(self, conn: ProbeConnection) -> SessionPicture:
         """Every session the role can see but this probe's (pg_activity's list), the oldest
         transaction first, at most SESSIONS_CAP, and how many there were: one statement
-        (connections.sql's `sessions`), bounded by the number of backends. (Other roles' sessions
-        whose state privileges hide are the connections' note.)"""
+        (connections.sql's `sessions`), bounded by the number of backends. None is flagged as the
+        xmin horizon's holder: connections_and_sessions flags it (flag_xmin_holder). (Other roles'
+        sessions whose state privileges hide are the connections' note.)"""
         rows = conn.execute(self._sessions_query(), {"cap": SESSIONS_CAP, "query_chars": SESSION_QUERY_CHARS}).fetchall()
         total = int(rows[0]["total"]) if rows else 0
         if total > len(rows):
@@ -350,13 +354,13 @@ class PostgresProbes:
                 pid=r["pid"], database=r["database"], user=r["usename"], application=r["application_name"], client=r["client"],
                 backend_type=r["backend_type"], state=r["state"], xact_age_s=r["xact_age_s"], query_age_s=r["query_age_s"],
                 wait_event_type=r["wait_event_type"], wait_event=r["wait_event"],
-                blocked_by=tuple(json_value(r["blocked_by"]) or ()), xmin_holder=bool(r["xmin_holder"]),
-                leader_pid=r["leader_pid"], query=r["query"], query_is_cut=bool(r["query_is_cut"]),
+                blocked_by=tuple(json_value(r["blocked_by"]) or ()), leader_pid=r["leader_pid"], query=r["query"],
+                query_is_cut=bool(r["query_is_cut"]),
             )
             for r in rows
         ), total
 
-    def _sessions_query(self) -> sql.Composed | str:
+    def _sessions_query(self) -> sql.SQL | str:
         return sessions_statement(self._version_num)
 
     def xmin_horizon_holder(self, conn: ProbeConnection, sessions: list[DictRow]) -> DictRow | None:
@@ -369,12 +373,17 @@ class PostgresProbes:
 
 
 @cache
-def sessions_statement(version_num: int) -> sql.Composed:
-    """connections.sql's `sessions` for a server of `version_num`, with the xmin horizon's holder
-    found by connections.sql's own `xmin_horizon` statement (a subquery of it): the flag and
-    Connections.xmin_holder_pid are decided by the same SQL."""
-    horizon = CONNECTIONS_SQL["xmin_horizon"].rstrip().removesuffix(";")
-    return sql.SQL(versioned(CONNECTIONS_SQL["sessions"], version_num)).format(xmin_horizon=sql.SQL(horizon))
+def sessions_statement(version_num: int) -> sql.SQL:
+    """connections.sql's `sessions` for a server of `version_num`."""
+    return sql.SQL(versioned(CONNECTIONS_SQL["sessions"], version_num))
+
+
+def flag_xmin_holder(sessions: tuple[SessionSample, ...], holder_pid: int | None) -> tuple[SessionSample, ...]:
+    """`sessions`, the one whose pid is `holder_pid` (Connections.xmin_holder_pid: the session
+    that holds this database's xmin horizon back the most, None when no session does) flagged."""
+    if holder_pid is None:
+        return sessions
+    return tuple(replace(s, xmin_holder=True) if s.pid == holder_pid else s for s in sessions)
 
 
 def _latest(a: datetime | None, b: datetime | None) -> datetime | None:

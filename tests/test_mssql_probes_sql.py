@@ -94,12 +94,7 @@ MSSQL_ONLY = {
 # business either: they pick the text a PostgreSQL major has (sys.dm_os_waiting_tasks always has
 # wait_duration_ms; a parallel query's tasks share their session_id).
 VERSION_SLOTS = frozenset(pgversions.fragments())
-FIELDS_DROPPED: dict[tuple[str, str], str] = {
-    ("connections.sql:sessions", "xmin_horizon"): (
-        "PostgreSQL's sessions statement embeds its xmin_horizon statement (PG_ONLY) to flag the holder; SQL Server's "
-        "finds the oldest snapshot transaction itself, as MssqlProbes.xmin_horizon_holder does"
-    ),
-}
+FIELDS_DROPPED: dict[tuple[str, str], str] = {}
 
 # Sections sqlfluff's tsql grammar cannot parse: {"file:section": (a text of the statement where
 # sqlfluff stops, why)}. Each must still fail to parse, and only from that statement on. None so
@@ -163,8 +158,7 @@ MEANING_DIFFERS = {
                                  "client": "client_net_address; `local` for shared memory", "backend_type": "`user process`",
                                  "state": "`sleeping, open transaction` etc.", "query_age_s": "since the running request "
                                  "started, else since the last one ended", "wait_event_type": "Lock/Latch/IO/Client/Other",
-                                 "wait_event": "wait_type", "blocked_by": "the request's blocking_session_id, -2 as 0",
-                                 "xmin_holder": "the oldest snapshot transaction's session (version store)"},
+                                 "wait_event": "wait_type", "blocked_by": "the request's blocking_session_id, -2 as 0"},
     "details.sql:session": {"usename": "login_name", "wait_event_type": "Lock/Latch/IO/Client/Other",
                             "wait_event": "wait_type"},
     "details.sql:session_locks": {"locktype": "resource_type", "relation": "table and resource_description",

@@ -29,7 +29,7 @@ from dbcore.text import inert, inert_line
 from probes import postgres
 from probes.details import session_details
 from probes.model import ServerInfo, SessionSample, Snapshot
-from probes.postgres import SESSION_QUERY_CHARS, PostgresProbes, open_probe_connection, sessions_statement
+from probes.postgres import SESSION_QUERY_CHARS, PostgresProbes, flag_xmin_holder, open_probe_connection, sessions_statement
 from probes.sampler import run_cycle
 
 from .conftest import wait_until
@@ -69,10 +69,12 @@ class Probed:
 
 
 def probe(db) -> Probed:
-    """The sessions probe's answer, on a probe connection whose statements are counted."""
+    """The sessions probe's answer, on a probe connection whose statements are counted, the xmin
+    horizon's holder flagged as the connections probe names it (connections_and_sessions)."""
     probes = PostgresProbes()
     with open_probe_connection(db.target) as conn:
         probes.server(conn)
+        holder = probes.connections(conn).xmin_holder_pid  # the connections' own statements, not counted
         sent = []
         execute = conn.execute
 
@@ -82,7 +84,7 @@ def probe(db) -> Probed:
 
         conn.execute = counting  # observes the real connection's statements; the server answers
         sessions, total = probes.sessions(conn)
-        return Probed(sessions, total, conn.info.backend_pid, probes.notes.get("sessions"), len(sent))
+        return Probed(flag_xmin_holder(sessions, holder), total, conn.info.backend_pid, probes.notes.get("sessions"), len(sent))
 
 
 def probe_between(db, admin: psycopg.Connection, pids: list[int]) -> tuple[dict[int, dict], Probed, dict[int, dict]]:

@@ -29,8 +29,10 @@ PACKAGES = ("dbcore", "queues", "probes", "bench", "tui")
 LOADER = "dbcore/sqlfiles.py"  # Queries itself: the one place a name is looked up by value
 SQL_PACKAGES = ("dbcore", "queues", "probes", "bench")
 # Files run whole, not looked up by name; and the table of fragments by major, whose sections
-# dbcore/pgversions.py reads all at once (tests/test_servers.py checks each slot is filled).
-SCRIPTS = {("queues", "schema.sql"), ("dbcore", "probe_session.sql"), ("dbcore", "lock_timeout.sql"), ("dbcore", "versions.sql")}
+# dbcore/pgversions.py reads all at once (tests/test_servers.py checks each slot is filled); and
+# a dialect's shared expressions, which dbcore/sqlfiles.py fills in as it loads a file.
+SCRIPTS = {("queues", "schema.sql"), ("dbcore", "probe_session.sql"), ("dbcore", "lock_timeout.sql"), ("dbcore", "versions.sql"),
+           ("dbcore", "fragments.sql")}
 # A SQL statement: an upper-case keyword that opens one, then more text. Case-sensitive on
 # purpose: "select a session first" is English, "SELECT id FROM" is SQL.
 STATEMENT = re.compile(

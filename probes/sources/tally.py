@@ -201,7 +201,6 @@ class Tally:
         self.credit_ms = 0.0  # time budget credited and not yet spent (a cycle's share may not pay a chunk)
         self.ms_per_page = MS_PER_PAGE_GUESS  # what reading a page has cost here (moving average)
         self.server_offset = 0.0
-        self._charged = True  # whether this cycle's reading is paid from the credit (not a small table's)
 
     def advance(self, conn: ProbeConnection, table: ResolvedTable, compose: Statement, params: dict[str, Any],
                 sizes: dict[int, int]) -> TallyView:
@@ -211,7 +210,9 @@ class Tally:
         self.cycles += 1
         budget, timed = _BUDGET.get(), _TIME.get()
         small = sum(sizes.values()) <= SMALL_TABLE_PAGES and table.relkind != "v"
-        self._charged = not (small and timed is not None and budget is None)
+        # Whether this cycle's reading is paid from the credit: not a small table's, read whole every
+        # cycle outside the shares.
+        charged = not (small and timed is not None and budget is None)
         if budget is not None:
             allowance = budget
         elif first:
@@ -228,7 +229,7 @@ class Tally:
             allowance = TABLE_PAGES
         now = time.monotonic()
         if table.relkind == "v":
-            self._timed(conn, compose(None), params, now, whole=True, fresh={(0, 0)}, pages=0)
+            self._timed(conn, compose(None), params, now, whole=True, fresh={(0, 0)}, pages=0, charged=charged)
             return self._view(now, {0: 0}, whole=True)
         if conn.info.server_version < TID_RANGE_SCAN:
             # No page ranges: one chunk, the whole relation, read when the budget of the cycles
@@ -236,12 +237,12 @@ class Tally:
             # statement timeout bounds it): never counted would be no figure at all.
             if first or allowance >= sum(sizes.values()):
                 self._timed(conn, compose(None), params, now, whole=True, fresh={(rel, 0) for rel in sizes},
-                            pages=sum(sizes.values()))
+                            pages=sum(sizes.values()), charged=charged)
             elif budget is None and timed is None:
                 self.credit_ms += TABLE_PAGES * self.ms_per_page  # untimed: a whole read once the cycles' pages pay for it
                 if self.credit_ms >= sum(sizes.values()) * self.ms_per_page:
                     self._timed(conn, compose(None), params, now, whole=True, fresh={(rel, 0) for rel in sizes},
-                                pages=sum(sizes.values()))
+                                pages=sum(sizes.values()), charged=charged)
             return self._view(now, {rel: 0 for rel in sizes}, whole=True)
         widest = max(sizes.values(), default=0)
         n_chunks = max(1, -(-widest // self.chunk_pages))
@@ -265,19 +266,20 @@ class Tally:
             return self._view(now, sizes, whole=False)
         ranges = [(i, i * self.chunk_pages, (i + 1) * self.chunk_pages) for i in indexes]
         fresh = {(rel, i) for rel, pages in sizes.items() for i in indexes if i < self._chunks_of(pages)}
-        self._timed(conn, compose(ranges), params, now, whole=False, fresh=fresh, pages=spent)
+        self._timed(conn, compose(ranges), params, now, whole=False, fresh=fresh, pages=spent, charged=charged)
         self.cursor = (start + todo) % n_chunks
         return self._view(now, sizes, whole=False)
 
     def _timed(self, conn: ProbeConnection, statement: sql.Composed, params: dict[str, Any], now: float, *, whole: bool,
-               fresh: set[tuple[int, int]], pages: int) -> None:
-        """_read, and what it cost: taken from the credit and the cycle's budget, and learnt per page."""
+               fresh: set[tuple[int, int]], pages: int, charged: bool) -> None:
+        """_read, and what it cost: taken from the credit (when `charged`) and the cycle's budget, and
+        learnt per page."""
         started = time.perf_counter()
         self._read(conn, statement, params, now, whole=whole, fresh=fresh)
         elapsed = (time.perf_counter() - started) * 1000
         if pages > 0:
             self.ms_per_page = 0.7 * self.ms_per_page + 0.3 * elapsed / pages
-        if self.cycles > 1 and self._charged:  # the first reading is the snapshot's own, not the cycles' budget
+        if self.cycles > 1 and charged:  # the first reading is the snapshot's own, not the cycles' budget
             self.credit_ms -= elapsed
 
     def _chunks_of(self, pages: int) -> int:

@@ -101,15 +101,15 @@ OPTION (MAXDOP 1);
 -- - state: as in `connections` (`sleeping, open transaction` is PostgreSQL's idle in
 --   transaction); xact_age_s: since its oldest open transaction began; query_age_s: since its
 --   running request started, or, running nothing, since its last request ended;
--- - wait_event_type and wait_event: as details.sql's `session` (the request's wait_type);
+-- - wait_event_type and wait_event: as details.sql's `session` (the request's wait_type, and its
+--   class: dbcore/sql/mssql/fragments.sql);
 -- - blocked_by: JSON text, `[blocking_session_id]` for a request waiting on a lock (LCK_M_*):
 --   the lock manager names one blocker per waiting request; -2 (an orphaned distributed
 --   transaction) is 0, as PostgreSQL names a prepared transaction; NULL otherwise;
--- - xmin_holder: the session with the oldest transaction in
---   sys.dm_tran_active_snapshot_database_transactions (what MssqlProbes.xmin_horizon_holder
---   names): it holds back the version store's cleanup;
 -- - query: the running statement, else the last batch, cut to %(query_chars)s characters
 --   (query_is_cut when it was longer).
+-- The session that holds the version store back is flagged by the Python side, from
+-- `connections` (MssqlProbes.xmin_horizon_holder's answer, Connections.xmin_holder_pid).
 -- The DMVs are aggregated first and joined on session_id, rather than applied per session.
 WITH requests AS (
     SELECT r.session_id, r.sql_handle, r.statement_start_offset, r.statement_end_offset, r.start_time, r.wait_type,
@@ -121,16 +121,11 @@ WITH requests AS (
     FROM sys.dm_tran_session_transactions AS st
     JOIN sys.dm_tran_active_transactions AS at ON at.transaction_id = st.transaction_id
     GROUP BY st.session_id
-), holder AS (
-    SELECT TOP (1) sn.session_id
-    FROM sys.dm_tran_active_snapshot_database_transactions AS sn
-    WHERE sn.session_id <> @@SPID
-    ORDER BY sn.elapsed_time_seconds DESC
 ), listed AS (
     SELECT TOP (CONVERT(int, %(cap)s))
            s.session_id, s.login_name, s.program_name, s.status, s.open_transaction_count, s.database_id,
            c.client_net_address, x.began, s.last_request_end_time,
-           rq.start_time, rq.wait_type, rq.blocking_session_id,
+           rq.start_time, rq.wait_type, {wait_event_type} AS wait_event_type, rq.blocking_session_id,
            COALESCE(rq.sql_handle, c.most_recent_sql_handle) AS sql_handle,
            rq.statement_start_offset, rq.statement_end_offset,
            COUNT(*) OVER () AS total,
@@ -155,18 +150,11 @@ SELECT CONVERT(int, l.session_id) AS pid,
        CONVERT(float, DATEDIFF_BIG(millisecond, l.began, SYSDATETIME())) / 1000.0 AS xact_age_s,
        CONVERT(float, DATEDIFF_BIG(millisecond, COALESCE(l.start_time, l.last_request_end_time), SYSDATETIME())) / 1000.0
            AS query_age_s,
-       CASE WHEN l.wait_type IS NULL THEN NULL
-            WHEN l.wait_type LIKE N'LCK[_]M[_]%%' THEN N'Lock'
-            WHEN l.wait_type LIKE N'PAGEIOLATCH[_]%%' OR l.wait_type IN (N'WRITELOG', N'IO_COMPLETION', N'ASYNC_IO_COMPLETION')
-            THEN N'IO'
-            WHEN l.wait_type LIKE N'PAGELATCH[_]%%' OR l.wait_type LIKE N'LATCH[_]%%' THEN N'Latch'
-            WHEN l.wait_type = N'ASYNC_NETWORK_IO' THEN N'Client'
-            ELSE N'Other' END AS wait_event_type,
+       l.wait_event_type,
        l.wait_type AS wait_event,
        CASE WHEN l.wait_type LIKE N'LCK[_]M[_]%%' AND (l.blocking_session_id > 0 OR l.blocking_session_id = -2)
             THEN N'[' + CONVERT(nvarchar(11), CASE WHEN l.blocking_session_id = -2 THEN 0 ELSE l.blocking_session_id END) + N']'
             END AS blocked_by,
-       CONVERT(bit, CASE WHEN l.session_id IN (SELECT h.session_id FROM holder AS h) THEN 1 ELSE 0 END) AS xmin_holder,
        LEFT(q.query, CONVERT(int, %(query_chars)s)) AS query,
        CONVERT(bit, CASE WHEN LEN(q.query) > CONVERT(int, %(query_chars)s) THEN 1 ELSE 0 END) AS query_is_cut,
        CONVERT(int, l.total) AS total

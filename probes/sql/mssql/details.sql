@@ -7,7 +7,7 @@
 -- backend_type: `user process` or `system process`; state: as in connections.sql
 -- (`sleeping, open transaction` is PostgreSQL's `idle in transaction`); wait_event: the
 -- request's wait_type (LCK_M_X, PAGEIOLATCH_SH, ASYNC_NETWORK_IO, ...) and wait_event_type a
--- coarse class of it in PostgreSQL's words (Lock, Latch, IO, Client, Other), NULL when it runs
+-- coarse class of it in PostgreSQL's words (dbcore/sql/mssql/fragments.sql), NULL when it runs
 -- nothing or does not wait; session_age_s since login_time; xact_age_s since its oldest open
 -- transaction began; query_age_s since its running request started, or since its last request
 -- started when it runs nothing; query: the running statement, else the last batch it ran (at
@@ -29,13 +29,7 @@ SELECT CONVERT(int, s.session_id) AS pid,
        CASE WHEN s.is_user_process = 1 THEN N'user process' ELSE N'system process' END AS backend_type,
        LOWER(s.status) + CASE WHEN LOWER(s.status) = N'sleeping' AND s.open_transaction_count > 0
                               THEN N', open transaction' ELSE N'' END AS state,
-       CASE WHEN rq.wait_type IS NULL THEN NULL
-            WHEN rq.wait_type LIKE N'LCK[_]M[_]%%' THEN N'Lock'
-            WHEN rq.wait_type LIKE N'PAGEIOLATCH[_]%%' OR rq.wait_type IN (N'WRITELOG', N'IO_COMPLETION', N'ASYNC_IO_COMPLETION')
-            THEN N'IO'
-            WHEN rq.wait_type LIKE N'PAGELATCH[_]%%' OR rq.wait_type LIKE N'LATCH[_]%%' THEN N'Latch'
-            WHEN rq.wait_type = N'ASYNC_NETWORK_IO' THEN N'Client'
-            ELSE N'Other' END AS wait_event_type,
+       {wait_event_type} AS wait_event_type,
        rq.wait_type AS wait_event,
        CONVERT(float, DATEDIFF_BIG(millisecond, s.login_time, SYSDATETIME())) / 1000.0 AS session_age_s,
        CONVERT(float, DATEDIFF_BIG(millisecond, x.began, SYSDATETIME())) / 1000.0 AS xact_age_s,

@@ -71,25 +71,22 @@ LIMIT 1;
 -- the probe's own session (pg_activity leaves itself out too): the sessions view's rows, the
 -- oldest transaction first (then the oldest backend), at most %(cap)s of them; `total` counts
 -- them all, before the cap. One statement, bounded by the number of backends: pg_stat_activity
--- is read from the backend's local copy of the shared status array (taken once per
--- transaction, so the xmin_horizon subquery sees the same sessions), no table is read.
+-- is read from the backend's local copy of the shared status array, no table is read.
 -- - client: the host name (log_hostname) or address of a TCP client, `local` for a Unix
 --   socket (client_port -1), NULL for a background process (client_port NULL) and for other
 --   roles' sessions without pg_read_all_stats, which hides it.
 -- - query_age_s: how long its current query has run; while it is idle (idle, idle in
 --   transaction, aborted), how long it has been in that state. Both ages are from the server's
 --   clock: now() is the statement's start.
--- - xmin_holder: it is the session that xmin_horizon (above, filled in as `{xmin_horizon}`)
---   names as what holds this database's xmin horizon back the most.
 -- - query: the first %(query_chars)s characters (query_is_cut when there were more: the whole
 --   text is details.sql's `session`).
 -- - blocked_by: pg_blocking_pids, asked only of a session waiting on a heavyweight lock
 --   (wait_event_type 'Lock'), and only for the rows the cap kept: it takes every lock-manager
 --   partition lock. 0 stands for a prepared transaction. NULL for any other session.
+-- Which session holds the xmin horizon is xmin_horizon's answer (Connections.xmin_holder_pid),
+-- read once a cycle: the Python side flags it (probes/postgres.py, flag_xmin_holder).
 -- {leader_pid} differs by major (dbcore/pgversions.py).
-WITH holder AS (
-{xmin_horizon}
-), listed AS (
+WITH listed AS (
     SELECT a.pid, {leader_pid} AS leader_pid, a.datname AS database, a.usename, a.application_name,
            CASE WHEN a.client_port = -1 THEN 'local'
                 WHEN a.client_addr IS NOT NULL THEN coalesce(a.client_hostname, host(a.client_addr)) END AS client,
@@ -98,7 +95,6 @@ WITH holder AS (
            extract(epoch FROM now() - CASE WHEN a.state IN ('idle', 'idle in transaction', 'idle in transaction (aborted)')
                                            THEN a.state_change ELSE a.query_start END)::float8 AS query_age_s,
            a.wait_event_type, a.wait_event,
-           coalesce(a.pid = (SELECT h.pid FROM holder h WHERE h.kind = 'session'), false) AS xmin_holder,
            left(a.query, %(query_chars)s) AS query,
            coalesce(length(a.query) > %(query_chars)s, false) AS query_is_cut,
            count(*) OVER () AS total,
@@ -111,6 +107,6 @@ WITH holder AS (
 SELECT l.pid, l.leader_pid, l.database, l.usename, l.application_name, l.client, l.backend_type, l.state,
        l.xact_age_s, l.query_age_s, l.wait_event_type, l.wait_event,
        CASE WHEN l.wait_event_type = 'Lock' THEN pg_blocking_pids(l.pid) END AS blocked_by,
-       l.xmin_holder, l.query, l.query_is_cut, l.total
+       l.query, l.query_is_cut, l.total
 FROM listed l
 ORDER BY l.ordinal;
