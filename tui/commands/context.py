@@ -8,6 +8,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 
 from dbcore.database import ENV_DSN, Target, connect, has_password, hide_secrets, host_name, mask_dsn, resolve_target, secrets_of
@@ -46,13 +47,24 @@ class Context:
         return self._target
 
     def _embedded(self) -> Target:
+        """The embedded server, started if it is not running, with the engine's schema; each
+        slow step says so on a terminal (tui/progress.py), before the first frame or line."""
         from queues.embedded import embedded_target
+        from tui import progress
 
         data_dir = getattr(self.args, "data_dir", None)
-        target = embedded_target(Path(data_dir) if data_dir else None)
+        target = embedded_target(Path(data_dir) if data_dir else None, step=progress.step)
         if not getattr(self.args, "read_only", False):  # --read-only writes nothing, not even the schema
             with connect(target, application_name="queuetop-cli:init") as conn:
-                schema.install(conn)  # the embedded default always carries the schema
+                try:
+                    schema.require(conn, where=target.masked)
+                    current = True
+                except UsageError:  # missing or of another version
+                    current = False
+                # The embedded default always carries the schema (install is idempotent, and runs
+                # even when current: a concurrent queuetop may be installing it right now).
+                with progress.step("installing the queuetop schema") if not current else nullcontext():
+                    schema.install(conn)
         return target
 
     def targets(self, config: Config | None = None) -> list[tuple[str, Target]]:
