@@ -144,6 +144,16 @@ class EngineControls:
                 conn.execute(ENGINE_SQL["remember_made"], {"kind": "queue", "name": name})
             return queue
 
+    def retry_dead_letters(self, queue: str) -> int:
+        """The queue's dead letters back in the queue as new messages; how many."""
+        with self._connect("control") as conn:
+            return TableQueue.open(conn, queue).retry_dead_letters(conn)
+
+    def purge_dead_letters(self, queue: str) -> int:
+        """Forget the queue's dead letters; how many."""
+        with self._connect("control") as conn:
+            return TableQueue.open(conn, queue).purge_dead_letters(conn)
+
     def queue_exists(self, name: str) -> bool:
         with self._connect("control") as conn:
             return conn.execute(ENGINE_SQL["lookup_queue"], {"name": check_name("queue", name)}).fetchone() is not None

@@ -112,6 +112,11 @@ class TableQueue:
         """Forget the queue's dead letters (benchmarks start clean with this); returns how many."""
         return conn.execute(schema.ENGINE_SQL["purge_dead_letters"], {"queue": self.name}).rowcount
 
+    def retry_dead_letters(self, conn: Executor) -> int:
+        """Put the queue's dead letters back as new messages (their attempts start again);
+        returns how many. One statement: each moves once or not at all."""
+        return conn.execute(self.statement_for(conn, "retry_dead_letters"), {"queue": self.name}).rowcount
+
     @classmethod
     def open(cls, conn: Session, name: str) -> TableQueue:
         """An existing queue; unknown names are a usage error (exit 2)."""

@@ -121,6 +121,25 @@ def test_retry_then_dead_letter_records_last_error_and_attempts(engine_db):
         assert queue.counts(conn).depth == 0 and queue.counts(conn).dead == 1
 
 
+def test_dead_letters_are_retried_as_new_messages_or_purged_once_each(engine_db):
+    """Retry (the dashboard's details, confirmed) puts each dead letter back once, body whole,
+    attempts from 0; another queue's dead letters stay; purge forgets them."""
+    with engine_db.connect() as conn:
+        queue, other = make_queue(conn, count=3), make_queue(conn, "others", count=1)
+        for q in (queue, queue, queue, other):
+            (m,) = q.claim(conn, visibility_s=30)
+            assert q.dead_letter_claimed(conn, m, "boom")
+        assert queue.counts(conn).dead == 3 and queue.counts(conn).depth == 0
+        assert queue.retry_dead_letters(conn) == 3
+        counts = queue.counts(conn)
+        assert (counts.dead, counts.ready) == (0, 3)
+        bodies = sorted(json.loads(m.body)["n"] for m in queue.claim(conn, visibility_s=30, batch=10))
+        assert bodies == [1, 2, 3]
+        assert queue.retry_dead_letters(conn) == 0  # each moved once
+        assert other.counts(conn).dead == 1
+        assert other.purge_dead_letters(conn) == 1 and other.counts(conn).dead == 0 and other.counts(conn).depth == 0
+
+
 def test_retry_delay_hides_message_until_backoff_ends(engine_db):
     with engine_db.connect() as conn:
         queue = make_queue(conn, count=1)

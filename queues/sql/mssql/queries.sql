@@ -119,6 +119,13 @@ IF EXISTS (SELECT 1 FROM sys.tables AS t WHERE t.object_id = OBJECT_ID(N'{table}
 -- name: enqueue
 INSERT INTO {table} (body) OUTPUT inserted.id VALUES (%(body)s);
 
+-- name: retry_dead_letters
+-- The queue's dead letters back in the queue as new messages (attempts 0, ready now), and gone
+-- from the dead letters, in one statement (OUTPUT INTO: none lost or doubled).
+DELETE FROM queuetop.dead_letters
+OUTPUT deleted.body INTO {table} (body)
+WHERE [queue] = CONVERT(nvarchar(128), %(queue)s);
+
 -- name: enqueue_batch
 -- The ids follow the list's order: NEXT VALUE FOR ... OVER (ORDER BY ...) is the documented way
 -- to number an INSERT ... SELECT in order (a sequence default under ORDER BY is not).

@@ -43,6 +43,14 @@ FOR EACH STATEMENT EXECUTE FUNCTION queuetop.notify_enqueue({channel_payload});
 -- name: enqueue
 INSERT INTO {table} (body) VALUES (%(body)s::json) RETURNING id;
 
+-- name: retry_dead_letters
+-- The queue's dead letters back in the queue as new messages (attempts 0, ready now), oldest
+-- death first, and gone from the dead letters: in one statement, so none is lost or doubled.
+WITH moved AS (
+    DELETE FROM queuetop.dead_letters WHERE queue = %(queue)s::text RETURNING id, body
+)
+INSERT INTO {table} (body) SELECT body FROM moved ORDER BY id;
+
 -- name: enqueue_batch
 INSERT INTO {table} (body)
 SELECT b.body::json FROM unnest(%(bodies)s::text[]) WITH ORDINALITY AS b(body, ord)
