@@ -335,7 +335,7 @@ async def test_the_leases_countdown_runs_on_the_recorded_clock(tmp_path):
         app.replay.seek(recording.start + timedelta(seconds=59))
         await settle(pilot, app, lambda: ttl() == "1.0s", "1 s left at 12:00:59", 500)
         app.replay.seek(recording.start + timedelta(seconds=61))
-        await settle(pilot, app, lambda: ttl() == "-1.0s", "expired, on the recorded clock", 500)
+        await settle(pilot, app, lambda: ttl() == "expired", "expired, on the recorded clock", 500)  # never a bare -1.0s
 
 
 async def test_a_host_shows_nothing_before_its_recording_begins(tmp_path):

@@ -61,6 +61,9 @@ class KeyedTable(DataTable):
     /* No scrollbars: a thumb drawn in the last column looks like a glyph of the row; the panel's
        border says which rows are shown ("rows 1-4 of 7") instead. */
     KeyedTable { height: 1fr; overflow-x: hidden; scrollbar-size-vertical: 0; }
+    /* Every column (a zoomed panel): scrolled sideways where the screen is narrower, with a
+       scrollbar under the rows (it is a line of its own there, not a glyph of a row). */
+    KeyedTable.-everything { overflow-x: auto; scrollbar-size-horizontal: 1; }
     """
 
 
@@ -91,6 +94,24 @@ class KeyedTable(DataTable):
         self._own_cache: LRUCache[tuple, object] = LRUCache(4096)
         self._rows_shown: tuple[int, int, int] | None = None
         self._style_memo: Style | None = None
+        self._everything = False  # every column whole, scrolled sideways (zoomed), not fitted
+
+    @property
+    def everything(self) -> bool:
+        """Whether the table shows every column whole (zoomed) rather than those that fit."""
+        return self._everything
+
+    def show_everything(self, on: bool) -> None:
+        """Every column, each cell whole, scrolled sideways where the widget is narrower (its panel
+        zoomed); off: back to the columns that fit the width, the others listed."""
+        if on == self._everything:
+            return
+        self._everything = on
+        self.set_class(on, "-everything")
+        if not on:
+            self.scroll_to(x=0, animate=False)
+        if self.is_mounted:
+            self._refit(force=True)
 
     def on_mount(self) -> None:
         self._add_columns()
@@ -104,7 +125,10 @@ class KeyedTable(DataTable):
 
     def _fit(self) -> tuple[list[int], dict[int, int]]:
         """The columns to show, by priority, each whole, within the width; a text column at
-        least its min_width, then widened with what is left, up to its widest cell."""
+        least its min_width, then widened with what is left, up to its widest cell. Zoomed
+        (`show_everything`): every column, whole."""
+        if self._everything:
+            return list(range(len(self._spec))), {}
         available = self.size.width
         if available <= 0:
             return self._visible, self._text_widths
@@ -137,6 +161,24 @@ class KeyedTable(DataTable):
     def ideal_width(self) -> int:
         """The width that shows every column and every cell whole (with the scrollbar's column)."""
         return sum(width + 2 * self.cell_padding for width in self._widths) + 1
+
+    def width_steps(self) -> list[tuple[int, int]]:
+        """For each column in turn (as `_fit` picks them: by priority, the names at their
+        narrowest, a second name once the first can be whole): the width at which it is shown,
+        and the width at which the columns shown then are all whole (their names too)."""
+        pad = 2 * self.cell_padding
+        steps: list[tuple[int, int]] = []
+        chosen: list[int] = []
+        used = 0  # no scrollbar beside the rows (ideal_width counts one)
+        for index in sorted(range(len(self._spec)), key=lambda i: (self._spec[i].priority, i)):
+            column = self._spec[index]
+            used += (self._base(index) if column.text else self._widths[index]) + pad
+            deficit = sum(self._widths[i] - self._base(i) for i in chosen if self._spec[i].text)
+            chosen.append(index)
+            shown = max(used + (deficit if column.text or column.yields_to_names else 0), steps[-1][0] if steps else 0)
+            whole = used + sum(self._widths[i] - self._base(i) for i in chosen if self._spec[i].text)
+            steps.append((shown, max(shown, whole)))
+        return steps
 
     def _base(self, index: int) -> int:
         """A text column's narrowest: its min_width, never narrower than its header (a cut header
@@ -195,6 +237,24 @@ class KeyedTable(DataTable):
         except (AttributeError, KeyError):
             return False
         self._text_widths = text_widths
+        return True
+
+    def _narrow_columns(self, text_widths: dict[int, int]) -> bool:
+        """After rows went away, their widest cells with them: the shown columns as narrow as the
+        cells left (DataTable only ever widens a column; a column wider than `_fit` reckoned
+        pushed the last one past the edge, a TTL drawn `2.5`, its header `T`). False if
+        DataTable's internals changed (the caller rebuilds instead)."""
+        try:
+            for index in self._visible:
+                if index in text_widths:
+                    continue  # a shortened name: its own width (_rewidth)
+                column = self.columns[ColumnKey(self._spec[index].key)]
+                if column.auto_width and column.content_width > self._widths[index]:
+                    column.content_width = self._widths[index]
+                    self._require_update_dimensions = True
+                    self.refresh()
+        except (AttributeError, KeyError):
+            return False
         return True
 
     def on_resize(self, event: events.Resize) -> None:
@@ -260,7 +320,7 @@ class KeyedTable(DataTable):
 
     def sync(self, rows: Mapping[str, Sequence[object]]) -> None:
         """Make the table show exactly `rows` (key → cells, in column order), in that order."""
-        full = {key: tuple(cells) for key, cells in rows.items()}
+        full = {key: cells if cells.__class__ is tuple else tuple(cells) for key, cells in rows.items()}
         changed = [key for key, cells in full.items() if self._full.get(key) != cells]  # the one comparison
         for key in changed:  # only new and changed rows: the others were made inert when they came
             full[key] = tuple([inert_cell(cell) for cell in full[key]])
@@ -272,6 +332,9 @@ class KeyedTable(DataTable):
             if visible != self._visible:
                 self._refit()
                 return  # rebuilt from these rows
+            if removed and not self._narrow_columns(text_widths):
+                self._refit()
+                return
             if text_widths != self._text_widths:
                 # The same columns, a name column wider or narrower: set its width and re-project
                 # every row (only the cells that change are written), no rebuild of 500 rows.
@@ -336,7 +399,11 @@ class KeyedTable(DataTable):
                 if wider:
                     updated.add(CellKey(row_key, column_key))
                     self._require_update_dimensions = True
-            self._update_count += 1
+            # What is drawn changed, not which rows there are nor their order: drop the drawn
+            # lines, keep the rows' order and offsets. Bumping DataTable's update count would
+            # drop those too, and with 5,000 sessions each is a walk over every row, per sample.
+            for cache in (self._row_render_cache, self._cell_render_cache, self._row_renderable_cache, self._line_cache):
+                cache.clear()
             self.refresh()
         except (AttributeError, KeyError, TypeError):
             for key, column, value, wider in changes:

@@ -9,6 +9,7 @@ from typing import ClassVar
 from rich.cells import cell_len
 from rich.text import Text
 from textual.containers import Vertical
+from textual.widget import Widget
 
 from probes.model import Snapshot
 
@@ -45,6 +46,32 @@ def fit_segments(segments: list[tuple[str, str, bool]], width: int) -> Text:
     return Text.assemble(*kept)
 
 
+# The border subtitle's parts, most important first: the first ones say the panel is incomplete or old.
+SUBTITLE_PARTS = ("stale", "unknown", "rows", "hidden", "sort", "idle", "last run")
+
+
+def fit_parts(parts: list[list[str]], room: int) -> list[str]:
+    """One text of each part (its forms longest first), joined by ` · `, within `room` cells: as
+    many parts as fit, the first ones first, each in its shortest form if need be; then, with the
+    room left, each part in turn as long as it can be. A part that does not fit even short is left
+    out (a later, shorter one may still fit)."""
+    def width(texts: list[str]) -> int:
+        return cell_len(" · ".join(texts))
+
+    chosen: list[tuple[list[str], int]] = []  # (a part's forms, the one shown)
+    for forms in parts:
+        if forms and width([f[i] for f, i in chosen] + [forms[-1]]) <= room:
+            chosen.append((forms, len(forms) - 1))
+    for n, (forms, _i) in enumerate(chosen):  # then longer forms, the first parts first
+        for i in range(len(forms)):
+            trial = [f[j] for f, j in chosen]
+            trial[n] = forms[i]
+            if width(trial) <= room:
+                chosen[n] = (forms, i)
+                break
+    return [forms[i] for forms, i in chosen]
+
+
 UNKNOWN_KEY = "unknown"
 
 
@@ -74,6 +101,75 @@ def matches_filter(filter_text: str, *fields: object) -> bool:
     return any(needle in str(f).lower() for f in fields if f is not None)
 
 
+def share_width(steps: list[list[tuple[int, int]]], room: int) -> list[int]:
+    """Widths for parts within `room`, each with, for each of its columns in turn, the width that
+    shows it and the width that shows it and those before it whole (`steps`): first each its
+    first column (fairly, if even these do not fit); then its second, the cheapest first, while
+    one fits; then those whole (fairly: names longer); then one more column at a time where it
+    costs least; then what is left fairly to the parts whose names are cut, up to whole. What
+    none can use is left (the part that fills the row takes it)."""
+    shown = [0] * len(steps)
+    shares = fair_shares([s[0][0] for s in steps], room)
+
+    def more_columns(up_to: int) -> None:
+        while True:
+            left = room - sum(shares)
+            costs = [(s[n + 1][0] - shares[i], i) for i, (s, n) in enumerate(zip(steps, shown, strict=True))
+                     if n + 1 < min(len(s), up_to + 1) and s[n + 1][0] - shares[i] <= left]
+            if not costs:
+                return
+            _cost, index = min(costs)
+            shown[index] += 1
+            shares[index] = max(shares[index], steps[index][shown[index]][0])
+
+    def names_whole() -> None:
+        lacks = [max(0, s[n][1] - share) for s, n, share in zip(steps, shown, shares, strict=True)]
+        for index, extra in enumerate(fair_shares(lacks, room - sum(shares))):
+            shares[index] += extra
+
+    more_columns(1)  # a name and its first figure: a ring's used/capacity, a lease's TTL
+    names_whole()  # a name cut beside free columns helps no one
+    more_columns(max((len(s) for s in steps), default=0))
+    names_whole()
+    return shares
+
+
+def fair_shares(needs: list[int], room: int) -> list[int]:
+    """Widths for parts that need `needs` within `room`: each what it needs if all fit, else the
+    smallest needs met first and the rest shared evenly (max-min fair)."""
+    shares = [0] * len(needs)
+    left = max(0, room)
+    order = sorted(range(len(needs)), key=needs.__getitem__)
+    for done, index in enumerate(order):
+        shares[index] = min(needs[index], left // (len(needs) - done))
+        left -= shares[index]
+    return shares
+
+
+def share_row(row: object) -> None:
+    """Share a row's width among its panels that fit their width to their rows (Rings,
+    Compaction) and the one that takes what is left (Leases, FILLS_ROW), by what each needs to show
+    its rows whole: all of it where the row has room (the rest to the one that fills), else each
+    its first columns, then one more column at a time where it costs least (share_width). Fixed
+    shares (a percentage each) cut a ring's name or a group (`all (1 gro…`) while a neighbour had
+    columns to spare. The other panels of the row keep the stylesheet's widths. Nothing is set
+    where nothing changed (no layout loop)."""
+    if not isinstance(row, Widget) or row.size.width <= 0 or getattr(row.styles.layout, "name", None) != "horizontal":
+        return  # not in a row: its width is its container's business
+    panels = [w for w in row.children if isinstance(w, Panel) and w.display]
+    if any(p.zoomed for p in panels):
+        return
+    shared = [p for p in panels if p._width_wanted or p.FILLS_ROW]
+    if not any(p._width_wanted for p in shared):
+        return
+    room = row.size.width - sum(p.outer_size.width for p in panels if p not in shared)
+    shares = share_width([p.width_steps() for p in shared], room)
+    for panel, width in zip(shared, shares, strict=True):
+        # The one that fills takes what the others leave (its share or more): a row that grows or
+        # shrinks resizes it, and its resize shares the row again.
+        panel._set_width("1fr" if panel.FILLS_ROW else width)
+
+
 class Panel(Vertical):
     ALLOW_MAXIMIZE = True
     DEFAULT_CSS = """
@@ -84,6 +180,8 @@ class Panel(Vertical):
     # What `>` cycles through when the panel has focus: (name, what it means); the first is the
     # snapshot's own order. A panel with one entry does not sort.
     SORTS: ClassVar[tuple[tuple[str, str], ...]] = (("given", ""),)
+    # Takes the width its row leaves beside the panels fitted to their rows (share_row).
+    FILLS_ROW: ClassVar[bool] = False
 
     def __init__(self, title: str, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -92,14 +190,82 @@ class Panel(Vertical):
         self._subtitle_shown = ""
         self.sort = self.SORTS[0][0]
         self._width_wanted = 0
+        self._width_set: int | str | None = None  # the width share_row gave it
+        self._zoomed = False
+        self._table: KeyedTable | None = None
+
+    def on_mount(self) -> None:
+        # Zoomed (`z`) and back (`z`, Escape): whoever maximizes the panel, it follows the screen.
+        self.watch(self.screen, "maximized", self._maximized_changed, init=False)
+
+    @property
+    def zoomed(self) -> bool:
+        """Whether the panel is zoomed (the screen's maximized widget)."""
+        return self._zoomed
+
+    def _maximized_changed(self, maximized: object) -> None:
+        zoomed = maximized is self
+        if zoomed == self._zoomed:
+            return
+        self._zoomed = zoomed
+        if self._width_wanted or self.FILLS_ROW:  # its width shared out in its row: the zoom's own, then back
+            if zoomed:
+                self._set_width(None)
+            else:
+                share_row(self.parent)
+        for table in self.query(KeyedTable):
+            table.show_everything(zoomed)  # every column whole, scrolled sideways where narrower
+        self.zoom_changed(zoomed)
+
+    def zoom_changed(self, zoomed: bool) -> None:
+        """Called when the panel is zoomed or back (its tables already show every column, or fit)."""
+
+    def _set_width(self, width: int | str | None) -> None:
+        """Its width in its row, set by share_row: cells, "1fr" (what the others leave: it
+        follows the row's width, and its resize shares the row again), or None (the stylesheet's)."""
+        if width == self._width_set:
+            return
+        self._width_set = width
+        styles = self.styles
+        if isinstance(width, str):
+            styles.width, styles.min_width, styles.max_width = width, 0, None
+        else:  # over the stylesheet's share of the row
+            styles.width = styles.min_width = styles.max_width = width
+
+    def _first_table(self) -> KeyedTable | None:
+        """Its (first) table, looked up once: a DOM query per snapshot costs more than the rest of
+        fitting the width."""
+        if self._table is None:
+            self._table = next(iter(self.query(KeyedTable)), None)
+        return self._table
+
+    def wanted_width(self) -> int:
+        """The width (border included) that shows its table whole, and its title."""
+        table = self._first_table()
+        return max(table.ideal_width() if table is not None else 0, cell_len(str(self.border_title)) + 4) + 2
+
+    def width_steps(self) -> list[tuple[int, int]]:
+        """For each column of its table in turn, the width (border included) at which it is shown
+        and the one at which what is shown then is whole (KeyedTable.width_steps); never narrower
+        than its title."""
+        table = self._first_table()
+        steps = table.width_steps() if table is not None else [(0, 0)]
+        title = cell_len(str(self.border_title)) + 4
+        out = []
+        for n, (shown, whole) in enumerate(steps):
+            left_out = len(steps) - n - 1  # the border lists them, at least as `+2 (z)`
+            note = cell_len(f"+{left_out} (z)") + 6 if left_out else 0
+            out.append((max(shown, title, note) + 2, max(whole, title, note) + 2))
+        return out
 
     def fit_width_to_content(self) -> None:
-        """As wide as its table needs to show everything (the CSS caps it): for the small panels
-        beside Leases, so each gets the width its names and figures need rather than a fixed share."""
-        want = max(self.query_one(KeyedTable).ideal_width(), cell_len(str(self.border_title)) + 4) + 2  # + the border
+        """As wide as its table needs to show everything, as far as its row allows (share_row):
+        for the small panels beside Leases, so each gets the width its names and figures need
+        rather than a fixed share, and none is cut while a neighbour has columns to spare."""
+        want = self.wanted_width()
         if want != self._width_wanted:
             self._width_wanted = want
-            self.styles.width = want
+            share_row(self.parent)
 
     def cycle_sort(self) -> str | None:
         """Sort by the next entry of SORTS; returns what it means, None if the panel does not sort."""
@@ -121,14 +287,8 @@ class Panel(Vertical):
         self._render_subtitle()
 
     def _render_subtitle(self) -> None:
-        room = self.size.width - 6 if self.size.width else 1_000
-        shown: list[str] = []
-        for part in ("stale", "unknown", "rows", "hidden", "sort", "last run"):  # the first ones say the panel is incomplete or old
-            for text in self._subtitles.get(part, ()):
-                if text and cell_len(" · ".join([*shown, text])) <= room:
-                    shown.append(text)
-                    break
-        subtitle = " · ".join(shown)
+        subtitle = " · ".join(fit_parts([[t for t in self._subtitles.get(part, ()) if t] for part in SUBTITLE_PARTS],
+                                        self.size.width - 6 if self.size.width else 1_000))
         if subtitle != self._subtitle_shown:
             self._subtitle_shown = subtitle
             # A Text (a str border title is read as markup), inert: the stale part quotes an error.
@@ -136,6 +296,8 @@ class Panel(Vertical):
 
     def on_resize(self) -> None:
         self._render_subtitle()
+        if (self._width_wanted or self.FILLS_ROW) and not self._zoomed:
+            share_row(self.parent)  # the row's width changed (or a neighbour's): share it again
 
     def on_rows_shown(self, message: RowsShown) -> None:
         if message.shown is None:

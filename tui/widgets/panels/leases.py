@@ -16,7 +16,19 @@ from ..keyed_table import Column, KeyedTable
 from .base import UNKNOWN_KEY, Panel, matches_filter, unknown_row
 
 
+def ttl_cell(state: str, left: float | None) -> Text:
+    """A lease's TTL as the TTL column shows it: the time left while held, and `expired` once it
+    has run out (or the lease says so): never a negative figure, which beside a holder and a token
+    reads as a lease still held when the State column is left out for width."""
+    if state == "free":
+        return Text("-", style="dim")  # nobody holds it: no time left to count
+    if state == "expired" or (left is not None and left <= 0):
+        return Text("expired", style="bold red")
+    return Text(fmt.seconds(left))
+
+
 class LeasesPanel(Panel):
+    FILLS_ROW = True  # the width Rings and Compaction leave (share_row)
     COLUMNS: ClassVar[list[Column]] = [
         # The holder before the state (which the TTL implies): a takeover is a new holder and token.
         Column("name", "Lease", 0, text=True, min_width=8), Column("state", "State", 4, yields_to_names=True),
@@ -56,6 +68,7 @@ class LeasesPanel(Panel):
         self._received = received if taken_at == snapshot.taken_at else time.monotonic()
         self._lease_snapshot, self._filter_text = snapshot, filter_text
         self._tick()
+        self.fit_width_to_content()
         # Counted from this sample: with samples every second the countdown never needs a
         # repaint of its own between them (one repaint a second, not two).
         self._countdown.reset()
@@ -76,7 +89,7 @@ class LeasesPanel(Panel):
             style = {"held": "green", "expired": "bold red", "free": "dim"}.get(state, "")  # a recording may say anything
             rows[lease.name] = (
                 fmt.inert(lease.name), fmt.plain(state, style=style), fmt.inert(lease.holder or "-"), fmt.count(lease.token),
-                Text(fmt.seconds(left), style="bold red" if left is not None and left <= 0 else ""),
+                ttl_cell(state, left),
             )
         unknown = self._lease_snapshot.unknown_list("leases")
         if unknown is not None:

@@ -60,6 +60,8 @@ class LockTree(Tree[int]):
 
     DEFAULT_CSS = """
     LockTree { scrollbar-size: 0 0; }
+    /* Zoomed, the labels are whole: the tree scrolls sideways, with a scrollbar under its lines. */
+    .-maximized LockTree { overflow-x: auto; scrollbar-size-horizontal: 1; }
     """
 
     def __init__(self, *args, **kwargs) -> None:

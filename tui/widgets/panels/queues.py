@@ -15,6 +15,10 @@ from ..keyed_table import Column, KeyedTable, RowsShown
 from .base import UNKNOWN_KEY, Panel, matches_filter, new_sample, unknown_row
 
 HISTORY = 30
+# The window the In/Out columns count over: what arrived and left in the last minute, so a burst
+# between two refreshes stays in sight for a minute (the snapshot's rates are per second between
+# two probe cycles: a burst shows in one frame, or in none if the interval is long).
+RATE_WINDOW_S = 60.0
 # What a queue's name is followed by, by source: the engine's own queues need no suffix.
 SOURCE_SUFFIX = {"reference": "", "outbox": ""}
 
@@ -27,6 +31,67 @@ def _estimated(q: QueueSample, field: str) -> bool:
     return q.depth_is_estimate and field == "ready"
 
 
+class RateWindow:
+    """One queue's messages in and out over the last RATE_WINDOW_S seconds, from its samples'
+    per-second rates, each over the span since the host's sample before it: a count per minute
+    (scaled up while less than a minute has been seen; the first sample's rate alone at first).
+    Running sums: constant work a sample."""
+
+    __slots__ = ("_first", "_spans", "_sums")
+
+    def __init__(self) -> None:
+        # (start, end, in, out, in known, out known): the messages of one span between samples.
+        self._spans: deque[tuple[float, float, float, float, bool, bool]] = deque()
+        self._sums = [0.0, 0.0, 0.0, 0.0]  # in, out, seconds with a known in, seconds with a known out
+        self._first: tuple[float | None, float | None] = (None, None)  # a first sample's rates
+
+    def add(self, start: float | None, end: float, per_s_in: float | None, per_s_out: float | None) -> None:
+        if start is None or end <= start:
+            self._first = (per_s_in, per_s_out)
+            return
+        span = end - start
+        entry = (start, end, (per_s_in or 0.0) * span, (per_s_out or 0.0) * span, per_s_in is not None, per_s_out is not None)
+        spans, sums = self._spans, self._sums
+        spans.append(entry)
+        if entry[4]:
+            sums[0] += entry[2]
+            sums[2] += span
+        if entry[5]:
+            sums[1] += entry[3]
+            sums[3] += span
+        while spans[0][1] <= end - RATE_WINDOW_S:
+            old_start, old_end, moved_in, moved_out, known_in, known_out = spans.popleft()
+            if known_in:
+                sums[0] -= moved_in
+                sums[2] -= old_end - old_start
+            if known_out:
+                sums[1] -= moved_out
+                sums[3] -= old_end - old_start
+
+    def per_minute(self) -> tuple[float | None, float | None]:
+        """Messages in and out in the last minute (None: not known)."""
+        if not self._spans:
+            first_in, first_out = self._first
+            return (None if first_in is None else first_in * 60, None if first_out is None else first_out * 60)
+        moved_in, moved_out, seconds_in, seconds_out = self._sums
+        # The oldest span may begin before the window: only its share inside it counts.
+        start, end, span_in, span_out, known_in, known_out = self._spans[0]
+        window_start = self._spans[-1][1] - RATE_WINDOW_S
+        if start < window_start:
+            outside = (window_start - start) / (end - start)
+            if known_in:
+                moved_in -= span_in * outside
+                seconds_in -= window_start - start
+            if known_out:
+                moved_out -= span_out * outside
+                seconds_out -= window_start - start
+
+        def scaled(moved: float, seconds: float) -> float | None:
+            return None if seconds <= 1e-9 else max(0.0, moved) * 60 / seconds
+
+        return scaled(moved_in, seconds_in), scaled(moved_out, seconds_out)
+
+
 def _display_name(q: QueueSample) -> str:
     """A queue's name as the Queues panel shows it (inert): with its source, but for the engine's own."""
     return fmt.inert(q.name + SOURCE_SUFFIX.get(q.source, f" ({q.source})"))
@@ -36,8 +101,11 @@ class QueuesPanel(Panel):
     # Priority: what goes last when the width runs out (0 never goes).
     COLUMNS: ClassVar[list[Column]] = [
         Column("name", "Queue", 0, text=True, min_width=12), Column("depth", "Depth", 1), Column("ready", "Ready", 3),
-        Column("in_flight", "In flight", 5), Column("delayed", "Delayed", 6), Column("dead", "Dead", 4),
-        Column("age", "Oldest", 2), Column("in", "In/s", 7), Column("out", "Out/s", 8), Column("trend", "Trend (peak)", 11),
+        # The rates before Delayed (scheduled for later, most often 0): at 80 columns, arrivals and
+        # departures in the last minute stay on screen.
+        Column("in_flight", "In flight", 5), Column("delayed", "Delayed", 8), Column("dead", "Dead", 4),
+        Column("age", "Oldest", 2), Column("in", "In/min", 6), Column("out", "Out/min", 7),
+        Column("trend", "Trend (peak)", 11),
         Column("bloat", "Dead tup", 9), Column("vacuum", "Vacuumed", 10),
     ]
 
@@ -61,6 +129,8 @@ class QueuesPanel(Panel):
         # Per host (a snapshot's `host`: the dashboard may watch several): each queue's depth over
         # the samples seen, and the last sample of each queue and when it was read.
         self._histories: dict[str, dict[str, deque[float]]] = {}
+        self._rate_windows: dict[str, dict[str, RateWindow]] = {}  # per host: each queue's last minute in and out
+        self.rates: dict[str, RateWindow] = {}  # the shown host's
         self._recorded: dict[str, datetime] = {}  # host -> the sample last added to its histories
         self._rendered: dict[str, tuple[object, tuple]] = {}  # the shown host's: key -> (facts, cells)
         self._rendered_by_host: dict[str, dict[str, tuple[object, tuple]]] = {}
@@ -117,14 +187,25 @@ class QueuesPanel(Panel):
         """Add a sample to its host's depth histories (once per sample), shown or not: a host in
         another tab keeps its trends."""
         history = self._histories.setdefault(snapshot.host, {})
+        windows = self._rate_windows.setdefault(snapshot.host, {})
+        previous = self._recorded.get(snapshot.host)
         new = new_sample(self._recorded, snapshot)
         if new is None:
             return
         if new == "earlier":  # a replay went back in time: the trends start again
             history.clear()
+            windows.clear()
+            previous = None
+        start = None if previous is None else previous.timestamp()
+        end = snapshot.taken_at.timestamp()
         for q in snapshot.queues:
+            key = f"{q.source}:{q.name}"
             if q.depth is not None:
-                history.setdefault(f"{q.source}:{q.name}", deque(maxlen=HISTORY)).append(float(q.depth))
+                history.setdefault(key, deque(maxlen=HISTORY)).append(float(q.depth))
+            window = windows.get(key)
+            if window is None:
+                window = windows[key] = RateWindow()
+            window.add(start, end, q.enqueued_per_s, q.dequeued_per_s)
 
     def show(self, snapshot: Snapshot, filter_text: str = "") -> None:
         rows: dict[str, tuple] = {}
@@ -132,6 +213,7 @@ class QueuesPanel(Panel):
         if not self._redraw_only:
             self.record(snapshot)
         self.history = self._histories.setdefault(host, {})
+        self.rates = self._rate_windows.setdefault(host, {})
         self._last_read = self._last_reads.setdefault(host, {})
         self._rendered = self._rendered_by_host.setdefault(host, {})  # a stale row keeps its own host's cells
         self._shown_snapshot = (snapshot, filter_text)
@@ -162,7 +244,9 @@ class QueuesPanel(Panel):
                 rows[key] = cached[1]
                 continue
             # Same sample, same trend, same clock: the same cells (no Text built, none compared).
-            facts = (q, tuple(history)[-12:], snapshot.taken_at if q.last_vacuum_at else None)
+            window = self.rates.get(key)
+            per_minute = window.per_minute() if window is not None else (None, None)
+            facts = (q, tuple(history)[-12:], snapshot.taken_at if q.last_vacuum_at else None, per_minute, trend_shown)
             if cached is not None and cached[0] == facts:
                 rows[key] = cached[1]
                 continue
@@ -190,7 +274,7 @@ class QueuesPanel(Panel):
             rows[key] = (
                 name, fmt.count(q.depth, q.depth_is_estimate), fmt.count(q.ready, _estimated(q, "ready")),
                 fmt.count(q.in_flight, _estimated(q, "in_flight")), fmt.count(q.delayed, _estimated(q, "delayed")), dead, age,
-                fmt.rate(q.enqueued_per_s), fmt.rate(q.dequeued_per_s),
+                fmt.rate(per_minute[0]), fmt.rate(per_minute[1]),
                 fmt.trend(list(history), styled=trend_shown), bloat, vacuum,
             )
             self._rendered[key] = (facts, rows[key])
