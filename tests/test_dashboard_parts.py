@@ -84,12 +84,19 @@ def test_the_status_line_says_one_state_and_why():
 
 def test_a_prompt_offers_the_selected_queue_else_what_exists():
     snapshot = sample_snapshot()
-    assert prefill(snapshot, "burst", "orders 1000", lambda: "queue-02") == "queue-02 1000"
-    assert prefill(snapshot, "burst", "orders 1000", lambda: None) == "queue-01 1000"  # the engine's first queue
-    assert prefill(snapshot, "ring.put", "audit 5", lambda: None) == "audit 5"
-    assert prefill(snapshot, "lease.take", "relay operator 30", lambda: None) == "relay operator 30"
-    assert prefill(snapshot, "burst", "orders 1000", lambda: "two words") == "orders 1000"  # never a name it can't take back
-    assert prefill(None, "burst", "orders 1000", lambda: "queue-02") == "orders 1000"
+
+    def only(kind: str, name: str | None):
+        return lambda asked: name if asked == kind else None
+
+    assert prefill(snapshot, "burst", "orders 1000", only("queue", "queue-02")) == "queue-02 1000"
+    assert prefill(snapshot, "burst", "orders 1000", only("queue", None)) == "queue-01 1000"  # the engine's first queue
+    assert prefill(snapshot, "ring.put", "audit 5", only("ring", None)) == "audit 5"
+    assert prefill(snapshot, "ring.put", "audit 5", only("ring", "metrics")) == "metrics 5"  # the selected ring
+    assert prefill(snapshot, "ring.take", "audit 5", only("queue", "queue-02")) == "audit 5"  # a queue is no ring
+    assert prefill(snapshot, "lease.take", "relay operator 30", only("lease", None)) == "relay operator 30"
+    assert prefill(snapshot, "lease.release", "relay operator", only("lease", "compactor")) == "compactor operator"
+    assert prefill(snapshot, "burst", "orders 1000", only("queue", "two words")) == "orders 1000"  # never a name it can't take back
+    assert prefill(None, "burst", "orders 1000", only("queue", "queue-02")) == "orders 1000"
 
 
 def test_terminate_says_what_ending_the_session_frees():

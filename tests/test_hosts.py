@@ -77,9 +77,12 @@ async def test_two_servers_in_tabs_and_one_stopped_does_not_stop_the_other(db, s
         try:
             await settle(pilot, app, lambda: orders.snapshot is not None and not orders.snapshot.extra["connected"],
                          "orders seen down", 500)
-            await settle(pilot, app, lambda: "2 orders DOWN" in str(app.query_one(HostBar).render()), "DOWN in the host bar", 500)
-            assert "DISCONNECTED" in str(app.query_one(StatusBar).render())
-            assert QueuetopApp._host_line(1, orders)[2] == "DOWN"  # the Hosts screen (H)
+            # A server that is not running is said plainly (issue 28): not "DISCONNECTED No such file or directory".
+            await settle(pilot, app, lambda: "2 orders STOPPED" in str(app.query_one(HostBar).render()),
+                         "STOPPED in the host bar", 500)
+            assert "SERVER STOPPED" in str(app.query_one(StatusBar).render())
+            assert "No such file" not in str(app.query_one(StatusBar).render())
+            assert QueuetopApp._host_line(1, orders)[2] == "STOPPED"  # the Hosts screen (H)
             assert queue_rows(app).get("reference:orders_jobs", ("", ""))[1] == "3"  # its last figures stay, marked stale
 
             # The other host keeps updating at its own pace while this one is down.

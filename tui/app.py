@@ -177,7 +177,8 @@ def run_replay(ctx) -> int:
 
 def replay_app(recording, *, speed: float = 1.0, playing: bool = True, at=None, keymap=None):
     """Each recorded host a tab, all on one recorded clock, with no database: no engine controls,
-    no backend, every action that writes off."""
+    no backend, so every action that writes is off, and says why: there is no database behind a
+    recording (not --read-only, which was not given: the app's read_only is the flag's)."""
     from probes.recording import ReplayClock, ReplaySource
     from tui.dashboard import HostSpec, QueuetopApp
 
@@ -188,6 +189,6 @@ def replay_app(recording, *, speed: float = 1.0, playing: bool = True, at=None, 
     def source_of(host: str):
         return lambda sink: ReplaySource(clock, host, sink)
 
-    hosts = [HostSpec(name=host, source_factory=source_of(host), controls_off="a recording: no database behind it")
-             for host in recording.hosts]
-    return QueuetopApp(hosts=hosts, read_only=True, keymap=keymap, replay=clock)
+    off = "engine controls are off: a recording has no database behind it"
+    hosts = [HostSpec(name=host, source_factory=source_of(host), controls_off=off) for host in recording.hosts]
+    return QueuetopApp(hosts=hosts, keymap=keymap, replay=clock)

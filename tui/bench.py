@@ -64,6 +64,7 @@ async def _bench(frames, idle_seconds, warm_up_s, size, sessions, queues) -> dic
     return {
         "benchmark": "tui",
         "sessions": sessions,
+        "sessions_listed": len(frames[0].sessions),  # the Sessions panel's rows
         "blocked_sessions": len(frames[0].blocked),
         "queues": queues,
         "snapshots": len(frames),

@@ -11,9 +11,10 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
 
-from dbcore.database import ENV_DSN, Target, connect, has_password, hide_secrets, host_name, mask_dsn, resolve_target, secrets_of
+from dbcore.database import ENV_DSN, Target, connect, has_password, hide_secrets, mask_dsn, resolve_target, secrets_of
 from dbcore.dialect import Session, open_session
 from dbcore.errors import ConnectionFailed, UsageError
+from dbcore.target import host_names
 from dbcore.text import inert_line
 from probes.config import Config
 from queues import schema
@@ -90,15 +91,9 @@ class Context:
                     warn(message)
             else:
                 named.append(("", self.target))
-            # Unnamed targets are named by host and database; a name used twice gets #2, #3...
-            names: list[str] = []
-            for name, target in named:
-                base = name or host_name(target)
-                candidate, n = base, 1
-                while candidate in names:
-                    n += 1
-                    candidate = f"{base}#{n}"
-                names.append(candidate)
+            # Unnamed targets are named by host and database, and by what differs where two would
+            # share a name (a socket's directory, a port, a user); the same DSN twice gets #2.
+            names = host_names(named)
             self._targets = [(name, target) for name, (_given, target) in zip(names, named, strict=True)]
             if len(self._targets) == 1:
                 self._target = self._targets[0][1]

@@ -21,23 +21,30 @@ from textual.widgets import DataTable
 
 from dbcore.dialect import dialect_named
 from dbcore.errors import QueuetopError
-from probes.model import Snapshot
+from probes.model import Blocker, SessionSample, Snapshot
 
 from .. import format as fmt
 from ..messages import ActivityEnded
 from ..screens.details import DetailsScreen, queue_renderables, session_renderables
 from ..screens.dialogs import ConfirmScreen, PromptScreen
+from ..screens.queue_details import EngineQueueDetails
+from ..widgets.panels.base import UNKNOWN_KEY
 from .engine_actions import ENGINE_ACTIONS, MissingQueue, run_engine_action
 from .hosts import Host, Hosts
 
-SIGNAL_BINDINGS: list[BindingType] = [
-    Binding("c", "signal(False)", "Cancel backend", id="backend.cancel", show=False),
-    Binding("k", "signal(True)", "Terminate backend", id="backend.terminate", show=False),
-]
 ENGINE_BINDINGS: list[BindingType] = [
     Binding(key, f"engine('{binding_id}')", title, id=f"engine.{binding_id}", show=False)
     for binding_id, key, title, _p, _d in ENGINE_ACTIONS
 ]
+
+# The engine's actions without a prompt that end something: each asks first.
+CONFIRM_FIRST = {
+    "scenario.stop": "Stop the contention scenario? Its submitters and its compactor stop; what they wrote stays.",
+    "relays.stop": "Stop the outbox relays? The outbox fills until relays run again; nothing is lost.",
+    "relays.kill": ("Kill the relay leader? Its process is killed abruptly (SIGKILL), as a crash would; another relay "
+                    "takes the lease over once it expires, and what the leader had sent but not marked is sent again "
+                    "(the receivers' inbox drops the duplicates)."),
+}
 
 DEMO_RESET_QUESTION = (
     "Reset the demo? Everything the dashboard started stops; every demo.* queue (with its dead letters), "
@@ -74,62 +81,102 @@ class HostActions:
             return
         source, _, name = row_key.partition(":")
         queue = next((q for q in snapshot.queues if q.source == source and q.name == name), None)
-        if queue is not None:
-            self.app.push_screen(DetailsScreen(f"Queue {name} ({queue.table})",
-                                               lambda: queue_renderables(backend.queue_details(queue.source, queue.name))))
+        if queue is None:
+            return
+        title = f"Queue {name} ({queue.table})"
+        loader = partial(_queue_details, backend, queue.source, queue.name)
+        if source != "reference":
+            self.app.push_screen(DetailsScreen(title, loader))
+            return
+        host = self.hosts.shown
+        act = None if self.read_only or host.controls is None else partial(self._dead_letters, host, name)
+
+        def dead() -> int | None:
+            sample = host.snapshot
+            found = next((q for q in sample.queues if q.source == source and q.name == name), None) if sample else None
+            return found.dead if found is not None else None
+
+        self.app.push_screen(EngineQueueDetails(title, loader, queue=name, dead=dead, act=act))
+
+    def _dead_letters(self, host: Host, queue: str, what: str, then: Callable[[], None]) -> None:
+        """Retry or purge an engine queue's dead letters (confirmed by the details screen)."""
+
+        def work() -> None:
+            try:
+                if what == "retry":
+                    n = host.controls.retry_dead_letters(queue)  # type: ignore[attr-defined]
+                    message, severity = f"queue {queue!r}: {n:,} dead letter(s) back in the queue", "information"
+                else:
+                    n = host.controls.purge_dead_letters(queue)  # type: ignore[attr-defined]
+                    message, severity = f"queue {queue!r}: {n:,} dead letter(s) purged", "information"
+            except QueuetopError as exc:
+                message, severity = str(exc), "error"
+            except Exception as exc:
+                message, severity = f"{what} failed: {fmt.one_line(str(exc), 120)}", "error"
+            self._done(host, message, severity)  # type: ignore[arg-type]
+            then()
+
+        self.app.run_worker(work, name="_dead_letters", group="engine", thread=True)
 
     def session_details(self, pid: int | None) -> None:
-        """A session's query and locks (selected in the Locks tree)."""
-        backend = self.hosts.shown.backend
-        if pid is not None and backend is not None:
-            self.app.push_screen(DetailsScreen(f"Session {pid}", lambda: session_renderables(backend.session_details(pid))))
+        """A session's whole query, its locks, who blocks it and whom it blocks (Enter on a session
+        in the Sessions list or the Locks tree)."""
+        backend, snapshot = self.hosts.shown.backend, self.hosts.shown.snapshot
+        if pid is None:
+            return
+        if backend is None:
+            self.app.notify("no database behind this view", severity="warning")
+            return
+        blocked_by: tuple[int, ...] = ()
+        blocks: list[int] = []
+        if snapshot is not None:
+            session = next((s for s in snapshot.sessions if s.pid == pid), None)
+            waiting = next((b for b in snapshot.blocked if b.pid == pid), None)
+            blocked_by = session.blocked_by if session is not None else waiting.blocked_by if waiting is not None else ()
+            blocks = sorted({s.pid for s in snapshot.sessions if pid in s.blocked_by}
+                            | {b.pid for b in snapshot.blocked if pid in b.blocked_by})
+        self.app.push_screen(DetailsScreen(f"Session {pid}", lambda: session_renderables(
+            backend.session_details(pid), blocked_by=blocked_by, blocks=blocks)))
 
     # -- backend signals --------------------------------------------------------------------
 
-    def signal(self, terminate: bool, *, from_connections: bool, selected_pid: Callable[[], int | None]) -> None:
-        """Cancel or terminate the culprit: the session selected in the Locks tree, or, from the
-        Connections panel, the oldest open transaction (the usual holder of the xmin horizon)."""
+    def signal(self, terminate: bool, pid: int | None, where: str | None) -> None:
+        """Cancel or terminate the session selected in a panel that shows sessions (`where`: the
+        Sessions list, the Locks tree, or Connections, whose session is the xmin holder), after a
+        confirmation that names it: pid, user, application, state, durations, its query's first line."""
         verb = "terminate" if terminate else "cancel"
         if self.refuse_if_read_only(f"{verb} backend"):
             return
         host = self.hosts.shown
         snapshot = host.snapshot
-        who = ""
-        if from_connections:
-            c = snapshot.connections if snapshot is not None else None
-            pid = c.oldest_xact_pid if c is not None else None
-            if pid is None or c is None:
-                self.app.notify("no open transaction to act on", severity="warning")
-                return
-            who = f" (the oldest open transaction, {fmt.seconds(c.oldest_xact_age_s)} old" + \
-                (", which also holds back the xmin horizon)" if c.xmin_holder_pid == pid else ")")
-        else:
-            pid = selected_pid()
-            if pid is None:
-                self.app.notify("select a session in the Locks panel (or focus Connections for the oldest transaction)",
-                                severity="warning")
-                return
+        if pid is None:
+            said = {"Connections": "no session holds the xmin horizon back: select one in Sessions or Locks",
+                    None: "select a session in the Sessions or Locks panel first"}.get(where, f"select a session in {where} first")
+            self.app.notify(said, severity="warning")
+            return
         if host.backend is None:
             self.app.notify("no database behind this view", severity="warning")
             return
-        state = None
-        if snapshot is not None:
-            root = next((b for b in snapshot.blockers if b.pid == pid), None)
-            c = snapshot.connections
-            state = root.state if root is not None else c.oldest_xact_state if c is not None and c.oldest_xact_pid == pid else None
+        session = next((s for s in snapshot.sessions if s.pid == pid), None) if snapshot is not None else None
+        root = next((b for b in snapshot.blockers if b.pid == pid), None) if snapshot is not None else None
+        state = session.state if session is not None else root.state if root is not None else None
+        who = describe_session(pid, session, root)
+        if where == "Connections" and snapshot is not None and snapshot.connections is not None \
+                and snapshot.connections.xmin_holder_pid == pid:
+            who += " It holds back the xmin horizon (vacuum cannot clean behind it)."
         dialect = dialect_named(snapshot.server.dialect) if snapshot is not None else None
         if not terminate and (state or "").startswith(("idle in transaction", "sleeping, open transaction")):
             # Cancel stops a running query; an idle transaction runs none, and keeps its locks.
-            question = (f"Backend {pid}{who} is {state}: cancel cannot end it (it runs no query) and its "
-                        f"locks stay. Terminate it instead? Its transaction is rolled back and its connection closed.")
+            question = (f"{who} It is {state}: cancel cannot end it (it runs no query) and its locks stay. "
+                        f"Terminate it instead? Its transaction is rolled back and its connection closed.")
             terminate = True
         elif not terminate and dialect is not None and not dialect.capabilities.cancel_query:
-            question = (f"{dialect.label} cannot cancel another session's statement, only end the session. Terminate "
-                        f"backend {pid}{who} instead? Its transaction is rolled back and its connection closed.")
+            question = (f"{who} {dialect.label} cannot cancel another session's statement, only end the session. "
+                        f"Terminate it instead? Its transaction is rolled back and its connection closed.")
             terminate = True
         else:
-            question = (f"Terminate backend {pid}{who}? Its transaction is rolled back and its connection closed."
-                        if terminate else f"Cancel the running query of backend {pid}{who}?")
+            question = (f"Terminate this backend? {who} Its transaction is rolled back and its connection closed."
+                        if terminate else f"Cancel this backend's running query? {who}")
         if terminate:
             question += what_ending_releases(snapshot, pid)
 
@@ -153,7 +200,9 @@ class HostActions:
 
     # -- the engine's commands ----------------------------------------------------------------
 
-    def engine(self, binding_id: str, selected_queue: Callable[[], str | None]) -> None:
+    def engine(self, binding_id: str, selected: Callable[[str], str | None]) -> None:
+        """An engine action: its prompt (its first word the selected row's queue, ring or lease:
+        `selected(kind)`), or, for one without a prompt that ends something, a confirmation."""
         spec = next((a for a in ENGINE_ACTIONS if a[0] == binding_id), None)
         if spec is None:
             return
@@ -166,14 +215,25 @@ class HostActions:
             return
 
         if placeholder is None:
-            self._run(host, binding_id, "")
+            question = CONFIRM_FIRST.get(binding_id)
+            if question is None:
+                self._run(host, binding_id, "")
+                return
+
+            def confirmed(yes: bool | None) -> None:
+                if yes:
+                    self._run(host, binding_id, "")
+                else:
+                    self.app.notify(f"{title}: nothing done", timeout=3)
+
+            self.app.push_screen(ConfirmScreen(question), confirmed)
             return
 
         def submitted(text: str | None) -> None:
             if text:
                 self._run(host, binding_id, text)
 
-        self.app.push_screen(PromptScreen(title, placeholder, prefill(host.snapshot, binding_id, default or "", selected_queue)),
+        self.app.push_screen(PromptScreen(title, placeholder, prefill(host.snapshot, binding_id, default or "", selected)),
                              submitted)
 
     def _run(self, host: Host, binding_id: str, text: str, create: bool = False) -> None:
@@ -185,7 +245,7 @@ class HostActions:
             message = run_engine_action(host.controls, binding_id, text, report=self._report_from_thread, create=create)
             severity = "information"
         except MissingQueue as exc:
-            self.app.call_from_thread(self._offer_to_create, host, binding_id, text, exc.queue)
+            self.app.call_from_thread(self._offer_to_create, host, binding_id, text, exc)
             return
         except QueuetopError as exc:
             message, severity = str(exc), "error"
@@ -193,18 +253,38 @@ class HostActions:
             message, severity = f"{binding_id} failed: {fmt.one_line(str(exc), 120)}", "error"
         self._done(host, message, severity)  # type: ignore[arg-type]
 
-    def _offer_to_create(self, host: Host, binding_id: str, text: str, queue: str) -> None:
-        known = [q.name for q in host.snapshot.queues if q.source == "reference"] if host.snapshot is not None else []
-        question = (f"Queue {queue!r} does not exist. Create it as a new, empty queue?"
-                    + (f" The engine's queues: {', '.join(known[:6])}{', ...' if len(known) > 6 else ''}." if known else ""))
+    def _offer_to_create(self, host: Host, binding_id: str, text: str, missing: MissingQueue) -> None:
+        """A prompt named a queue or a ring that does not exist: ask before creating it, the same
+        way for both (a typo must not create an empty one); a ring's capacity is asked with it (a
+        ring is never resized)."""
+        kind, name, snapshot = missing.kind, missing.name, host.snapshot
+        known = ([] if snapshot is None else [r.name for r in snapshot.rings] if kind == "ring"
+                 else [q.name for q in snapshot.queues if q.source == "reference"])
+        question = (f"{kind.capitalize()} {name!r} does not exist. Create it as a new, empty {kind}?"
+                    + (f" The engine's {kind}s: {', '.join(known[:6])}{', ...' if len(known) > 6 else ''}." if known else ""))
+
+        def refused() -> None:
+            self.app.notify(f"nothing done: no {kind} {name!r}", severity="warning")
 
         def decided(yes: bool | None) -> None:
             if yes:
                 self._run(host, binding_id, text, create=True)
             else:
-                self.app.notify(f"nothing done: no queue {queue!r}", severity="warning")
+                refused()
 
-        self.app.push_screen(ConfirmScreen(question), decided)
+        if kind != "ring":
+            self.app.push_screen(ConfirmScreen(question), decided)
+            return
+        words = text.split()  # RING [COUNT [CAPACITY]]
+
+        def sized(capacity: str | None) -> None:
+            if capacity:
+                self._run(host, binding_id, " ".join([words[0], words[1] if len(words) > 1 else "1", capacity]), create=True)
+            else:
+                refused()
+
+        self.app.push_screen(PromptScreen(f"{question} Its capacity, in cells (a ring is never resized):", "CAPACITY",
+                                          words[2] if len(words) > 2 else "100"), sized)
 
     def _report_from_thread(self, message: str) -> None:
         self.app.post_message(ActivityEnded(message))  # thread-safe, and does not wait
@@ -255,6 +335,33 @@ class HostActions:
         self._done(host, message, severity)  # type: ignore[arg-type]
 
 
+def _queue_details(backend, source: str, name: str) -> list:
+    return queue_renderables(backend.queue_details(source, name))
+
+
+def describe_session(pid: int, session: SessionSample | None, root: Blocker | None = None) -> str:
+    """A session as a confirmation names it: pid, user, application, state, how long its
+    transaction and query have lasted, and its query's first line (all inert: the database's text)."""
+    if session is None and root is None:
+        return f"Backend {pid} (not in the last sample: it may have ended)."
+    if session is not None:
+        parts = [f"Backend {pid}", f"user {session.user or '-'}", f"application {session.application or '-'}",
+                 f"state {session.state or '-'}"]
+        if session.xact_age_s is not None:
+            parts.append(f"transaction open {fmt.seconds(session.xact_age_s)}")
+        if session.query_age_s is not None:
+            parts.append(f"{'query running' if session.state == 'active' else 'in this state'} {fmt.seconds(session.query_age_s)}")
+        query = session.query
+    else:
+        assert root is not None
+        parts = [f"Backend {pid}", f"application {root.application or '-'}", f"state {root.state or '-'}"]
+        if root.xact_age_s is not None:
+            parts.append(f"transaction open {fmt.seconds(root.xact_age_s)}")
+        query = root.query
+    first = next((line.strip() for line in (query or "").splitlines() if line.strip()), "")
+    return fmt.inert(", ".join(parts) + ". Query: " + (fmt.one_line(first, 200) if first else "-") + ".")
+
+
 def what_ending_releases(snapshot: Snapshot | None, pid: int) -> str:
     """What ending a session's transaction would release, from the last sample."""
     if snapshot is None:
@@ -272,16 +379,22 @@ def what_ending_releases(snapshot: Snapshot | None, pid: int) -> str:
 
 def selected_queue(table: DataTable) -> str | None:
     """The engine's queue selected in the Queues panel (a row key is `source:name`), if any."""
-    if not table.row_count or table.cursor_row is None:
-        return None
-    key = str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value or "")
-    source, _, name = key.partition(":")
+    source, _, name = (selected_key(table) or "").partition(":")
     return name if source == "reference" else None
 
 
-def prefill(snapshot: Snapshot | None, binding_id: str, default: str, selected: Callable[[], str | None]) -> str:
-    """A prompt's first word names what exists: the selected queue (or the first of the
-    engine's), the first ring, the first lease; the rest of the default stays."""
+def selected_key(table: DataTable) -> str | None:
+    """The key of the row under a table's cursor (a ring's or a lease's is its name), if any."""
+    if not table.row_count or table.cursor_row is None:
+        return None
+    key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+    return None if key is None or key == UNKNOWN_KEY else str(key)
+
+
+def prefill(snapshot: Snapshot | None, binding_id: str, default: str, selected: Callable[[str], str | None]) -> str:
+    """A prompt's first word names what exists: the selected row's queue, ring or lease
+    (`selected(kind)`), else the first of the engine's queues, the first ring, the first lease
+    but the relays'; the rest of the default stays."""
     words = default.split()
     if not words or snapshot is None:
         return default
@@ -289,11 +402,12 @@ def prefill(snapshot: Snapshot | None, binding_id: str, default: str, selected: 
     name = None
     if kind in ("producer", "consumers", "burst", "blocker"):
         engine_queues = [q.name for q in snapshot.queues if q.source == "reference"]
-        name = selected() or (engine_queues[0] if engine_queues else None)
+        name = selected("queue") or (engine_queues[0] if engine_queues else None)
     elif kind == "ring" and snapshot.rings:
-        name = snapshot.rings[0].name
+        name = selected("ring") or snapshot.rings[0].name
     elif kind == "lease" and snapshot.leases:
-        name = next((lease.name for lease in snapshot.leases if lease.name != "outbox-relay"), snapshot.leases[0].name)
+        name = selected("lease") or next((lease.name for lease in snapshot.leases if lease.name != "outbox-relay"),
+                                         snapshot.leases[0].name)
     # Only a name the prompt can show as it is and take back whole: one word, nothing escaped.
     if name and fmt.inert(name) == name and len(name.split()) == 1:
         return " ".join([name, *words[1:]])

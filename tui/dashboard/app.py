@@ -19,7 +19,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.events import Key
 from textual.notifications import SeverityLevel
-from textual.widgets import DataTable, Footer, Input, Tree
+from textual.widgets import DataTable, Input, Tree
 
 from probes.model import Snapshot
 from probes.recording import Recorder, ReplayClock
@@ -27,12 +27,12 @@ from probes.recording import Recorder, ReplayClock
 from .. import format as fmt
 from ..messages import ActivityEnded, NoticeFromThread, SnapshotArrived
 from ..screens.dialogs import HelpScreen, HostsScreen, NoticesScreen
-from ..widgets.panels import ConnectionsPanel, LeasesPanel, LocksPanel, QueuesPanel
-from .actions import HostActions, selected_queue
-from .bars import HostBar, NoticeBar, StatusBar, StatusFacts
+from ..widgets.panels import ConnectionsPanel, LeasesPanel, LocksPanel, QueuesPanel, RingsPanel, SessionsPanel
+from .actions import HostActions, selected_key, selected_queue
+from .bars import ContextFooter, HostBar, NoticeBar, StatusBar, StatusFacts
 from .commands import EngineCommands
 from .hosts import Backend, Host, Hosts, HostSpec, SnapshotSource, host_line
-from .keymap import KEYS, bindings_by_id, help_keys
+from .keymap import KEYS, KeyContext, bindings_by_id, help_keys
 from .replay import LiveRecording, seek, seek_prompt, toggle_play
 from .view import LAYOUT_CSS, PanelsView
 
@@ -112,7 +112,7 @@ class QueuetopApp(App[None]):
         yield PanelsView.build()
         yield Input(placeholder="filter: queue, application or query text (Enter applies, Esc clears)", id="filter")
         yield NoticeBar(id="notice")
-        yield Footer()
+        yield ContextFooter(self.key_context)
 
     def on_mount(self) -> None:
         if self._keymap:
@@ -245,7 +245,9 @@ class QueuetopApp(App[None]):
         return "?" if binding is None else self._keymap.get(binding_id, binding.key_display or binding.key)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        # False hides a binding (footer, help) and refuses its key; None would show it dimmed.
+        # False refuses a key (and hides it from the footer), where it could do nothing at all; a
+        # key that applies only elsewhere still answers, saying why. What the footer and the help
+        # show is keymap.applies' choice (key_context).
         if action in ("host", "hosts"):
             return len(self.hosts) > 1  # one database: no host keys
         if action in ("step", "seek"):
@@ -255,7 +257,8 @@ class QueuetopApp(App[None]):
         return True
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen(help_keys(self.key_for)))
+        """The keys that apply now (several hosts: the host keys; a replay: its keys; ...)."""
+        self.push_screen(HelpScreen(help_keys(self.key_for, self.key_context(), self.host.controls_off)))
 
     def action_host(self, index: int) -> None:
         """Show host `index` (its number in the host bar, from 0), or the next (-1) or previous (-2)."""
@@ -321,13 +324,44 @@ class QueuetopApp(App[None]):
             if severity != "error":
                 self.render_status()
 
+    def key_context(self) -> KeyContext:
+        """What decides which keys apply now: the footer and the help show only those."""
+        host = self.host
+        return KeyContext(hosts=len(self.hosts), replay=self.replay is not None, engine=host.controls is not None,
+                          backend=host.backend is not None, read_only=self.read_only)
+
+    def action_cursor_down(self) -> None:
+        """j: down in the focused table or tree, as ↓ (a scrolling box scrolls)."""
+        self._move_cursor("down")
+
+    def action_cursor_up(self) -> None:
+        """k: up in the focused table or tree, as ↑."""
+        self._move_cursor("up")
+
+    def _move_cursor(self, way: str) -> None:
+        focused = self.focused
+        move = getattr(focused, f"action_cursor_{way}", None) or getattr(focused, f"action_scroll_{way}", None)
+        if move is not None:
+            move()
+
     # -- the panels -----------------------------------------------------------------------
 
     def action_zoom(self) -> None:
         self.query_one(PanelsView).zoom()
 
     def action_sort(self) -> None:
-        self.notify(self.query_one(PanelsView).sort(self.snapshot, self.filter_text), timeout=3)
+        """The next order of the focused panel (Queues where the focused one does not sort). Said
+        on the panel's border, not as a notice (one a press flooded the log); only where the
+        border has no room for it (80 columns, hidden columns listed), on the footer's line for
+        a moment, not logged."""
+        view = self.query_one(PanelsView)
+        said = view.sort(self.snapshot, self.filter_text)
+        panel = view.focused_panel()
+        if panel is None or len(panel.SORTS) < 2:
+            panel = self.query_one(QueuesPanel)
+        order = said.partition(" sorted by ")[2]
+        if order and f"sorted by {order}" not in str(panel.border_subtitle):
+            self.query_one(NoticeBar).show(time.strftime("%H:%M:%S"), "information", said, 2, logged=False)
 
     def action_filter(self) -> None:
         box = self.query_one("#filter", Input)
@@ -363,15 +397,46 @@ class QueuetopApp(App[None]):
     def _session_details(self, event: Tree.NodeSelected) -> None:
         self.host_actions.session_details(event.node.data)
 
+    @on(DataTable.RowSelected, "#sessions-table")
+    def _sessions_row_details(self, event: DataTable.RowSelected) -> None:
+        key = event.row_key.value or ""
+        if key.isdigit():
+            self.host_actions.session_details(int(key))
+
+    def action_sessions_idle(self) -> None:
+        """Hide the idle sessions in the Sessions panel, or show them again (its border says so)."""
+        self.query_one(SessionsPanel).toggle_idle()
+
     # -- acting on the database (actions.py) ------------------------------------------------
 
     def action_signal(self, terminate: bool) -> None:
-        panels = self.query_one(PanelsView)
-        self.host_actions.signal(terminate, from_connections=isinstance(panels.focused_panel(), ConnectionsPanel),
-                           selected_pid=lambda: self.query_one(LocksPanel).selected_pid)
+        """Cancel or terminate the session selected in the focused panel that shows sessions."""
+        focused = self.query_one(PanelsView).focused_panel()
+        if isinstance(focused, SessionsPanel):
+            pid, where = focused.selected_pid, "Sessions"
+        elif isinstance(focused, LocksPanel):
+            pid, where = focused.selected_pid, "Locks"
+        elif isinstance(focused, ConnectionsPanel):
+            c = self.snapshot.connections if self.snapshot is not None else None
+            pid, where = (c.xmin_holder_pid if c is not None and c.xmin_holder_kind in (None, "session") else None), "Connections"
+        else:
+            pid, where = None, None
+        self.host_actions.signal(terminate, pid, where)
 
     def action_engine(self, binding_id: str) -> None:
-        self.host_actions.engine(binding_id, lambda: selected_queue(self.query_one(QueuesPanel).query_one(DataTable)))
+        self.host_actions.engine(binding_id, self._selected_name)
+
+    def _selected_name(self, kind: str) -> str | None:
+        """The queue, ring or lease selected in its panel, for a prompt's first word: the Queues
+        panel's selection always (the engine's queues are what the keys act on); a ring's or a
+        lease's only while its panel has the focus."""
+        if kind == "queue":
+            return selected_queue(self.query_one(QueuesPanel).query_one(DataTable))
+        panel = {"ring": RingsPanel, "lease": LeasesPanel}.get(kind)
+        focused = self.query_one(PanelsView).focused_panel()
+        if panel is None or not isinstance(focused, panel):
+            return None
+        return selected_key(focused.query_one(DataTable))
 
     def action_stop_all(self) -> None:
         self.host_actions.stop_all()

@@ -1,22 +1,27 @@
-"""The dashboard's one-line bars: the hosts (a tab each), the status line, and the latest notice.
-Each is given what to say (data down) and fits it to its own width, again when it is resized:
-none of them asks the app for anything."""
+"""The dashboard's one-line bars: the hosts (a tab each), the status line, the latest notice, and
+the footer (the keys of the focused panel). Each is given what to say (data down) and fits it to
+its own width, again when it is resized: none of them asks the app for anything."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from rich.cells import cell_len
 from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.timer import Timer
 from textual.widgets import Footer, Static
+from textual.widgets._footer import FooterKey
 
 from probes.model import Snapshot
 from probes.recording import ReplayClock, first_recorded_at
 
 from .. import format as fmt
-from .hosts import Host, hosts_text
+from .hosts import Host, hosts_text, server_stopped
+from .keymap import DETAILS, FOOTER_LABELS, KeyContext, footer_ids, footer_rank, panel_of
 
 # How long the latest notice takes the footer's place, by severity (all stay in the `m` log).
 NOTICE_SECONDS = {"information": 6.0, "warning": 10.0, "error": 15.0}
@@ -122,9 +127,15 @@ def status_parts(facts: StatusFacts) -> list[tuple[str, str, int]]:
         parts.append(("LIVE", "bold green", 0))
     if not connected:
         assert s is not None
-        reason = fmt.one_line(str(s.extra.get("connection_error") or "database unreachable"), 200)
-        parts.append((" DISCONNECTED" if facts.paused else "DISCONNECTED", "bold white on red", 0))
-        parts.append((f" {reason}", "bold", 0))
+        lead = " " if facts.paused else ""
+        if server_stopped(s):  # said plainly, not as an errno's words ("No such file or directory")
+            parts.append((f"{lead}SERVER STOPPED", "bold white on red", 0))
+            if s.server.label:  # the masked DSN
+                parts.append((f" nothing answers at {fmt.one_line(s.server.label, 200)}", "bold", 1))
+        else:
+            reason = fmt.one_line(str(s.extra.get("connection_error") or "database unreachable"), 200)
+            parts.append((f"{lead}DISCONNECTED", "bold white on red", 0))
+            parts.append((f" {reason}", "bold", 0))
         parts.append((" │ retrying", "", 2))
         if last_good_at is not None:
             parts.append((f" │ figures of {last_good_at:%H:%M:%S}", "yellow", 1))
@@ -145,7 +156,7 @@ def status_parts(facts: StatusFacts) -> list[tuple[str, str, int]]:
         server = s.server
         parts.append((f" │ {fmt.database_name(server.dialect)} {server.version or '?'} db {server.database or '?'}", "", 4))
         parts.append((f" │ probes {s.elapsed_ms:.1f} ms", "", 5))
-        if server.label:
+        if server.label and not server_stopped(s):  # (a stopped server's is said above)
             parts.append((f" │ {server.label}", "dim", 6))
     return parts
 
@@ -163,12 +174,13 @@ class NoticeBar(Static):
 
     _timer: Timer | None = None
 
-    def show(self, at: str, severity: str, text: str, timeout: float | None = None) -> None:
+    def show(self, at: str, severity: str, text: str, timeout: float | None = None, *, logged: bool = True) -> None:
         """Show a notice in the footer's place for `timeout` seconds (by default, by its severity).
-        The app shows none while it shuts down (its notify says why)."""
+        The app shows none while it shuts down (its notify says why). `logged`: it is in the `m`
+        log too (a sort's new order is not: the panel's border says it)."""
         footer = self.screen.query_one(Footer)
         self.set_classes(severity if severity in ("warning", "error") else "")
-        self.update(Text.assemble((f"{at} ", "dim"), text, ("  · m: all notices", "dim")))
+        self.update(Text.assemble((f"{at} ", "dim"), text, ("  · m: all notices" if logged else "", "dim")))
         self.display = True
         footer.display = False
         if self._timer is not None:
@@ -187,3 +199,65 @@ class NoticeBar(Static):
             return
         self.display = False
         self.screen.query_one(Footer).display = True
+
+
+class ContextFooter(Footer):
+    """The footer: the keys that act on the focused panel (keymap.PANEL_KEYS), then the few that
+    act everywhere, each only where it applies now (keymap.applies: engine keys when the engine's
+    controls are on, host keys with several hosts, ...), as the config's [keys] may have remapped
+    them; each whole or left out, the least useful first (keymap.footer_rank), to fit the width.
+    Textual's Footer shows every binding whose fixed `show` flag is set; this one chooses by the
+    focus and the `context` it is given. It is rebuilt when the focus or the bindings change
+    (Textual's bindings signal), when it is resized, and when the context changes (a host shown,
+    its engine controls found): that is looked at twice a second, a comparison of a few flags."""
+
+    def __init__(self, context: Callable[[], KeyContext], *, id: str | None = None) -> None:
+        # Compact (no padding around the key): the focused panel's keys fit at 80 columns. No
+        # Ctrl-P on the right: the help lists it.
+        super().__init__(id=id, show_command_palette=False, compact=True)
+        self._key_context = context  # (not `_context`: Textual's MessagePump has one)
+        self._shown: tuple[str | None, KeyContext, int] | None = None  # what it was built for
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.set_interval(0.5, self._context_moved)
+
+    def _now(self) -> tuple[str | None, KeyContext, int]:
+        return panel_of(self.screen.focused), self._key_context(), self.app.size.width
+
+    def _context_moved(self) -> None:
+        if not self.is_attached or not self.app.is_running:  # shutting down: nothing drawn again
+            return
+        if self._shown is not None and self._shown != self._now():
+            self.call_after_refresh(self.recompose)
+
+    def on_resize(self) -> None:
+        self._context_moved()
+
+    def compose(self) -> ComposeResult:
+        self._shown = now = self._now()
+        panel, context, width = now
+        active: dict[str, tuple[Binding, bool]] = {}  # binding id -> (binding, enabled), its first key only
+        for _namespace, binding, enabled, _tooltip in self.screen.active_bindings.values():
+            if binding.id and binding.id not in active:
+                active[binding.id] = (binding, enabled)
+        keys: list[tuple[str, FooterKey]] = []
+        for binding_id in footer_ids(panel, context):
+            if binding_id == "details":
+                key, label = DETAILS
+                keys.append((binding_id, FooterKey(key, self.app.get_key_display(Binding(key, "")), label, "", tooltip=label)))
+            elif binding_id in active:  # absent: refused here (check_action), or a focused widget's key takes it
+                binding, enabled = active[binding_id]
+                keys.append((binding_id, FooterKey(binding.key, self.app.get_key_display(binding),
+                                                   FOOTER_LABELS.get(binding_id, binding.description), binding.action,
+                                                   disabled=not enabled, tooltip=binding.description)))
+        # Compact: "k Label" and a space after it.
+        room = max(width, 20)
+        for binding_id, footer_key in sorted(keys, key=lambda k: footer_rank(k[0], panel)):
+            needs = cell_len(footer_key.key_display) + 1 + cell_len(footer_key.description) + 1
+            if needs > room:
+                keys.remove((binding_id, footer_key))
+            else:
+                room -= needs
+        for _binding_id, footer_key in keys:
+            yield footer_key.data_bind(compact=Footer.compact)

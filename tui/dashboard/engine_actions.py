@@ -34,10 +34,29 @@ class MissingQueue(QueuetopError):
     must not create an empty queue)."""
 
     exit_code = 2
+    kind = "queue"
 
     def __init__(self, queue: str) -> None:
-        super().__init__(f"queue {queue!r} does not exist")
-        self.queue = queue
+        super().__init__(f"{self.kind} {queue!r} does not exist")
+        self.queue = self.name = queue
+
+
+class MissingRing(MissingQueue):
+    """A prompt named a ring (a bounded queue) that does not exist: the dashboard asks, as for a
+    queue, and for its capacity (a ring is never resized)."""
+
+    kind = "ring"
+
+
+def ring_exists(controls, name: str) -> bool:
+    """Whether the engine has a ring of that name (a name it refuses is a UsageError), on a
+    session of the controls' database, in its dialect."""
+    from dbcore.dialect import open_session
+    from dbcore.names import check_name
+    from queues.schema import ENGINE_SQL
+
+    with open_session(controls.target, application_name="queuetop-control") as conn:
+        return conn.execute(ENGINE_SQL["ring_describe"], {"name": check_name("ring", name)}).fetchone() is not None
 
 
 def run_engine_action(controls, binding_id: str, text: str, report: Callable[[str], None] | None = None,
@@ -45,7 +64,9 @@ def run_engine_action(controls, binding_id: str, text: str, report: Callable[[st
     """Parse a prompt's words and run the action; returns what to tell the operator. `report`
     receives what an action running on in the background has to say when it ends. A queue that
     does not exist raises MissingQueue, unless `create` (the operator said yes): then it is
-    created and recorded as the dashboard's (`queuetop demo reset` removes it)."""
+    created and recorded as the dashboard's (`queuetop demo reset` removes it). A ring put on
+    raises MissingRing, unless `create`: then it is created with the capacity the prompt's third
+    word gives (RING COUNT CAPACITY)."""
     from dbcore.errors import UsageError
     from probes.sampler import blocked_applications
     from queues.control import SCENARIO_KEY
@@ -89,10 +110,19 @@ def run_engine_action(controls, binding_id: str, text: str, report: Callable[[st
         return f"enqueued {count:,} on {queue}"
     if binding_id == "ring.put":
         ring, count = arg(0, name="RING"), arg(1, int, "COUNT") if len(words) > 1 else 1
+        created = ""
+        if not ring_exists(controls, ring):
+            if not create:
+                raise MissingRing(ring)
+            capacity = arg(2, int, "CAPACITY")
+            controls.ring_create(ring, capacity)
+            created = f" (a new ring of {capacity:,} cells)"
         controls.ring_put(ring, count)
-        return f"put {count} on ring {ring}"
+        return f"put {count} on ring {ring}{created}"
     if binding_id == "ring.take":
         ring, count = arg(0, name="RING"), arg(1, int, "COUNT") if len(words) > 1 else 1
+        if not ring_exists(controls, ring):  # nothing to take: a put offers to create it
+            raise UsageError(f"no ring {ring!r}: Put on a ring offers to create it")
         return f"took {controls.ring_take(ring, count)} from ring {ring}"
     if binding_id == "lease.take":
         name, holder, ttl = arg(0, name="NAME"), arg(1, name="HOLDER"), arg(2, float, "TTL_S")

@@ -159,6 +159,18 @@ class Hosts:
             host.shown, host.last_good_at = snapshot, snapshot.taken_at
 
 
+# What a connection attempt is told when no server runs where the target points: its socket file
+# is missing (`queuetop server stop`, or the wrong directory), or nothing listens on its port.
+NOT_RUNNING = ("No such file or directory", "Connection refused")
+
+
+def server_stopped(snapshot: Snapshot) -> bool:
+    """True when the host is down because no server runs there (rather than refusing this role,
+    timing out, ...): the bars say so plainly instead of an errno's words."""
+    reason = str(snapshot.extra.get("connection_error") or "")
+    return not snapshot.connected and any(cause in reason for cause in NOT_RUNNING)
+
+
 def worst_queue(snapshot: Snapshot) -> QueueSample | None:
     """The queue whose oldest claimable message is oldest (None when no queue has one)."""
     aged = [q for q in snapshot.queues if q.oldest_ready_age_s is not None]
@@ -179,7 +191,7 @@ def hosts_text(hosts: Sequence[Host], current: int, width: int) -> Text:
         elif first_recorded_at(s) is not None:
             parts.append((" not yet", "dim", 2))  # a replay before this host's recording begins
         elif not s.connected:
-            parts.append((" DOWN", "bold white on red", 0))
+            parts.append((" STOPPED" if server_stopped(s) else " DOWN", "bold white on red", 0))
         else:
             blocked = len(s.blocked)
             locks_unknown = s.unknown_list("blocked") is not None  # never "ok" for what was not seen
@@ -208,6 +220,9 @@ def host_line(index: int, host: Host) -> tuple[str, ...]:
     sampled = f"{s.taken_at:%H:%M:%S}"
     if not s.connected:
         since = f"; its figures are of {host.last_good_at:%H:%M:%S}" if host.last_good_at else ""
+        if server_stopped(s):
+            return (str(index + 1), host.name, "STOPPED", "", "", "", "", "", sampled,
+                    f"the server is not running: nothing answers at {s.server.label or host.name}{since}")
         return (str(index + 1), host.name, "DOWN", "", "", "", "", "", sampled,
                 f"{fmt.one_line(str(s.extra.get('connection_error')), 300)}{since}")
     worst = worst_queue(s)

@@ -8,9 +8,18 @@ from textual.containers import Horizontal, Vertical
 
 from probes.model import Snapshot
 
-from ..widgets.panels import CompactionPanel, ConnectionsPanel, LeasesPanel, LocksPanel, Panel, QueuesPanel, RingsPanel
+from ..widgets.panels import (
+    CompactionPanel,
+    ConnectionsPanel,
+    LeasesPanel,
+    LocksPanel,
+    Panel,
+    QueuesPanel,
+    RingsPanel,
+    SessionsPanel,
+)
 
-PANELS = (QueuesPanel, RingsPanel, LeasesPanel, CompactionPanel, LocksPanel, ConnectionsPanel)
+PANELS = (QueuesPanel, LocksPanel, SessionsPanel, ConnectionsPanel, RingsPanel, LeasesPanel, CompactionPanel)
 
 
 # The app's stylesheet: the panels' rows, and the filter box under them.
@@ -23,8 +32,15 @@ LAYOUT_CSS = """
     #row-small { height: auto; max-height: 40%; }
     #row-small Panel { height: auto; min-height: 5; }
     #row-small KeyedTable { height: auto; }
-    #locks { width: 3fr; }
-    #connections { width: 2fr; }
+    /* Locks, Sessions and Connections. While sessions are blocked the lock tree gets the room
+       (its labels: who, how long, on what), the Sessions list what is left beside Connections'
+       figures; when none is, the tree says one line and the Sessions list gets the room. */
+    #locks { width: 5fr; }
+    #sessions { width: 1fr; min-width: 12; }
+    #connections { width: 2fr; min-width: 25; }
+    #row-locks.-calm #locks { width: 24; }
+    #row-locks.-calm #sessions { width: 2fr; }
+    #row-locks.-calm #connections { width: 1fr; }
     /* Rings and Compaction as wide as their rows need (set from their content), within these
        bounds; Leases takes the rest. At 80 columns: a ring's name and used/capacity, a lease's
        name, token and TTL, the pending deltas and their group. */
@@ -35,6 +51,14 @@ LAYOUT_CSS = """
     #connections-summary { height: 1; padding: 0 1; }
     #filter { dock: bottom; display: none; }
     #filter.visible { display: block; }
+    /* Zoomed (z): the panel fills the screen above the footer, whatever its row made of it (a
+       width fitted to its rows, an auto height), with its border and title; its table or tree
+       shows every column whole and scrolls sideways where the screen is narrower. */
+    Screen.-maximized-view Panel.-maximized {
+        width: 1fr !important; height: 1fr !important; min-width: 0 !important; max-width: 100% !important;
+        min-height: 0 !important; max-height: 100% !important;
+    }
+    Screen.-maximized-view Panel.-maximized KeyedTable { height: 1fr !important; }
     """
 
 
@@ -43,10 +67,11 @@ class PanelsView(Vertical):
 
     @classmethod
     def build(cls) -> PanelsView:
-        """The panels in three rows: the queues; locks and connections; rings, leases and compaction."""
+        """The panels in three rows: the queues; locks, sessions and connections; rings, leases
+        and compaction."""
         return cls(
             Horizontal(QueuesPanel(), id="row-queues"),
-            Horizontal(LocksPanel(), ConnectionsPanel(), id="row-locks"),
+            Horizontal(LocksPanel(), SessionsPanel(), ConnectionsPanel(), id="row-locks"),
             Horizontal(RingsPanel(), LeasesPanel(), CompactionPanel(), id="row-small"),
         )
 
@@ -59,6 +84,7 @@ class PanelsView(Vertical):
         with self.app.batch_update():
             for panel in PANELS:
                 self.query_one(panel).show(snapshot, filter_text)
+            self.query_one("#row-locks").set_class(self.query_one(LocksPanel).calm, "-calm")
 
     def record(self, snapshot: Snapshot) -> None:
         """Another host's snapshot, not shown: its trends and countdowns go on."""
@@ -76,7 +102,12 @@ class PanelsView(Vertical):
         if screen.maximized is not None:
             screen.minimize()
             return
-        screen.maximize(self.focused_panel() or self.query_one(QueuesPanel), container=False)
+        panel = self.focused_panel() or self.query_one(QueuesPanel)
+        screen.maximize(panel, container=False)
+        if self.focused_panel() is not panel:  # its keys (arrows, sideways scroll) act on what is shown
+            target = next((w for w in panel.query("*") if w.focusable), None)
+            if target is not None:
+                target.focus()
 
     def sort(self, snapshot: Snapshot | None, filter_text: str) -> str:
         """Cycle the focused panel's order (Queues when the focused one does not sort); says what it did."""

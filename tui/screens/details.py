@@ -21,7 +21,14 @@ from .. import format as fmt
 
 
 class DetailsScreen(ModalScreen[None]):
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,q,enter", "close", "Close", id="details.close")]
+    """What Enter shows, in a box that says how to close it (on its border, as the help does)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,q,enter", "close", "Close", id="details.close"),
+        Binding("j", "scroll_box(1)", "Scroll down", show=False),
+        Binding("k", "scroll_box(-1)", "Scroll up", show=False),
+    ]
+    CLOSE_HINT = "↑↓ j k PgUp PgDn scroll · Esc, q or Enter closes"
     DEFAULT_CSS = """
     DetailsScreen { align: center middle; }
     DetailsScreen > VerticalScroll { width: 95%; height: 90%; border: round $accent; background: $surface; padding: 0 1; }
@@ -34,7 +41,9 @@ class DetailsScreen(ModalScreen[None]):
         self.renderables: list | None = None  # what is shown, once loaded
 
     def compose(self) -> ComposeResult:
-        with VerticalScroll():
+        box = VerticalScroll()
+        box.border_subtitle = self.CLOSE_HINT
+        with box:
             yield Label(fmt.plain(self.title_text, style="bold"))
             yield Static("loading…", id="details-body")
 
@@ -56,6 +65,10 @@ class DetailsScreen(ModalScreen[None]):
 
     def action_close(self) -> None:
         self.dismiss(None)
+
+    def action_scroll_box(self, lines: int) -> None:
+        """j and k scroll, as ↓ and ↑."""
+        self.query_one(VerticalScroll).scroll_relative(y=lines, animate=False)
 
 
 def queue_renderables(details: QueueDetails) -> list:
@@ -115,7 +128,9 @@ def _value(value: object) -> str:
     return "-" if value is None else fmt.one_line(str(value), 300)
 
 
-def session_renderables(details: dict) -> list:
+def session_renderables(details: dict, *, blocked_by: tuple[int, ...] = (), blocks: list[int] | tuple[int, ...] = ()) -> list:
+    """A session's facts, its whole query, who blocks it and whom it blocks (from the last
+    sample), and its locks."""
     s = details["session"]
     if s is None:
         return [Text("the session has ended", style="yellow")]
@@ -133,4 +148,9 @@ def session_renderables(details: dict) -> list:
         what = lock["relation"] or lock["transactionid"] or (f"{lock['classid']}/{lock['objid']}" if lock["objid"] else "-")
         granted = Text("yes", style="green") if lock["granted"] else Text("WAITING", style="bold red")
         locks.add_row(fmt.plain(lock["locktype"]), fmt.plain(lock["mode"]), granted, fmt.plain(what))
-    return [info, Text("\nQuery:", style="bold"), Text(fmt.inert_lines(s["query"])), locks]
+    waits = Text("\nBlocked by: ", style="bold")
+    waits.append(", ".join("a prepared transaction" if p == 0 else f"pid {p}" for p in blocked_by) or "nobody",
+                 style="yellow" if blocked_by else "")
+    held = Text("Blocks: ", style="bold")
+    held.append(", ".join(f"pid {p}" for p in blocks) or "nobody", style="bold red" if blocks else "")
+    return [info, Text("\nQuery:", style="bold"), Text(fmt.inert_lines(s["query"])), waits, held, locks]

@@ -19,8 +19,13 @@ from dbcore.text import inert
 
 
 class ScrollingBoxScreen(ModalScreen[None]):
-    """A box as tall as the screen that scrolls (↑ ↓ PgUp PgDn Home End) at any terminal size,
+    """A box as tall as the screen that scrolls (↑ ↓ j k PgUp PgDn Home End) at any terminal size,
     its title on the border and how to close it beneath: the help and the notices log."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("j", "scroll_box(1)", "Scroll down", show=False),
+        Binding("k", "scroll_box(-1)", "Scroll up", show=False),
+    ]
 
     DEFAULT_CSS = """
     ScrollingBoxScreen { align: center middle; }
@@ -31,12 +36,18 @@ class ScrollingBoxScreen(ModalScreen[None]):
     def scrolling_box(self, box_id: str, title: str, closed_by: str) -> VerticalScroll:
         box = VerticalScroll(id=box_id)
         box.border_title = title
-        box.border_subtitle = f"↑↓ PgUp PgDn scroll · {closed_by} closes"
+        box.border_subtitle = f"↑↓ j k PgUp PgDn scroll · {closed_by} closes"
         return box
+
+    def action_scroll_box(self, lines: int) -> None:
+        """j and k scroll, as ↓ and ↑ (a modal screen's keys are its own: the dashboard's j and k
+        do not reach it)."""
+        box = self.query_one(VerticalScroll)
+        box.scroll_relative(y=lines, animate=False)
 
 
 class HelpScreen(ScrollingBoxScreen):
-    """Every key, with its binding id."""
+    """The keys that apply now (the dashboard chooses them: keymap.help_keys), with their binding ids."""
 
     AUTO_FOCUS = "#help-keys"
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,q,question_mark", "dismiss", "Close", id="help.close")]
@@ -56,7 +67,8 @@ class HelpScreen(ScrollingBoxScreen):
         for key, description, binding_id in self._keys:  # a key from the config's [keys] may be "["
             table.add_row(Text(inert(key)), Text(inert(description)), Text(inert(binding_id)))
         with self.scrolling_box("help-keys", "queuetop keys", "Esc, q or ?"):
-            yield Label("Remap a key by its id in the config's \\[keys] table.")
+            yield Static("The keys that apply here and now (the footer shows the focused panel's). "
+                         "Remap a key by its id in the config's \\[keys] table.")
             yield Static(table)
 
 
@@ -118,9 +130,10 @@ class HostsScreen(ScrollingBoxScreen):
                 table.add_column(column, overflow="fold")
         for index, row in enumerate(self._rows):
             style = "reverse" if index == self._current else ""
-            table.add_row(*[Text(cell, style=("bold white on red" if cell == "DOWN" else "")) for cell in row[:-1]], style=style)
+            table.add_row(*[Text(cell, style=("bold white on red" if cell in ("DOWN", "STOPPED") else "")) for cell in row[:-1]],
+                          style=style)
         # Why a host is down, or what its probes could not see: below, each on lines of its own.
-        notes = [Text.assemble((f"{row[0]} {row[1]}: ", "bold"), (row[-1], "red" if row[2] == "DOWN" else "yellow"))
+        notes = [Text.assemble((f"{row[0]} {row[1]}: ", "bold"), (row[-1], "red" if row[2] in ("DOWN", "STOPPED") else "yellow"))
                  for row in self._rows if row[-1]]
         with self.scrolling_box("hosts-list", f"hosts ({len(self._rows)})", "Esc, q or H"):
             yield Static(table)

@@ -12,6 +12,7 @@ from .lock_tree import LockTree, blocked_label, blocker_label, prepared_label
 from .locks import LocksPanel
 from .queues import QueuesPanel
 from .rings import RingsPanel
+from .sessions import SessionsPanel
 
 __all__ = [
     "CompactionPanel",
@@ -22,6 +23,7 @@ __all__ = [
     "Panel",
     "QueuesPanel",
     "RingsPanel",
+    "SessionsPanel",
     "blocked_label",
     "blocker_label",
     "fit_segments",

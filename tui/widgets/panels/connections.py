@@ -7,6 +7,8 @@ from collections import deque
 from datetime import datetime
 from typing import ClassVar
 
+from rich.cells import cell_len
+from rich.text import Text
 from textual.widgets import Sparkline, Static
 
 from probes.model import Connections, Snapshot
@@ -112,23 +114,39 @@ class ConnectionsPanel(Panel):
         holder = xmin_holder(c, words="short")
         xmin_style = "bold yellow" if holder else ""
         session = c.xmin_holder_kind in (None, "session")
-        # The second line fitted to the width: each figure whole or left out, the app name cut last.
-        oldest = fit_segments([
-            ("oldest xact ", "", False), (fmt.seconds(c.oldest_xact_age_s), "bold", False),
-            (f" pid {c.oldest_xact_pid}" if c.oldest_xact_pid else "", "", False),
-            (f" · {self._horizon} {holder}" if holder and session else "", xmin_style, False),
+        # The oldest transaction, then what holds the horizon: each figure whole or left out, a
+        # name cut last. On one line where it fits whole, else on two (a narrow panel).
+        first = [("oldest xact ", "", False), (fmt.seconds(c.oldest_xact_age_s), "bold", False),
+                 (f" pid {c.oldest_xact_pid}" if c.oldest_xact_pid else "", "", False)]
+        second = [
+            (f"{self._horizon} {holder}" if holder and session else "", xmin_style, False),
             # A prepared transaction's gid or a slot's name: a name, cut last but one.
-            (f" · {self._horizon} {holder}" if holder and not session else "", xmin_style, True),
-            (f" · version store {fmt.kilobytes(c.version_store_kb)}" if c.version_store_kb is not None else "", "", False),
+            (f"{self._horizon} {holder}" if holder and not session else "", xmin_style, True),
             (f" {c.xmin_holder_application}" if holder and session and c.xmin_holder_application else "", xmin_style, True),
-        ], width)
+            (f"{' · ' if holder else ''}version store {fmt.kilobytes(c.version_store_kb)}" if c.version_store_kb is not None
+             else "", "", False),
+        ]
+        whole = sum(cell_len(text) for text, _style, _cut in first + second) + (3 if any(t for t, _s, _c in second) else 0)
+        if whole <= width or not any(text for text, _style, _cut in second):
+            oldest = fit_segments([*first, *((" · " + t if i == 0 and t else t, st, cut)
+                                             for i, (t, st, cut) in enumerate(x for x in second if x[0]))], width)
+            lines = 1
+        else:
+            oldest = Text("\n").join([fit_segments(first, width), fit_segments(second, width)])
+            lines = 2
         # Sessions against max_connections in the title: the lines below are for the rows.
-        title = f"Connections {fmt.sessions(c.total, c.max)}"
+        figures = fmt.sessions(c.total, c.max)
+        # The count whole, with the panel's name where the border has room for both.
+        title = next((t for t in (f"Connections {figures}", f"Conns {figures}") if len(t) + 4 <= self.size.width), figures) \
+            if self.size.width else f"Connections {figures}"
         if self.border_title != title:
             self.border_title = title
+        summary = self.query_one("#connections-summary", Static)
+        if summary.styles.height is None or summary.styles.height.value != lines:
+            summary.styles.height = lines
         if oldest.plain != self._summary_text:  # repaint only what changed
             self._summary_text = oldest.plain
-            self.query_one("#connections-summary", Static).update(oldest, layout=False)  # fixed height
+            summary.update(oldest, layout=False)
 
     def on_resize(self) -> None:
         self._render_summary()  # refit the line to the new width

@@ -43,6 +43,11 @@ def _deadlock_countdown(snapshot: Snapshot, members: list[BlockedSession]) -> st
     return f"deadlock, past deadlock_timeout {timeout:g}s (a session set its own?)"
 
 
+# A label's width when the panel is zoomed: every part whole, however long (a query is cut at 200
+# characters by one_line); the tree scrolls sideways.
+UNFITTED = 10_000
+
+
 class LocksPanel(Panel):
     """The blocking tree: root blocker → the sessions it blocks → ... Rebuilt only when the tree's
     shape changes; otherwise labels (wait times) are refreshed in place."""
@@ -55,6 +60,17 @@ class LocksPanel(Panel):
         self._last_facts: tuple | None = None
         self._snapshot: Snapshot | None = None
         self._filter_text = ""
+
+    @property
+    def calm(self) -> bool:
+        """Nothing in the tree: no session blocked, no prepared transaction holding one, no
+        application lock held (and the locks were read: unknown is not calm)."""
+        s = self._snapshot
+        if s is None:
+            return False
+        status = s.probes.get("locks")
+        return (status is not None and not status.error and not s.blocked and not any(a.granted for a in s.app_locks)
+                and not any(p.blocked_count for p in s.prepared_xacts))
 
     def compose(self):
         tree = LockTree("no blocked sessions", id="locks-tree")
@@ -88,7 +104,8 @@ class LocksPanel(Panel):
         cycles = {f"cycle:{n}": members for n, members in enumerate(_wait_cycles(snapshot.blocked), 1)
                   if any(matches_filter(filter_text, blocked[m].application, blocked[m].query) for m in members)}
 
-        width = max(20, tree.size.width)
+        # Each label fitted to the width; zoomed, whole (the tree scrolls sideways instead).
+        width = UNFITTED if self.zoomed else max(20, tree.size.width)
 
         def label_cycle(key: str) -> Text:
             members = cycles[key]
@@ -183,6 +200,11 @@ class LocksPanel(Panel):
                 if sample != self._labels.get(path):
                     node.set_label(label_of(path))
                     self._labels[path] = sample
+
+    def zoom_changed(self, zoomed: bool) -> None:
+        self.on_resize()  # whole labels zoomed, fitted ones back
+        if not zoomed:
+            self.query_one(LockTree).scroll_to(x=0, animate=False)
 
     def on_resize(self) -> None:
         # The labels are fitted to the width: fit them again.
