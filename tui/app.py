@@ -43,9 +43,10 @@ def run_dashboard(ctx) -> int:
         if args.read_only:
             _refuse_unsupported(target)
         elif not (target.embedded or args.engine):
-            # Someone else's database: the engine and demo keys write to it, so they wait for --engine.
-            _refuse_unsupported(target)
-            controls_off = ENGINE_OFF
+            # Someone else's database: the engine and demo keys write to it, so they wait for
+            # --engine. It is reached first, as with them (a wrong DSN is one line, exit 2).
+            engine_ready, controls_off = engine_usable(target)
+            controls_off = ENGINE_OFF if engine_ready else controls_off
         else:
             engine_ready, controls_off = engine_usable(target)
             if engine_ready:
