@@ -104,12 +104,17 @@ class ConnectionsPanel(Panel):
         c = self._connections
         width = max(10, self.query_one("#connections-summary", Static).size.width - 2)
         if c is None:
-            if self._unknown is not None:  # the probe failed: no figure, and why
-                line = fit_segments([("sessions unknown: ", "bold yellow", False), (fmt.one_line(self._unknown, 300), "yellow", True)],
-                                    width)
+            if self._unknown is not None:  # the probe failed: no figure, and why (on a line of its own where narrow)
+                why = fmt.one_line(self._unknown, 300)
+                lines = 1 if len("sessions unknown: ") + len(why) <= width else 2
+                line = fit_segments([("sessions unknown: ", "bold yellow", False), (why, "yellow", True)], width) if lines == 1 \
+                    else Text("\n").join([Text("sessions unknown: ", style="bold yellow"), fit_segments([(why, "yellow", True)], width)])
+                summary = self.query_one("#connections-summary", Static)
+                if summary.styles.height is None or summary.styles.height.value != lines:
+                    summary.styles.height = lines
                 if line.plain != self._summary_text:
                     self._summary_text = line.plain
-                    self.query_one("#connections-summary", Static).update(line, layout=False)
+                    summary.update(line, layout=False)
             return
         holder = xmin_holder(c, words="short")
         xmin_style = "bold yellow" if holder else ""
