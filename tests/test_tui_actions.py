@@ -13,8 +13,7 @@ from tui.screens.dialogs import ConfirmScreen, PromptScreen
 from tui.screens.queue_details import EngineQueueDetails
 from tui.widgets.panels import LeasesPanel, QueuesPanel, RingsPanel
 
-from .test_tui import queue_rows, sample_app, settle
-from .test_tui_sessions import live_app
+from .test_tui import live_app, queue_rows, sample_app, settle
 
 SIZES = [(80, 24), (100, 30)]
 

@@ -14,29 +14,17 @@ import pytest
 from rich.console import Console
 
 from probes.config import Config
-from probes.sampler import Sampler
 from tui.app import ENGINE_OFF
 from tui.app import _host as dashboard_host
-from tui.backend import DatabaseBackend
 from tui.dashboard import QueuetopApp
-from tui.sample import SampleSource, sample_snapshot
 from tui.screens.details import DetailsScreen
 from tui.screens.dialogs import ConfirmScreen
 from tui.widgets.keyed_table import KeyedTable
 from tui.widgets.panels import SessionsPanel
 
-from .test_tui import settle
+from .test_tui import live_app, sample_app, settle
 
 SIZES = [(80, 24), (100, 30)]
-
-
-def sample_app(**kwargs) -> QueuetopApp:
-    snapshots = kwargs.pop("snapshots", None) or [sample_snapshot(step=n) for n in range(3)]
-    return QueuetopApp(lambda sink: SampleSource(sink, snapshots), **kwargs)
-
-
-def live_app(db, **kwargs) -> QueuetopApp:
-    return QueuetopApp(lambda sink: Sampler(db.target, sink, interval_s=0.3), backend=DatabaseBackend(db.target), **kwargs)
 
 
 def panel(app) -> SessionsPanel:
