@@ -6,7 +6,9 @@ pg_stat_activity, at 80x24 and 100x30."""
 from __future__ import annotations
 
 import io
+import random
 import threading
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import psycopg
@@ -17,10 +19,12 @@ from probes.config import Config
 from tui.app import ENGINE_OFF
 from tui.app import _host as dashboard_host
 from tui.dashboard import QueuetopApp
+from tui.sample import sample_snapshot
 from tui.screens.details import DetailsScreen
 from tui.screens.dialogs import ConfirmScreen
 from tui.widgets.keyed_table import KeyedTable
 from tui.widgets.panels import SessionsPanel
+from tui.widgets.panels.sessions import ORDERS, sort_sessions
 
 from .test_tui import live_app, sample_app, settle
 
@@ -101,6 +105,33 @@ async def test_sessions_are_listed_longest_transaction_first_and_sort_by_any_col
         # The table's rows are in that order too (what the screen shows).
         table = panel(app).query_one(KeyedTable)
         assert [k.value for k in table.ordered_keys()] == [str(p) for p in panel(app).shown_pids]
+
+
+def test_each_order_is_one_key_after_another_with_missing_values_last_and_ties_by_pid():
+    """The stable sorts, one key at a time, give the order a tuple key gives (written out here
+    independently), on sessions with missing ages, equal ages, mixed case and missing text."""
+    inf = float("inf")
+    reference = {
+        "xact": lambda s: (-s.xact_age_s if s.xact_age_s is not None else inf,
+                           -s.query_age_s if s.query_age_s is not None else inf, s.pid),
+        "time": lambda s: (-s.query_age_s if s.query_age_s is not None else inf, s.pid),
+        "pid": lambda s: s.pid,
+        "state": lambda s: ((s.state or "").lower(), s.pid),
+        "wait": lambda s: (not s.blocked_by, (s.wait_event_type or "").lower(), (s.wait_event or "").lower(), s.pid),
+        "application": lambda s: ((s.application or "").lower(), s.pid),
+        "query": lambda s: ((s.query or "").lower(), s.pid),
+    }
+    rnd = random.Random(7)
+    sessions = [replace(s, xact_age_s=rnd.choice([None, 1.0, 2.0, s.xact_age_s]), query_age_s=rnd.choice([None, 1.0, s.query_age_s]),
+                        state=rnd.choice([None, "idle", "Active", "active"]), application=rnd.choice([None, "B", "a", "b"]))
+                for s in sample_snapshot(queues=1, sessions=400, step=3).sessions]
+    for name, key in reference.items():
+        for _ in range(3):
+            rnd.shuffle(sessions)
+            ours = list(sessions)
+            sort_sessions(ours, name)
+            assert [s.pid for s in ours] == [s.pid for s in sorted(sessions, key=key)], name
+    assert set(ORDERS) == {key for key, _ in SessionsPanel.SORTS}  # every order the panel offers
 
 
 @pytest.mark.parametrize("size", SIZES)

@@ -321,10 +321,16 @@ class KeyedTable(DataTable):
     def sync(self, rows: Mapping[str, Sequence[object]]) -> None:
         """Make the table show exactly `rows` (key → cells, in column order), in that order."""
         full = {key: cells if cells.__class__ is tuple else tuple(cells) for key, cells in rows.items()}
-        changed = [key for key, cells in full.items() if self._full.get(key) != cells]  # the one comparison
+        had = self._full.get
+        # The one comparison: a row given the very tuple it had (a panel's cached cells) is not
+        # compared cell by cell.
+        changed = [key for key, cells in full.items() if (old := had(key)) is not cells and old != cells]
         for key in changed:  # only new and changed rows: the others were made inert when they came
-            full[key] = tuple([inert_cell(cell) for cell in full[key]])
-        removed = any(k not in full for k in self._full)
+            cells = full[key]
+            safe = tuple([inert_cell(cell) for cell in cells])
+            if any(a is not b for a, b in zip(safe, cells, strict=True)):
+                full[key] = safe  # else the caller's tuple is kept, so that the next sample's is the same object
+        removed = not self._full.keys() <= full.keys()
         grew = self._measure(full, changed, everything=removed)
         self._full = full
         if grew or removed:
@@ -343,7 +349,7 @@ class KeyedTable(DataTable):
                     return
                 changed = list(full)
         column_keys = [self._spec[i].key for i in self._visible]
-        for gone in [k for k in self._cells if k not in full]:
+        for gone in [k for k in self._cells if k not in full] if removed or len(self._cells) > len(full) else ():
             self.remove_row(gone)
             del self._cells[gone]
             self._shown.remove(gone)

@@ -8,7 +8,10 @@ again each sample; a row out of view keeps its cells until it scrolls back into 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
+from itertools import chain
+from operator import attrgetter
 from typing import Any, ClassVar, cast
 
 from rich.text import Text
@@ -25,23 +28,40 @@ IDLE_STATES = frozenset({"idle", "sleeping"})
 
 
 INF = float("inf")
+PID = attrgetter("pid")
+BLOCKED_BY = attrgetter("blocked_by")
 
-# How each order sorts: a key over a session, ties by pid (ascending). One call per session, no
-# nested calls: with 5,000 sessions the sort is a good part of the panel's cost.
-ORDERS: dict[str, Callable[[SessionSample], Any]] = {
-    "xact": lambda s: (-s.xact_age_s if s.xact_age_s is not None else INF,
-                       -s.query_age_s if s.query_age_s is not None else INF, s.pid),
-    "time": lambda s: (-s.query_age_s if s.query_age_s is not None else INF, s.pid),
-    "pid": lambda s: s.pid,
-    "state": lambda s: ((s.state or "").lower(), s.pid),
-    "wait": lambda s: (not s.blocked_by, (s.wait_event_type or "").lower(), (s.wait_event or "").lower(), s.pid),
-    "application": lambda s: ((s.application or "").lower(), s.pid),
-    "user": lambda s: ((s.user or "").lower(), s.pid),
-    "database": lambda s: ((s.database or "").lower(), s.pid),
-    "client": lambda s: ((s.client or "").lower(), s.pid),
-    "backend": lambda s: ((s.backend_type or "").lower(), s.pid),
-    "query": lambda s: ((s.query or "").lower(), s.pid),
+# How each order sorts: its keys, the least significant first, each a scalar (stable sorts one
+# after the other: the same order as one tuple key, without a tuple made per session; with
+# 5,000 sessions a tuple key was the panel's largest cost). Every order ends on the pid.
+XACT_DESC: Callable[[SessionSample], float] = lambda s: -s.xact_age_s if s.xact_age_s is not None else INF  # noqa: E731
+QUERY_DESC: Callable[[SessionSample], float] = lambda s: -s.query_age_s if s.query_age_s is not None else INF  # noqa: E731
+
+
+def _text(field: str) -> Callable[[SessionSample], str]:
+    get = attrgetter(field)
+    return lambda s: (get(s) or "").lower()
+
+
+ORDERS: dict[str, tuple[Callable[[SessionSample], Any], ...]] = {
+    "xact": (PID, QUERY_DESC, XACT_DESC),
+    "time": (PID, QUERY_DESC),
+    "pid": (PID,),
+    "state": (PID, _text("state")),
+    "wait": (PID, _text("wait_event"), _text("wait_event_type"), lambda s: not s.blocked_by),
+    "application": (PID, _text("application")),
+    "user": (PID, _text("user")),
+    "database": (PID, _text("database")),
+    "client": (PID, _text("client")),
+    "backend": (PID, _text("backend_type")),
+    "query": (PID, _text("query")),
 }
+
+
+def sort_sessions(sessions: list[SessionSample], order: str) -> None:
+    """Sort `sessions` in place by the named order (an unknown name: the default)."""
+    for key in ORDERS.get(order, ORDERS["xact"]):
+        sessions.sort(key=key)
 
 
 class SessionsPanel(Panel):
@@ -73,6 +93,7 @@ class SessionsPanel(Panel):
         self._snapshot: Snapshot | None = None
         self._filter_text = ""
         self._rendered: dict[str, tuple[object, tuple[object, ...]]] = {}  # pid → (its facts, its cells)
+        self._drawn: dict[str, tuple[object, ...]] = {}  # pid → its cells alone (the same tuples)
         self._shown: list[SessionSample] = []  # the rows' sessions, in order
         self._keys: dict[int, str] = {}  # a pid's row key, made once
         self._title = "Sessions"  # with its count; shown whole where the border has room (_fit_title)
@@ -127,16 +148,14 @@ class SessionsPanel(Panel):
             # Not read: unknown (and why), never an empty list, which would read as "no sessions".
             self._shown = []
             self._rendered.clear()
+            self._drawn.clear()
             self.border_title = "Sessions"
             reason = unknown if unknown is not None else "not sampled"
             table.sync({"unknown": unknown_row(reason, len(self.COLUMNS), at=len(self.COLUMNS) - 1)})
             return
         # pid → how many sessions it holds up: a root blocker's count is the Locks tree's (directly
         # or behind others), any other blocker's the sessions waiting on it directly.
-        blocks: dict[int, int] = {}
-        for s in snapshot.sessions:
-            for blocker in s.blocked_by:
-                blocks[blocker] = blocks.get(blocker, 0) + 1
+        blocks: dict[int, int] = Counter(chain.from_iterable(map(BLOCKED_BY, snapshot.sessions)))
         for root in snapshot.blockers:
             blocks[root.pid] = max(root.blocked_count, blocks.get(root.pid, 0))
         locks = {b.pid: b for b in snapshot.blocked}
@@ -146,35 +165,41 @@ class SessionsPanel(Panel):
         if filter_text:
             shown = [s for s in shown if matches_filter(filter_text, s.pid, s.user, s.application, s.database, s.client,
                                                         s.state, s.backend_type, s.query)]
-        shown.sort(key=ORDERS.get(self.sort, ORDERS["xact"]))
+        sort_sessions(shown, self.sort)
         key_of = self._keys
         if len(key_of) > 4 * len(shown) + 1000:
             key_of.clear()  # pids come and go: forget the old ones now and then
-        keys = [key_of.get(s.pid) or key_of.setdefault(s.pid, str(s.pid)) for s in shown]
-        in_view = table.keys_in_view(keys)
-        rendered = self._rendered
-        # A row out of view keeps the cells it has (one dict lookup each); the rows in view, and
-        # any not drawn yet, are formatted again when their facts changed.
-        rows: dict[str, tuple[object, ...] | None]
+        pids = list(map(PID, shown))
+        keys = list(map(key_of.get, pids))
+        if None in keys:
+            keys = [key or key_of.setdefault(pid, str(pid)) for key, pid in zip(keys, pids, strict=True)]
+        str_keys = cast(list[str], keys)
+        in_view = table.keys_in_view(str_keys)
+        rendered, drawn = self._rendered, self._drawn
+        # A row out of view keeps the cells it has (the same tuple, so the table does not compare
+        # it); the rows in view, and any not drawn yet, are formatted again when their facts
+        # changed. Mapped and set-differenced in C: 5,000 rows a sample.
+        rows: dict[str, tuple[object, ...] | None] = dict(zip(str_keys, map(drawn.get, str_keys), strict=True))
+        session_of = dict(zip(str_keys, shown, strict=True))
         if in_view is None:
-            rows = {}
-            fresh = list(zip(shown, keys, strict=True))
+            fresh = str_keys
         else:
-            rows = {key: rendered[key][1] if key in rendered and key not in in_view else None for key in keys}
-            fresh = [(s, key) for s, key in zip(shown, keys, strict=True) if rows[key] is None]
-        for s, key in fresh:
+            fresh = list(in_view | (session_of.keys() - drawn.keys()))
+        for key in fresh:
+            s = session_of[key]
             lock = locks.get(s.pid)
             facts = (s, blocks.get(s.pid, 0), lock)
             cached = rendered.get(key)
             if cached is not None and cached[0] == facts:
-                rows[key] = cached[1]
+                rows[key] = drawn[key] = cached[1]
                 continue
             cells = self._cells(s, blocks.get(s.pid, 0), lock)
             rendered[key] = (facts, cells)
-            rows[key] = cells
+            rows[key] = drawn[key] = cells
         if len(rendered) > len(rows):
-            for gone in [k for k in rendered if k not in rows]:
+            for gone in rendered.keys() - rows.keys():
                 del rendered[gone]
+                drawn.pop(gone, None)
         self._shown = shown
         total = snapshot.sessions_total if snapshot.sessions_total is not None else len(snapshot.sessions)
         title = f"Sessions {total:,}"
