@@ -971,13 +971,13 @@ async def test_held_application_locks_are_counted_on_the_locks_tree_and_their_na
         app = pilot.app
         tree = app.query_one(LocksPanel).query_one(Tree)
         await settle(pilot, app, lambda: "app lock" in str(tree.root.label), "the held lock counted")
-        assert str(tree.root.label) == "no blocked sessions, 1 app lock(s) held: queuetop.compact.7 by 53"
+        assert str(tree.root.label) == "no blocked sessions, 1 app lock held: queuetop.compact.7 by 53"
     async with sample_app(snapshots=[quiet]).run_test(size=(80, 24)) as pilot:
         app = pilot.app
         tree = app.query_one(LocksPanel).query_one(Tree)
         await settle(pilot, app, lambda: "app lock" in str(tree.root.label), "the held lock counted")
         label = str(tree.root.label)  # the names are shortened or dropped, the count is whole
-        assert label.startswith("no blocked sessions, 1 app lock(s) held"), label
+        assert label.startswith(("no blocked sessions, 1 app lock held", "none blocked, 1 app lock held")), label
 
 
 async def test_the_locks_tree_claims_no_calm_it_did_not_see():

@@ -36,8 +36,8 @@ LAYOUT_CSS = """
        (its labels: who, how long, on what), the Sessions list what is left beside Connections'
        figures; when none is, the tree says one line and the Sessions list gets the room. */
     #locks { width: 5fr; }
-    #sessions { width: 1fr; min-width: 12; }
-    #connections { width: 2fr; min-width: 25; }
+    #sessions { width: 1fr; min-width: 14; }
+    #connections { width: 2fr; min-width: 27; }
     #row-locks.-calm #locks { width: 24; }
     #row-locks.-calm #sessions { width: 2fr; }
     #row-locks.-calm #connections { width: 1fr; }
