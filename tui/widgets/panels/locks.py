@@ -171,10 +171,10 @@ class LocksPanel(Panel):
         # Application locks held (advisory locks; sp_getapplock's): seen before anyone waits.
         held = [a for a in snapshot.app_locks if a.granted and matches_filter(filter_text, a.resource, a.application)]
         if held:
-            count = f", {len(held)} app lock{'' if len(held) == 1 else 's'} held"
-            if summary[0][0] == "no blocked sessions" and len(summary[0][0]) + len(count) > width - 2:
+            held_said = f", {len(held)} app lock{'' if len(held) == 1 else 's'} held"
+            if summary[0][0] == "no blocked sessions" and len(summary[0][0]) + len(held_said) > width - 2:
                 summary[0] = ("none blocked", "green", False)  # the shorter words, so that the count stays whole
-            summary.append((count, "", False))
+            summary.append((held_said, "", False))
             names = ", ".join(f"{a.resource} by {a.pid}" for a in held[:5]) + (", …" if len(held) > 5 else "")
             summary.append((f": {names}", "dim", True))
         root_label = fit_segments(summary, width - 2)
