@@ -58,6 +58,9 @@ class Snapshot:
     # recorded before sessions were, which has none).
     sessions: tuple[SessionSample, ...] = ()
     sessions_total: int | None = None
+    # The sessions come in the Sessions panel's default order (the oldest transaction first, then
+    # the longest query or idle time, then the pid): the database sorted them (PostgreSQL's probe).
+    sessions_in_order: bool = field(default=False, compare=False)  # a hint, not recorded: a replay sorts
     extra: dict[str, object] = field(default_factory=dict)
 
     @property

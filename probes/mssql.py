@@ -43,6 +43,7 @@ GHOST_REFRESH_S = 600.0
 
 class MssqlProbes(PostgresProbes):
     dialect = "mssql"
+    SESSIONS_IN_ORDER = False  # its sessions statement orders by transaction, then login: the panel sorts them
 
     def __init__(self, config: Config | None = None) -> None:
         super().__init__(config)

@@ -92,6 +92,9 @@ class PostgresProbes:
     the previous counters (rates) and resolved user-declared tables."""
 
     dialect = "postgresql"
+    # connections.sql's `sessions` sends them in the Sessions panel's default order (the dashboard
+    # then sorts nothing: 5,000 sessions a sample).
+    SESSIONS_IN_ORDER = True
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or Config()

@@ -77,7 +77,7 @@ def run_probe(probes: PostgresProbes, name: str, conn: ProbeConnection) -> tuple
 
 
 def compose(server: ServerInfo, results: dict[str, tuple[ProbeStatus, object]], extra: dict | None = None,
-            host: str | None = None) -> Snapshot:
+            host: str | None = None, *, sessions_in_order: bool = False) -> Snapshot:
     """The probes' results as one snapshot; `host`, the target's name among several, goes into its
     `extra` (Snapshot.host)."""
 
@@ -103,6 +103,7 @@ def compose(server: ServerInfo, results: dict[str, tuple[ProbeStatus, object]], 
         compaction=value("compaction", ()),
         sessions=sessions,
         sessions_total=sessions_total,
+        sessions_in_order=sessions_in_order and listed is not None,
         extra={**(extra or {}), **({"host": host} if host is not None else {})},
     )
 
@@ -144,7 +145,7 @@ def run_cycle(target: Target, config: Config | None = None, *, probes: PostgresP
     finally:
         if conn is None:
             session.close()
-    return compose(server, results, {"connected": True}, host)
+    return compose(server, results, {"connected": True}, host, sessions_in_order=probes.SESSIONS_IN_ORDER)
 
 
 
@@ -351,7 +352,8 @@ class Sampler:
 
     def _emit(self, results: dict[str, tuple[ProbeStatus, object]]) -> None:
         server = self._server or unknown_server(self.target)
-        snapshot = compose(server, results, {"connected": self._connected, "connection_error": self._last_error}, self.host)
+        snapshot = compose(server, results, {"connected": self._connected, "connection_error": self._last_error}, self.host,
+                           sessions_in_order=self.probes.SESSIONS_IN_ORDER)
         try:
             self.sink(snapshot)
         except Exception:  # a failing sink must not stop the probes

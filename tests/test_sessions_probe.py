@@ -31,6 +31,7 @@ from probes.details import session_details
 from probes.model import ServerInfo, SessionSample, Snapshot
 from probes.postgres import SESSION_QUERY_CHARS, PostgresProbes, flag_xmin_holder, open_probe_connection, sessions_statement
 from probes.sampler import run_cycle
+from tui.widgets.panels.sessions import sort_sessions
 
 from .conftest import wait_until
 
@@ -212,6 +213,12 @@ def test_every_session_is_listed_as_the_server_says(db, admin):
         ages = [s.xact_age_s for s in probed.sessions]
         with_xact = [age for age in ages if age is not None]
         assert ages[: len(with_xact)] == with_xact and with_xact == sorted(with_xact, reverse=True)
+        # Exactly the Sessions panel's default order (then the longest query or idle time, then the
+        # pid), which the panel then does not sort again.
+        assert postgres.PostgresProbes.SESSIONS_IN_ORDER
+        ordered = list(probed.sessions)
+        sort_sessions(ordered, "xact")
+        assert [s.pid for s in ordered] == [s.pid for s in probed.sessions]
         assert probed.total == len(probed.sessions) and probed.notes is None
 
 

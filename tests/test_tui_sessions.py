@@ -16,10 +16,11 @@ import pytest
 from rich.console import Console
 
 from probes.config import Config
+from tui import format as fmt
 from tui.app import ENGINE_OFF
 from tui.app import _host as dashboard_host
 from tui.dashboard import QueuetopApp
-from tui.sample import sample_snapshot
+from tui.sample import SampleSource, sample_snapshot
 from tui.screens.details import DetailsScreen
 from tui.screens.dialogs import ConfirmScreen
 from tui.widgets.keyed_table import KeyedTable
@@ -177,6 +178,58 @@ async def test_idle_sessions_hide_and_the_filter_narrows_the_list(size):
         await pilot.press("enter")
         wanted = {s.pid for s in snapshot.sessions if "billing" in f"{s.application} {s.user} {s.query}".lower()}
         await settle(pilot, app, lambda: set(panel(app).shown_pids) == wanted, "only billing's sessions")
+
+
+async def test_sessions_that_do_not_come_in_order_are_sorted():
+    """A snapshot whose sessions the database did not sort (a recording, SQL Server's probe) is
+    sorted by the panel; one that says it comes in order is taken as it is."""
+    base = sample_snapshot(queues=1, sessions=60, step=2)
+    shuffled = list(base.sessions)
+    random.Random(5).shuffle(shuffled)
+    expected = list(base.sessions)
+    sort_sessions(expected, "xact")
+    assert [s.pid for s in expected] == [s.pid for s in base.sessions]  # the sample comes in order
+    app = QueuetopApp(lambda sink: SampleSource(sink, [replace(base, sessions=tuple(shuffled), sessions_in_order=False)]))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot, app, lambda: panel(app).shown_pids == [s.pid for s in expected], "the sessions sorted")
+
+
+async def test_samples_in_the_same_order_update_the_rows_on_screen_and_those_scrolled_into_view():
+    """Thousands of sessions whose ages all grow alike keep their order: then only the rows on
+    screen are formatted again. What the table draws is still the latest sample's, at the top
+    and after scrolling to the bottom."""
+    frames = [sample_snapshot(queues=2, sessions=2000, step=n) for n in range(4)]
+    app = QueuetopApp(lambda sink: SampleSource(sink, frames[:1]))
+
+    def drawn_time(pid: int) -> str:
+        value = panel(app).query_one(KeyedTable).get_cell(str(pid), "time")
+        return value.plain if hasattr(value, "plain") else str(value)
+
+    def expected_time(frame, pid: int) -> str:
+        return fmt.seconds(next(s.query_age_s for s in frame.sessions if s.pid == pid))
+
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot, app, lambda: len(panel(app).shown_pids) == len(frames[0].sessions), "the first sample listed")
+        await zoom_sessions(pilot, app)  # the lock tree has the row: zoomed, every column shows
+        table = panel(app).query_one(KeyedTable)
+        for frame in frames[1:3]:
+            order = list(panel(app).shown_pids)
+            app.apply_snapshot(frame)
+            await pilot.pause()
+            assert panel(app).shown_pids == order  # the same order: the usual sample
+            top = order[0]
+            assert drawn_time(top) == expected_time(frame, top) != expected_time(frames[0], top)
+        table.focus()
+        table.move_cursor(row=table.row_count - 1)
+        await settle(pilot, app, lambda: table.cursor_row == table.row_count - 1, "the last row selected")
+        last = panel(app).shown_pids[-2]  # the last client session (the launcher has no query time)
+        app.apply_snapshot(frames[3])
+        await pilot.pause()
+        await settle(pilot, app, lambda: drawn_time(last) == expected_time(frames[3], last), "the bottom row's latest time")
+        # A row that was off screen through two samples shows the latest once scrolled back to.
+        middle = panel(app).shown_pids[len(panel(app).shown_pids) // 2]
+        table.move_cursor(row=panel(app).shown_pids.index(middle))
+        await settle(pilot, app, lambda: drawn_time(middle) == expected_time(frames[3], middle), "the middle row's latest time")
 
 
 def test_five_thousand_sessions_cost_little_to_apply():

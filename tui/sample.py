@@ -127,14 +127,16 @@ def _sample_snapshot(*, queues: int, sessions: int, tree_depth: int, step: int) 
         ),),
         sessions=session_samples,
         sessions_total=len(session_samples),
+        sessions_in_order=True,
         extra={"connected": True},
     )
 
 
 def _session_samples(blockers: list[Blocker], blocked: list[BlockedSession], step: int) -> tuple[SessionSample, ...]:
-    """The sessions view's rows for the sample's lock tree, the oldest transaction first: the
-    idle-in-transaction roots (the first holds the xmin horizon), the sessions they block, three
-    idle ones and the autovacuum launcher."""
+    """The sessions view's rows for the sample's lock tree, in the probe's order (the oldest
+    transaction first, then the longest query or idle time, then the pid): the idle-in-transaction
+    roots (the first holds the xmin horizon), the sessions they block, three idle ones and the
+    autovacuum launcher."""
     rows = [SessionSample(pid=b.pid, database="app", user="billing", application=b.application, client="10.0.4.17",
                           backend_type="client backend", state=b.state, xact_age_s=(b.xact_age_s or 0.0) + step,
                           query_age_s=100.0 + step, wait_event_type="Client", wait_event="ClientRead",
@@ -149,7 +151,7 @@ def _session_samples(blockers: list[Blocker], blocked: list[BlockedSession], ste
     rows += [SessionSample(pid=900 + n, database="app", user="web", application="web", client="local",
                            backend_type="client backend", state="idle", xact_age_s=None, query_age_s=3.0 * (n + 1),
                            wait_event_type="Client", wait_event="ClientRead", query="SELECT id, status FROM orders WHERE id = $1")
-             for n in range(3)]
+             for n in reversed(range(3))]  # as the probe sends them: the longest idle first
     rows.append(SessionSample(pid=42, database=None, user=None, application="", client=None,
                               backend_type="autovacuum launcher", state=None, xact_age_s=None, query_age_s=None,
                               wait_event_type="Activity", wait_event="AutoVacuumMain", query=""))

@@ -268,11 +268,17 @@ class KeyedTable(DataTable):
     def keys_in_view(self, keys: Sequence[str], margin: int = 5) -> set[str] | None:
         """Which of `keys` (in display order) the screen shows now, with `margin` rows either
         side; None before the first layout (all of them, then)."""
+        span = self.view_span(margin)
+        return None if span is None else set(keys[span[0]: span[1]])
+
+    def view_span(self, margin: int = 5) -> tuple[int, int] | None:
+        """The positions (start, stop) of the rows the screen shows now, with `margin` rows either
+        side; None before the first layout."""
         room = self.size.height - (self.header_height if self.show_header else 0)
         if room <= 0 or not self.is_mounted:
             return None
         first = round(self.scroll_y)
-        return set(keys[max(0, first - margin): first + room + margin])
+        return max(0, first - margin), first + room + margin
 
     def _report_rows(self) -> None:
         """Tell the panel which rows are on screen when not all of them are (no scrollbar here)."""
@@ -325,12 +331,37 @@ class KeyedTable(DataTable):
         # The one comparison: a row given the very tuple it had (a panel's cached cells) is not
         # compared cell by cell.
         changed = [key for key, cells in full.items() if (old := had(key)) is not cells and old != cells]
-        for key in changed:  # only new and changed rows: the others were made inert when they came
+        self._made_inert(full, changed)
+        removed = not self._full.keys() <= full.keys()
+        self._show_rows(full, changed, removed=removed, reorder=True)
+
+    def update_rows(self, rows: Mapping[str, tuple]) -> None:
+        """New cells for some of the rows the table has; the other rows and the order stay as they
+        are. What a panel of thousands of rows calls when its rows and their order are those of
+        its last sync: the rows it formatted again, without sync's pass over every row."""
+        if not rows.keys() <= self._full.keys():
+            self.sync({**self._full, **rows})
+            return
+        had = self._full.get
+        changed = [key for key, cells in rows.items() if (old := had(key)) is not cells and old != cells]
+        if not changed:
+            return
+        full = self._full
+        for key in changed:
+            full[key] = rows[key]
+        self._made_inert(full, changed)
+        self._show_rows(full, changed, removed=False, reorder=False)
+
+    @staticmethod
+    def _made_inert(full: dict[str, tuple], changed: list[str]) -> None:
+        """Only new and changed rows: the others were made inert when they came."""
+        for key in changed:
             cells = full[key]
             safe = tuple([inert_cell(cell) for cell in cells])
             if any(a is not b for a, b in zip(safe, cells, strict=True)):
                 full[key] = safe  # else the caller's tuple is kept, so that the next sample's is the same object
-        removed = not self._full.keys() <= full.keys()
+
+    def _show_rows(self, full: dict[str, tuple], changed: list[str], *, removed: bool, reorder: bool) -> None:
         grew = self._measure(full, changed, everything=removed)
         self._full = full
         if grew or removed:
@@ -369,10 +400,11 @@ class KeyedTable(DataTable):
                         changes.append((key, column, after, wider))
             self._cells[key] = cells
         self._apply_changes(changes)
-        keys = list(full)
-        if self._shown != keys:
-            self._reorder(keys)
-            self._shown = keys
+        if reorder:
+            keys = list(full)
+            if self._shown != keys:
+                self._reorder(keys)
+                self._shown = keys
         self._report_rows()
 
     def ordered_keys(self) -> list[RowKey]:

@@ -69,7 +69,8 @@ LIMIT 1;
 -- name: sessions
 -- Every backend this role can see, client sessions and the server's own processes alike, but
 -- the probe's own session (pg_activity leaves itself out too): the sessions view's rows, the
--- oldest transaction first (then the oldest backend), at most %(cap)s of them; `total` counts
+-- oldest transaction first, then the longest query (or idle time), then the pid: the Sessions
+-- panel's default order, so that it only checks it; at most %(cap)s of them; `total` counts
 -- them all, before the cap. One statement, bounded by the number of backends: pg_stat_activity
 -- is read from the backend's local copy of the shared status array, no table is read.
 -- - client: the host name (log_hostname) or address of a TCP client, `local` for a Unix
@@ -98,7 +99,9 @@ WITH listed AS (
            left(a.query, %(query_chars)s) AS query,
            coalesce(length(a.query) > %(query_chars)s, false) AS query_is_cut,
            count(*) OVER () AS total,
-           row_number() OVER (ORDER BY a.xact_start NULLS LAST, a.backend_start NULLS LAST, a.pid) AS ordinal
+           row_number() OVER (ORDER BY a.xact_start NULLS LAST,
+                                       CASE WHEN a.state IN ('idle', 'idle in transaction', 'idle in transaction (aborted)')
+                                            THEN a.state_change ELSE a.query_start END NULLS LAST, a.pid) AS ordinal
     FROM pg_stat_activity a
     WHERE a.pid <> pg_backend_pid()
     ORDER BY ordinal
