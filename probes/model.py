@@ -27,6 +27,8 @@ from .samples import Blocker as Blocker
 from .samples import CompactionGroup as CompactionGroup
 from .samples import CompactionSample as CompactionSample
 from .samples import Connections as Connections
+from .samples import Consumer as Consumer
+from .samples import Diagnosis as Diagnosis
 from .samples import LeaseSample as LeaseSample
 from .samples import PreparedXact as PreparedXact
 from .samples import ProbeStatus as ProbeStatus

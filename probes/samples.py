@@ -28,6 +28,31 @@ class ProbeStatus:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Consumer:
+    """A session that works on a queue's table now, as the server shows it (probes/diagnosis.py)."""
+
+    pid: int
+    state: str | None
+    application: str | None
+    for_s: float | None  # how long it has been in that state: its query running, or idle
+    waiting: bool = False  # waits for a lock (the lock tree has it)
+    # How it was found: "lock" (holds or awaits a lock on the table or one of its indexes),
+    # "query" (its current or last statement names the table or the library's fetch function).
+    evidence: str = "lock"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Diagnosis:
+    """Why a queue is as it is: a verdict judged over a window of samples (probes/diagnosis.py)."""
+
+    code: str  # healthy | blocked | no-consumers | failing | bloat | saturated
+    reason: str  # one line, for an operator
+    pids: tuple[int, ...] = ()  # the sessions involved: the root blocker first, the xmin holder
+    objects: tuple[str, ...] = ()  # the relations, prepared transactions or slots involved
+    since_s: float | None = None  # how long the condition has held (None: not known)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class QueueSample:
     name: str
     kind: str  # "reference" (the engine's table queue), "table" (a job table: declared in the
@@ -60,6 +85,10 @@ class QueueSample:
     # Figures that are estimates -> age (s) of the exact count behind each (None: never counted).
     estimated: dict[str, float | None] = field(default_factory=dict)
     schema: str | None = None  # the library install's schema (None: not a library's queue)
+    # The sessions working on its table now (None: not looked for), and the verdict on it (None:
+    # not judged, e.g. a snapshot recorded before verdicts).
+    consumers: tuple[Consumer, ...] | None = None
+    diagnosis: Diagnosis | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

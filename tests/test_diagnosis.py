@@ -1,0 +1,146 @@
+"""The queue verdicts' logic (issue 29), on snapshots built here: each verdict from the evidence
+it needs, over the samples it needs, and not from less. What the probes see on a real server
+(consumers on a table's locks, the scenarios that make each cause) is tested against the
+server in the scenario tests; this pins the judging."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+from probes.diagnosis import Diagnoser, consumers_of, names_table, table_name, takes_messages
+from probes.model import BlockedSession, Blocker, Connections, QueueSample, ServerInfo, SessionSample, Snapshot
+
+T0 = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
+TABLE = 'queuetop."q_jobs"'
+FETCH = 'DELETE FROM queuetop."q_jobs" WHERE id = (SELECT id FROM queuetop."q_jobs" ORDER BY id FOR UPDATE SKIP LOCKED LIMIT 1) RETURNING *'
+
+
+def queue(**figures) -> QueueSample:
+    values: dict = dict(name="jobs", kind="reference", table=TABLE, depth=0, ready=0, in_flight=0, delayed=0, dead=0,
+                        oldest_ready_age_s=None, enqueued_per_s=0.0, dequeued_per_s=0.0, depth_is_estimate=False,
+                        dead_tuples=0, live_tuples=0, last_vacuum_at=None, last_autovacuum_at=None, inserted_total=0,
+                        deleted_total=0, enqueued_total=0, dequeued_total=0)
+    values.update(figures)
+    return QueueSample(**values)
+
+
+def session(pid: int, query: str | None = FETCH, state: str = "active", application: str = "worker", **more) -> SessionSample:
+    return SessionSample(pid=pid, database="app", user="app", application=application, client="local",
+                         backend_type="client backend", state=state, xact_age_s=more.pop("xact_age_s", 0.1),
+                         query_age_s=more.pop("query_age_s", 0.1), wait_event_type=None, wait_event=None, query=query, **more)
+
+
+def snapshot(at_s: float, queues, sessions=(), blocked=(), blockers=(), connections=None) -> Snapshot:
+    return Snapshot(taken_at=T0 + timedelta(seconds=at_s), server=ServerInfo(dialect="postgresql", version="16", database="app"),
+                    probes={}, queues=tuple(queues), sessions=tuple(sessions), blocked=tuple(blocked),
+                    blockers=tuple(blockers), connections=connections)
+
+
+def verdicts(frames) -> list:
+    diagnoser = Diagnoser()
+    return [diagnoser.diagnose(frame).queues[0].diagnosis for frame in frames]
+
+
+# -- who is a consumer --------------------------------------------------------------------------
+
+def test_a_consumer_takes_messages_from_the_table_by_name():
+    assert table_name('queuetop."q_demo.emails"') == "q_demo.emails"
+    assert table_name('pgboss.job') == "job" and table_name('"we""ird"."t"') == "t"
+    assert names_table("UPDATE pgboss.job SET state = 'active'", "job")
+    assert not names_table("UPDATE pgboss.jobs_archive SET x = 1", "job")  # a whole word only
+    assert takes_messages(FETCH) and takes_messages("SELECT * FROM procrastinate_fetch_job($1)")
+    assert not takes_messages('INSERT INTO queuetop."q_jobs" (body) VALUES ($1)')  # a producer
+    assert not takes_messages('SELECT count(*) FROM queuetop."q_jobs"')  # a monitoring read
+    q = queue()
+    sessions = [session(10), session(11, query='INSERT INTO queuetop."q_jobs" (body) VALUES ($1)'),
+                session(12, application="queuetop-probe"), session(13, query='DELETE FROM "q_jobs_dead" WHERE id = 1'),
+                replace(session(14), backend_type="autovacuum worker")]
+    found = consumers_of(q, sessions, {})
+    assert [c.pid for c in found] == [10] and found[0].evidence == "query" and not found[0].waiting
+
+
+# -- each verdict ---------------------------------------------------------------------------------
+
+def test_blocked_names_the_root_blocker_and_how_long_its_transaction_is_open():
+    q = queue(depth=40, ready=40, oldest_ready_age_s=9.0)
+    waiter = replace(session(20), blocked_by=(7,))
+    lock = BlockedSession(pid=20, blocked_by=(7,), root_blocker=7, root_blockers=(7,), wait_s=6.5, lock_type="relation",
+                          mode="RowExclusiveLock", relation="q_jobs", query=FETCH, application="worker")
+    root = Blocker(pid=7, blocked_count=1, state="idle in transaction", xact_age_s=35.0, query="LOCK q_jobs", application="billing")
+    first = verdicts([snapshot(0, [q], [waiter, session(7, "LOCK q_jobs", "idle in transaction", "billing")], [lock], [root])])[0]
+    assert first.code == "blocked"  # one sample: a 6.5 s wait is evidence enough
+    assert first.pids == (7, 20) and first.since_s == 6.5 and first.objects == ("q_jobs",)
+    assert "pid 7, idle in transaction, application billing, transaction open 35 s" in first.reason
+    # A lock held for a blink is no verdict.
+    brief = replace(lock, wait_s=0.2)
+    assert verdicts([snapshot(0, [q], [waiter], [brief], [root])])[0].code != "blocked"
+
+
+def test_no_consumers_needs_two_samples_with_ready_messages_and_nobody_on_the_table():
+    frames = [snapshot(0, [queue(depth=5, ready=5, oldest_ready_age_s=3.0)]),
+              snapshot(2, [queue(depth=5, ready=5, oldest_ready_age_s=5.0)])]
+    first, second = verdicts(frames)
+    assert first.code == "healthy"  # one sample is not evidence
+    assert second.code == "no-consumers" and second.since_s == 5.0 and "5 ready" in second.reason
+    # A consumer at work, or messages dequeued between the samples: someone consumes it.
+    worked = [frames[0], replace(frames[1], sessions=(session(30),))]
+    assert verdicts(worked)[1].code != "no-consumers"
+    taken = [frames[0], replace(frames[1], queues=(queue(depth=5, ready=5, oldest_ready_age_s=1.0, dequeued_total=3),))]
+    assert verdicts(taken)[1].code != "no-consumers"
+
+
+def test_failing_when_more_go_dead_than_complete():
+    frames = [snapshot(0, [queue(depth=10, ready=10, dead=0, dequeued_total=0)], [session(40)]),
+              snapshot(2, [queue(depth=10, ready=10, dead=6, dequeued_total=8)], [session(40)])]
+    verdict = verdicts(frames)[1]
+    assert verdict.code == "failing" and "6 went dead" in verdict.reason and "2 completed" in verdict.reason
+    fine = [frames[0], snapshot(2, [queue(depth=10, ready=10, dead=1, dequeued_total=30)], [session(40)])]
+    assert verdicts(fine)[1].code == "healthy"
+
+
+def test_bloat_names_the_session_that_holds_the_horizon():
+    horizon = Connections(total=5, max=100, by_state={}, by_application={}, oldest_xact_age_s=90.0, oldest_xact_pid=77,
+                          xmin_holder_pid=77, xmin_holder_age_xids=5000, xmin_holder_application="report",
+                          xmin_holder_kind="session")
+    holder = session(77, "SELECT * FROM big_report", "idle in transaction", "report", xact_age_s=90.0)
+    frames = [snapshot(0, [queue(dead_tuples=100, live_tuples=100)], [holder], connections=horizon),
+              snapshot(2, [queue(dead_tuples=900, live_tuples=100)], [holder], connections=horizon)]
+    verdict = verdicts(frames)[1]
+    assert verdict.code == "bloat" and verdict.pids == (77,) and "pid 77" in verdict.reason and "900 dead tuples" in verdict.reason
+    # A prepared transaction holding it is named by its gid.
+    prepared = replace(horizon, xmin_holder_pid=None, xmin_holder_kind="prepared", xmin_holder_name="tx-1")
+    verdict = verdicts([replace(f, connections=prepared) for f in frames])[1]
+    assert verdict.code == "bloat" and verdict.objects == (TABLE, "prepared:tx-1")
+    # Dead tuples under autovacuum's threshold: nothing to say.
+    small = [snapshot(0, [queue(dead_tuples=10, live_tuples=1000)], [holder], connections=horizon),
+             snapshot(2, [queue(dead_tuples=60, live_tuples=1000)], [holder], connections=horizon)]
+    assert verdicts(small)[1].code == "healthy"
+
+
+def test_saturated_when_busy_consumers_fall_behind_and_healthy_when_they_keep_up():
+    busy = [session(50), session(51)]
+    growing = [snapshot(2 * n, [queue(depth=10 + 20 * n, ready=10 + 20 * n, enqueued_total=100 * n, dequeued_total=80 * n)], busy)
+               for n in range(4)]
+    verdict = verdicts(growing)[-1]
+    assert verdict.code == "saturated" and verdict.pids == (50, 51) and "+60" in verdict.reason
+    assert "2 consumers (2 busy)" in verdict.reason
+    # A busy queue whose backlog goes up and down while consumers keep up is never flagged.
+    steady = [snapshot(2 * n, [queue(depth=depth, ready=depth, enqueued_total=100 * n, dequeued_total=100 * n - depth)], busy)
+              for n, depth in enumerate([5, 3, 8, 4, 6, 2, 7, 5])]
+    assert {v.code for v in verdicts(steady)} == {"healthy"}
+
+
+def test_a_verdict_says_how_long_it_has_held_and_travels_in_the_json():
+    frames = [snapshot(2 * n, [queue(depth=10, ready=10, dead=5 * n, dequeued_total=5 * n)], [session(60)]) for n in range(4)]
+    diagnoser = Diagnoser()
+    out = [diagnoser.diagnose(frame) for frame in frames]
+    codes = [s.queues[0].diagnosis.code for s in out]
+    assert codes == ["healthy", "failing", "failing", "failing"]
+    assert [s.queues[0].diagnosis.since_s for s in out[1:]] == [0.0, 2.0, 4.0]
+    document = json.loads(json.dumps(out[-1].to_json()))
+    assert document["queues"][0]["diagnosis"] == {"code": "failing", "reason": out[-1].queues[0].diagnosis.reason, "pids": [],
+                                                  "objects": [TABLE], "since_s": 4.0}
+    assert document["queues"][0]["consumers"][0]["pid"] == 60
+    assert Snapshot.from_json(document) == out[-1]
