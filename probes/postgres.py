@@ -31,6 +31,7 @@ from .model import (
     CompactionGroup,
     CompactionSample,
     Connections,
+    Consumer,
     LeaseSample,
     PreparedXact,
     QueueSample,
@@ -158,8 +159,27 @@ class PostgresProbes:
             self.notes["queues"] = "; ".join(notes)
         relids = sorted({f.relid for _, f in figures if f.relid is not None})
         stats = {row["relid"]: row for row in conn.execute(QUEUES_SQL["table_stats"], {"relids": relids})} if relids else {}
+        consumers = self._consumers(conn, relids)
         now = time.monotonic()
-        return tuple(self._queue_sample(source, f, stats.get(f.relid), now) for source, f in figures)
+        return tuple(replace(sample, consumers=None if consumers is None or f.relid is None else consumers.get(f.relid, ()))
+                     for sample, f in ((self._queue_sample(source, f, stats.get(f.relid), now), f) for source, f in figures))
+
+    def _consumers(self, conn: ProbeConnection, relids: list[int]) -> dict[int, tuple[Consumer, ...]] | None:
+        """Each queue table's sessions on its locks (queues.sql's `consumers`): None when they
+        could not be read (said in the probe's notes; the figures stand)."""
+        if not relids:
+            return {}
+        try:
+            rows = conn.execute(QUEUES_SQL["consumers"], {"relids": relids}).fetchall()
+        except PROBE_FAILURES as exc:
+            self.notes["queues"] = "; ".join(filter(None, [self.notes.get("queues"), f"consumers: {describe_error(exc)}"]))
+            return None
+        found: dict[int, list[Consumer]] = {}
+        for row in rows:
+            found.setdefault(row["relid"], []).append(Consumer(
+                pid=row["pid"], state=row["state"], application=row["application_name"],
+                for_s=float(row["for_s"]) if row["for_s"] is not None else None, waiting=bool(row["waiting"])))
+        return {relid: tuple(consumers) for relid, consumers in found.items()}
 
     def _queue_sample(self, source: QueueSource, f: QueueFigures, st: DictRow | None, now: float) -> QueueSample:
         enq = deq = None

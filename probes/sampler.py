@@ -31,6 +31,7 @@ from dbcore.errors import ConnectionFailed, connection_cause
 from dbcore.pgversions import UnsupportedServer
 
 from .config import Config
+from .diagnosis import Diagnoser
 from .failures import PROBE_FAILURES, describe_error
 from .model import Connections, ProbeStatus, ServerInfo, Snapshot
 from .postgres import (
@@ -134,9 +135,10 @@ def blocked_applications(target: Target) -> Iterator[Callable[[], list[str | Non
 
 
 def run_cycle(target: Target, config: Config | None = None, *, probes: PostgresProbes | None = None,
-              conn: ProbeConnection | None = None, host: str | None = None) -> Snapshot:
+              conn: ProbeConnection | None = None, host: str | None = None, diagnoser: Diagnoser | None = None) -> Snapshot:
     """Every probe once, in turn, on one probe session (opened here unless given). `host`: the
-    target's name among several, in the snapshot's `host`."""
+    target's name among several, in the snapshot's `host`. The queues' verdicts are judged by
+    `diagnoser` (a fresh one: from this sample alone), which keeps the samples it has seen."""
     probes = probes or probes_for(target, config)
     session = conn or open_probe_connection(target)
     try:
@@ -145,7 +147,8 @@ def run_cycle(target: Target, config: Config | None = None, *, probes: PostgresP
     finally:
         if conn is None:
             session.close()
-    return compose(server, results, {"connected": True}, host, sessions_in_order=probes.SESSIONS_IN_ORDER)
+    snapshot = compose(server, results, {"connected": True}, host, sessions_in_order=probes.SESSIONS_IN_ORDER)
+    return (diagnoser or Diagnoser()).diagnose(snapshot)
 
 
 
@@ -240,6 +243,8 @@ class Sampler:
         self.config = config or Config()
         self.interval_s = interval_s or self.config.interval_s
         self.probes = probes_for(target, self.config)
+        self._diagnoser = Diagnoser()  # the queues' verdicts, over the samples of a window
+        self._diagnosing = threading.Lock()
         self._results: dict[str, tuple[ProbeStatus, object]] = {}
         self._server: ServerInfo | None = None
         self._running = 0
@@ -354,6 +359,11 @@ class Sampler:
         server = self._server or unknown_server(self.target)
         snapshot = compose(server, results, {"connected": self._connected, "connection_error": self._last_error}, self.host,
                            sessions_in_order=self.probes.SESSIONS_IN_ORDER)
+        try:
+            with self._diagnosing:  # two probes that finish together may emit together
+                snapshot = self._diagnoser.diagnose(snapshot)
+        except Exception:  # a verdict that cannot be judged must not stop the figures
+            log.exception("queue verdicts failed")
         try:
             self.sink(snapshot)
         except Exception:  # a failing sink must not stop the probes

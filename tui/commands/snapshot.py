@@ -73,16 +73,18 @@ def _print_snapshots(snapshots: list, as_json: bool) -> None:
 def _snapshot_of(target: Target, config: Config, host: str, rates: float):
     import time as _time
 
+    from probes.diagnosis import Diagnoser
     from probes.postgres import open_probe_connection
     from probes.sampler import probes_for, run_cycle
 
     probes = probes_for(target, config)
+    diagnoser = Diagnoser()  # the queues' verdicts: over both cycles with --rates
     with open_probe_connection(target) as conn:
-        snapshot = run_cycle(target, probes=probes, conn=conn, host=host)
+        snapshot = run_cycle(target, probes=probes, conn=conn, host=host, diagnoser=diagnoser)
         if rates:
             # Rates are differences of cumulative counters: a second cycle after --rates seconds.
             _time.sleep(rates)
-            snapshot = run_cycle(target, probes=probes, conn=conn, host=host)
+            snapshot = run_cycle(target, probes=probes, conn=conn, host=host, diagnoser=diagnoser)
     return snapshot
 
 

@@ -93,3 +93,38 @@ ELSE
            CONVERT(bigint, NULL) AS version_ghost_record_count
     WHERE 1 = 0;
 SET NOCOUNT OFF;
+
+-- name: consumers
+-- The sessions working on the queue tables now (`relids`: a JSON array of object ids), as
+-- postgresql/queues.sql's: every user session that holds or awaits a lock on a queue table
+-- (an OBJECT lock names the table; KEY, PAGE, RID and HOBT locks name a heap or B-tree, which
+-- sys.partitions maps to its table), with its state and how long it has been in it. queuetop's
+-- own probe sessions are left out. sys.dm_tran_locks needs VIEW SERVER STATE (2022: VIEW SERVER
+-- PERFORMANCE STATE); without it, no rows. Bounded by the locks held, never by the tables' rows.
+SET NOCOUNT ON;
+DECLARE @relids nvarchar(max) = CONVERT(nvarchar(max), %(relids)s);
+WITH tables AS (
+    SELECT DISTINCT TRY_CONVERT(int, j.[value]) AS relid FROM OPENJSON(@relids) AS j
+), held AS (
+    SELECT t.relid, l.request_session_id AS pid, MAX(CASE WHEN l.request_status = N'WAIT' THEN 1 ELSE 0 END) AS waiting
+    FROM sys.dm_tran_locks AS l
+    LEFT JOIN sys.partitions AS p
+           ON l.resource_type IN (N'KEY', N'PAGE', N'RID', N'HOBT') AND p.hobt_id = l.resource_associated_entity_id
+    JOIN tables AS t
+      ON t.relid = CASE WHEN l.resource_type = N'OBJECT' THEN l.resource_associated_entity_id ELSE p.[object_id] END
+    WHERE l.resource_database_id = DB_ID() AND l.request_session_id <> @@SPID
+    GROUP BY t.relid, l.request_session_id
+)
+SELECT TOP (5000) h.relid, h.pid, CONVERT(bit, h.waiting) AS waiting,
+       CASE WHEN r.session_id IS NOT NULL THEN N'active'
+            WHEN s.open_transaction_count > 0 THEN N'idle in transaction'
+            ELSE N'idle' END AS state,
+       s.program_name AS application_name,
+       DATEDIFF_BIG(millisecond, COALESCE(r.start_time, s.last_request_end_time), SYSDATETIME()) / 1000.0 AS for_s
+FROM held AS h
+JOIN sys.dm_exec_sessions AS s ON s.session_id = h.pid AND s.is_user_process = 1
+OUTER APPLY (SELECT TOP (1) q.session_id, q.start_time FROM sys.dm_exec_requests AS q
+             WHERE q.session_id = h.pid ORDER BY q.start_time) AS r
+WHERE COALESCE(s.program_name, N'') NOT LIKE N'queuetop-probe%%'
+ORDER BY h.relid, h.pid;
+SET NOCOUNT OFF;
