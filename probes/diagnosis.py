@@ -43,6 +43,8 @@ CODES = ("healthy", "blocked", "no-consumers", "failing", "bloat", "saturated")
 WINDOW_S = 60.0  # how far back the growth of a backlog, of dead letters and of dead tuples is judged
 MIN_WINDOW_S = 1.0  # two samples closer than this are one instant: not yet a window
 MIN_WAIT_S = 2.0  # in a single sample, a consumer waiting this long for a lock is blocked
+SATURATED_MIN_S = 10.0  # a backlog grows for at least this long (and 3 samples) before it is "saturated"
+SATURATED_MIN_GROWTH = 10  # by at least this many messages (and a tenth of what it was)
 HORIZON_HELD_S = 30.0  # an xmin horizon held this long by one transaction is "held"
 AUTOVACUUM_LATE_S = 300.0  # above its threshold, a table autovacuum has not reached in this long
 
@@ -78,6 +80,7 @@ class _Case:
     window: bool  # two samples at least MIN_WINDOW_S apart
     snapshot: Snapshot
     blocked: dict[int, BlockedSession]
+    over_threshold_since: datetime | None = None  # since when its dead tuples are over autovacuum's threshold
 
 
 def table_name(table: str) -> str:
@@ -127,6 +130,11 @@ def consumers_of(queue: QueueSample, sessions: Iterable[SessionSample], blocked:
     return tuple(replace(c, waiting=c.waiting or c.pid in blocked) for c in sorted(found.values(), key=lambda c: c.pid))
 
 
+def autovacuum_threshold(q: QueueSample) -> float:
+    """Autovacuum's default trigger: 50 dead tuples plus 20 % of the rows."""
+    return 50 + 0.2 * (q.live_tuples or 0)
+
+
 def queue_key(queue: QueueSample) -> str:
     return f"{queue.source}\x00{queue.schema or ''}\x00{queue.name}"
 
@@ -138,6 +146,7 @@ class Diagnoser:
         self.window_s = window_s
         self._points: dict[str, deque[_Point]] = {}
         self._since: dict[str, tuple[str, datetime]] = {}  # queue → (its verdict's code, first seen at)
+        self._over: dict[str, datetime] = {}  # queue → since when its dead tuples are over autovacuum's threshold
 
     def diagnose(self, snapshot: Snapshot) -> Snapshot:
         """The snapshot with every queue's consumers and verdict (a snapshot that could not reach
@@ -157,6 +166,7 @@ class Diagnoser:
         for gone in [k for k in self._points if k not in seen]:
             del self._points[gone]
             self._since.pop(gone, None)
+            self._over.pop(gone, None)
         return replace(snapshot, queues=tuple(queues))
 
     # -- the window ---------------------------------------------------------------------------
@@ -184,12 +194,19 @@ class Diagnoser:
             return verdict
         return replace(verdict, since_s=round((at - first).total_seconds(), 3))
 
+    def _over_threshold(self, key: str, q: QueueSample, at: datetime) -> datetime | None:
+        over = q.dead_tuples is not None and q.dead_tuples >= autovacuum_threshold(q)
+        if not over:
+            self._over.pop(key, None)
+            return None
+        return self._over.setdefault(key, at)
+
     # -- the verdicts -------------------------------------------------------------------------
 
     def _verdict(self, q: QueueSample, consumers: tuple[Consumer, ...], points: list[_Point], snapshot: Snapshot,
                  blocked: dict[int, BlockedSession]) -> Diagnosis:
         window = len(points) >= 2 and (points[-1].at - points[0].at).total_seconds() >= MIN_WINDOW_S
-        case = _Case(q, consumers, points, window, snapshot, blocked)
+        case = _Case(q, consumers, points, window, snapshot, blocked, self._over_threshold(queue_key(q), q, snapshot.taken_at))
         for judge in (_blocked, _no_consumers, _failing, _bloat, _saturated):
             verdict = judge(case)
             if verdict is not None:
@@ -291,7 +308,7 @@ def _bloat(case: _Case) -> Diagnosis | None:
     if not window or q.dead_tuples is None or points[0].dead_tuples is None:
         return None
     grew = q.dead_tuples - points[0].dead_tuples
-    threshold = 50 + 0.2 * (q.live_tuples or 0)  # autovacuum's default: vacuum threshold + scale factor × rows
+    threshold = autovacuum_threshold(q)
     if grew <= 0 or q.dead_tuples < threshold:
         return None
     c = snapshot.connections
@@ -307,8 +324,12 @@ def _bloat(case: _Case) -> Diagnosis | None:
             pids, objects = (), (q.table, f"{kind}:{c.xmin_holder_name}")
         return Diagnosis(code="bloat", reason=f"{q.dead_tuples:,} dead tuples (+{grew:,}) kept by the xmin horizon: {holder}",
                          pids=pids, objects=objects)
+    # Autovacuum behind: over its threshold for AUTOVACUUM_LATE_S as these samples saw it (a
+    # table just made, or a dashboard just started, has not given it the chance), and no
+    # autovacuum in that time.
     last = q.last_autovacuum_at
-    late = last is None or (snapshot.taken_at - last).total_seconds() >= AUTOVACUUM_LATE_S
+    over = (snapshot.taken_at - case.over_threshold_since).total_seconds() if case.over_threshold_since else 0.0
+    late = over >= AUTOVACUUM_LATE_S and (last is None or (snapshot.taken_at - last).total_seconds() >= AUTOVACUUM_LATE_S)
     if late:
         when = "never" if last is None else f"{(snapshot.taken_at - last).total_seconds():.0f} s ago"
         return Diagnosis(code="bloat", reason=f"{q.dead_tuples:,} dead tuples (+{grew:,}), over autovacuum's threshold "
@@ -321,7 +342,11 @@ def _saturated(case: _Case) -> Diagnosis | None:
     if not window or not consumers or any(c.waiting for c in consumers):
         return None
     first, last = points[0], points[-1]
-    if first.depth is None or last.depth is None or last.depth <= first.depth:
+    if first.depth is None or last.depth is None or len(points) < 3:
+        return None
+    # A backlog that grew for a while and by more than a handful: one message more than a
+    # minute ago is the noise of a busy queue, not a verdict.
+    if (last.at - first.at).total_seconds() < SATURATED_MIN_S or last.depth - first.depth < max(SATURATED_MIN_GROWTH, first.depth // 10):
         return None
     if any(b.depth is not None and a.depth is not None and b.depth < a.depth for a, b in pairwise(points)):
         return None  # the backlog fell at some point: not a steady growth

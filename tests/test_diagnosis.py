@@ -119,10 +119,27 @@ def test_bloat_names_the_session_that_holds_the_horizon():
     assert verdicts(small)[1].code == "healthy"
 
 
+def test_bloat_when_autovacuum_falls_behind_but_not_for_a_table_just_seen():
+    """Over autovacuum's threshold with no horizon held: flagged only once these samples have
+    seen it over the threshold, unvacuumed, for AUTOVACUUM_LATE_S (a dashboard just started on a
+    busy table says nothing)."""
+    from probes.diagnosis import AUTOVACUUM_LATE_S
+
+    frames = [snapshot(10 * n, [queue(dead_tuples=1000 + 100 * n, live_tuples=100)]) for n in range(int(AUTOVACUUM_LATE_S / 10) + 2)]
+    codes = [v.code for v in verdicts(frames)]
+    assert codes[: int(AUTOVACUUM_LATE_S / 10)] == ["healthy"] * int(AUTOVACUUM_LATE_S / 10)
+    assert codes[-1] == "bloat"
+    vacuumed = [replace(f, queues=(replace(f.queues[0], last_autovacuum_at=f.taken_at - timedelta(seconds=5)),)) for f in frames]
+    assert {v.code for v in verdicts(vacuumed)} == {"healthy"}
+
+
 def test_saturated_when_busy_consumers_fall_behind_and_healthy_when_they_keep_up():
     busy = [session(50), session(51)]
-    growing = [snapshot(2 * n, [queue(depth=10 + 20 * n, ready=10 + 20 * n, enqueued_total=100 * n, dequeued_total=80 * n)], busy)
+    growing = [snapshot(4 * n, [queue(depth=10 + 20 * n, ready=10 + 20 * n, enqueued_total=100 * n, dequeued_total=80 * n)], busy)
                for n in range(4)]
+    codes = [v.code for v in verdicts(growing)]
+    assert codes[:3] == ["healthy"] * 3  # 8 s of growth is not yet a verdict
+    assert codes[3] == "saturated"
     verdict = verdicts(growing)[-1]
     assert verdict.code == "saturated" and verdict.pids == (50, 51) and "+60" in verdict.reason
     assert "2 consumers (2 busy)" in verdict.reason
@@ -130,6 +147,10 @@ def test_saturated_when_busy_consumers_fall_behind_and_healthy_when_they_keep_up
     steady = [snapshot(2 * n, [queue(depth=depth, ready=depth, enqueued_total=100 * n, dequeued_total=100 * n - depth)], busy)
               for n, depth in enumerate([5, 3, 8, 4, 6, 2, 7, 5])]
     assert {v.code for v in verdicts(steady)} == {"healthy"}
+    # Nor one that gains a message or two over a minute (the demo's e-mails: retries in and out).
+    creeping = [snapshot(5 * n, [queue(depth=n // 4, ready=0, enqueued_total=200 * n, dequeued_total=200 * n - n // 4)], busy)
+                for n in range(13)]
+    assert {v.code for v in verdicts(creeping)} == {"healthy"}
 
 
 def test_a_verdict_says_how_long_it_has_held_and_travels_in_the_json():

@@ -154,7 +154,7 @@ async def test_greater_than_cycles_the_queue_order_by_depth_oldest_dead():
         await settle(pilot, app, lambda: shown() == [f"{q.source}:{q.name}" for q in queues], "unsorted")
         # The Delayed column makes depth add up: ready + in flight + delayed.
         orders = queue_rows(app)["table:orders"]
-        assert [c.label for c in QueuesPanel.COLUMNS][:6] == ["Queue", "Depth", "Ready", "In flight", "Delayed", "Dead"]
+        assert [c.label for c in QueuesPanel.COLUMNS][:6] == ["Queue", "Depth", "Ready", "Taken", "Delayed", "Dead"]
         assert orders[4] == "0"
 
 

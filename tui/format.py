@@ -79,6 +79,18 @@ def sparkline(values: list[float], width: int = 12) -> str:
     return "".join([BLOCKS[int(v * scale + 0.5)] for v in values])
 
 
+# A queue's verdict (probes/diagnosis.py) as the Queues column and the details say it.
+VERDICT_STYLES = {"healthy": "green", "blocked": "bold red", "no-consumers": "bold red", "failing": "bold red",
+                  "bloat": "bold yellow", "saturated": "bold yellow"}
+# At most 7 cells, as wide as the column's header: at 80 columns the verdict takes Delayed's place
+# and the rates stay (the code in full, and why, in the details).
+VERDICT_WORDS = {"healthy": "ok", "no-consumers": "starved", "saturated": "behind"}
+
+
+def verdict_word(code: str) -> str:
+    return VERDICT_WORDS.get(code, code)
+
+
 def trend(values: list[float], width: int = 12, *, styled: bool = True) -> Text | str:
     """A sparkline from 0 to its peak, and the peak after it: a bar's height means nothing
     without its scale (a depth of 1 draws a full bar). `styled=False`: a plain str, cheaper,

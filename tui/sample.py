@@ -13,6 +13,7 @@ from probes.model import (
     CompactionGroup,
     CompactionSample,
     Connections,
+    Diagnosis,
     LeaseSample,
     ProbeStatus,
     QueueSample,
@@ -46,6 +47,19 @@ def sample_snapshot(*, queues: int = 4, sessions: int = 12, tree_depth: int = 3,
     )
 
 
+def _sample_verdict(i: int, step: int) -> Diagnosis:
+    """The first queue's consumers wait behind the first root blocker (pid 1000), the second's
+    fall behind; the others keep up."""
+    if i == 0:
+        return Diagnosis(code="blocked", reason="consumers 1001, 1002 wait for a lock held by pid 1000, idle in transaction, "
+                         "application billing, transaction open 120 s", pids=(1000, 1001, 1002), objects=("accounts",),
+                         since_s=12.0 + step)
+    if i == 1:
+        return Diagnosis(code="saturated", reason="backlog +840 in 60 s with 4 consumers (4 busy): 3,000/min in, 2,160/min out",
+                         pids=(2001, 2002, 2003, 2004), objects=('"queuetop"."q_queue-01"',), since_s=30.0 + step)
+    return Diagnosis(code="healthy", reason="keeping up", since_s=300.0 + step)
+
+
 def _sample_snapshot(*, queues: int, sessions: int, tree_depth: int, step: int) -> Snapshot:
     queue_samples = tuple(
         QueueSample(
@@ -68,6 +82,7 @@ def _sample_snapshot(*, queues: int, sessions: int, tree_depth: int, step: int) 
             last_autovacuum_at=TAKEN_AT - timedelta(seconds=90 + i),
             inserted_total=100_000 + step * 50,
             deleted_total=95_000 + step * 48,
+            diagnosis=_sample_verdict(i, step),
         )
         for i in range(queues)
     )

@@ -21,11 +21,11 @@ from textual.widgets import DataTable
 
 from dbcore.dialect import dialect_named
 from dbcore.errors import QueuetopError
-from probes.model import Blocker, SessionSample, Snapshot
+from probes.model import Blocker, QueueSample, SessionSample, Snapshot
 
 from .. import format as fmt
 from ..messages import ActivityEnded
-from ..screens.details import DetailsScreen, queue_renderables, session_renderables
+from ..screens.details import DetailsScreen, queue_renderables, session_renderables, verdict_renderable
 from ..screens.dialogs import ConfirmScreen, PromptScreen
 from ..screens.queue_details import EngineQueueDetails
 from ..widgets.panels.base import UNKNOWN_KEY
@@ -84,11 +84,16 @@ class HostActions:
         if queue is None:
             return
         title = f"Queue {name} ({queue.table})"
-        loader = partial(_queue_details, backend, queue.source, queue.name)
+        host = self.hosts.shown
+
+        def current() -> QueueSample | None:  # the latest sample's: the verdict as it stands at each load
+            sample = host.snapshot
+            return next((q for q in sample.queues if q.source == source and q.name == name), None) if sample else None
+
+        loader = partial(_queue_details, backend, queue.source, queue.name, current)
         if source != "reference":
             self.app.push_screen(DetailsScreen(title, loader))
             return
-        host = self.hosts.shown
         act = None if self.read_only or host.controls is None else partial(self._dead_letters, host, name)
 
         def dead() -> int | None:
@@ -335,8 +340,11 @@ class HostActions:
         self._done(host, message, severity)  # type: ignore[arg-type]
 
 
-def _queue_details(backend, source: str, name: str) -> list:
-    return queue_renderables(backend.queue_details(source, name))
+def _queue_details(backend, source: str, name: str, current: Callable[[], QueueSample | None] | None = None) -> list:
+    """The verdict on the queue (as the latest sample has it) at the top, then its rows."""
+    out = queue_renderables(backend.queue_details(source, name))
+    queue = current() if current is not None else None
+    return ([verdict_renderable(queue)] if queue is not None and queue.diagnosis is not None else []) + out
 
 
 def describe_session(pid: int, session: SessionSample | None, root: Blocker | None = None) -> str:

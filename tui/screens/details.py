@@ -15,6 +15,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Label, Static
 
+from probes.model import QueueSample
 from probes.sources import QueueDetails
 
 from .. import format as fmt
@@ -69,6 +70,37 @@ class DetailsScreen(ModalScreen[None]):
     def action_scroll_box(self, lines: int) -> None:
         """j and k scroll, as ↓ and ↑."""
         self.query_one(VerticalScroll).scroll_relative(y=lines, animate=False)
+
+
+def verdict_renderable(queue: QueueSample) -> Text:
+    """The verdict at the top of a queue's details: its code, its reason, how long it has held,
+    who is involved, and the consumers working on the queue's table now."""
+    d = queue.diagnosis
+    out = Text()
+    if d is None:
+        return out
+    out.append(f"{fmt.verdict_word(d.code)}", style=fmt.VERDICT_STYLES.get(d.code, "bold"))
+    if d.since_s is not None:
+        out.append(f"  for {fmt.seconds(d.since_s)}", style="dim")
+    out.append(f"\n{fmt.one_line(d.reason, 400)}")
+    if d.pids:
+        out.append(f"\nsessions: {', '.join(map(str, d.pids))}", style="dim")
+    if d.objects:
+        out.append(f"\nobjects: {fmt.one_line(', '.join(d.objects), 300)}", style="dim")
+    if queue.consumers is None:
+        out.append("\nconsumers: not looked for", style="dim")
+    elif not queue.consumers:
+        out.append("\nconsumers: none on its table now", style="yellow")
+    else:
+        out.append(f"\nconsumers ({len(queue.consumers)}):")
+        for c in queue.consumers[:20]:
+            how = f"{c.state or '?'} {fmt.seconds(c.for_s)}" if c.for_s is not None else c.state or "?"
+            wait = ", waiting for a lock" if c.waiting else ""
+            out.append(f"\n  {c.pid}  {fmt.one_line(c.application or '-', 40)}  {how}{wait}  (by {c.evidence})",
+                       style="yellow" if c.waiting else "")
+        if len(queue.consumers) > 20:
+            out.append(f"\n  … {len(queue.consumers) - 20:,} more", style="dim")
+    return out
 
 
 def queue_renderables(details: QueueDetails) -> list:

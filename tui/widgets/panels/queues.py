@@ -103,10 +103,13 @@ class QueuesPanel(Panel):
         Column("name", "Queue", 0, text=True, min_width=12), Column("depth", "Depth", 1), Column("ready", "Ready", 3),
         # The rates before Delayed (scheduled for later, most often 0): at 80 columns, arrivals and
         # departures in the last minute stay on screen.
-        Column("in_flight", "In flight", 5), Column("delayed", "Delayed", 8), Column("dead", "Dead", 4),
+        Column("in_flight", "Taken", 5), Column("delayed", "Delayed", 8), Column("dead", "Dead", 4),
         Column("age", "Oldest", 2), Column("in", "In/min", 6), Column("out", "Out/min", 7),
         Column("trend", "Trend (peak)", 11),
         Column("bloat", "Dead tup", 9), Column("vacuum", "Vacuumed", 10),
+        # Why it is as it is (probes/diagnosis.py); Enter says why in words. Last on the line, kept
+        # before the rates at 80 columns.
+        Column("verdict", "Verdict", 2),
     ]
 
     # The snapshot's own order (by source), then the figures an operator looks for first, largest
@@ -254,7 +257,7 @@ class QueuesPanel(Panel):
                 # Its figures unknown; why is in the border (and the status notes, `queuetop
                 # snapshot`): a long text here would widen the Depth column for good.
                 rows[key] = (Text(_display_name(q), style="red"),
-                             Text("unknown", style="bold yellow"), "", "", "", "", "", "", "", "", "", "")
+                             Text("unknown", style="bold yellow"), "", "", "", "", "", "", "", "", "", "", "")
                 self._rendered[key] = (facts, rows[key])
                 continue
             # Plain strings unless a cell is coloured: a Text costs several times more to build,
@@ -271,11 +274,14 @@ class QueuesPanel(Panel):
                 dead = Text(fmt.count(q.dead, "dead" in q.estimated), style="red")
             vacuum = "-" if q.last_vacuum_at is None else fmt.seconds(
                 snapshot.taken_at.timestamp() - q.last_vacuum_at.timestamp()) + " ago"
+            verdict: str | Text = ""  # not judged (a recording from before verdicts): absent, not "ok"
+            if q.diagnosis is not None:
+                verdict = Text(fmt.verdict_word(q.diagnosis.code), style=fmt.VERDICT_STYLES.get(q.diagnosis.code, ""))
             rows[key] = (
                 name, fmt.count(q.depth, q.depth_is_estimate), fmt.count(q.ready, _estimated(q, "ready")),
                 fmt.count(q.in_flight, _estimated(q, "in_flight")), fmt.count(q.delayed, _estimated(q, "delayed")), dead, age,
                 fmt.rate(per_minute[0]), fmt.rate(per_minute[1]),
-                fmt.trend(list(history), styled=trend_shown), bloat, vacuum,
+                fmt.trend(list(history), styled=trend_shown), bloat, vacuum, verdict,
             )
             self._rendered[key] = (facts, rows[key])
         failed = [q for q in snapshot.queues if q.error and q.depth is None and matches_filter(filter_text, q.name, q.table)]
