@@ -194,12 +194,9 @@ class SessionsPanel(Panel):
             start, stop = span
             fresh_rows = {}
             for s, key in zip(shown[start:stop], str_keys[start:stop], strict=True):
-                lock = locks.get(s.pid)
-                facts = (s, blocks.get(s.pid, 0), lock)
-                cached = rendered.get(key)
-                if cached is None or cached[0] != facts:
-                    cached = rendered[key] = (facts, self._cells(s, blocks.get(s.pid, 0), lock))
-                    fresh_rows[key] = drawn[key] = cached[1]
+                cells, changed = self._row_cells(key, s, blocks, locks)
+                if changed:
+                    fresh_rows[key] = cells
             self._shown = shown
             self._set_title(snapshot)
             table.update_rows(fresh_rows)
@@ -215,16 +212,7 @@ class SessionsPanel(Panel):
         else:
             fresh = list(in_view | (session_of.keys() - drawn.keys()))
         for key in fresh:
-            s = session_of[key]
-            lock = locks.get(s.pid)
-            facts = (s, blocks.get(s.pid, 0), lock)
-            cached = rendered.get(key)
-            if cached is not None and cached[0] == facts:
-                rows[key] = drawn[key] = cached[1]
-                continue
-            cells = self._cells(s, blocks.get(s.pid, 0), lock)
-            rendered[key] = (facts, cells)
-            rows[key] = drawn[key] = cells
+            rows[key] = self._row_cells(key, session_of[key], blocks, locks)[0]
         if len(rendered) > len(rows):
             for gone in rendered.keys() - rows.keys():
                 del rendered[gone]
@@ -233,6 +221,18 @@ class SessionsPanel(Panel):
         self._set_title(snapshot)
         table.sync(cast(dict[str, tuple[object, ...]], rows))  # every row has its cells now
         self._synced_keys = str_keys
+
+    def _row_cells(self, key: str, s: SessionSample, blocks: dict[int, int], locks: dict) -> tuple[tuple[object, ...], bool]:
+        """A session's cells, formatted again only when its facts changed; and whether they did."""
+        lock = locks.get(s.pid)
+        facts = (s, blocks.get(s.pid, 0), lock)
+        cached = self._rendered.get(key)
+        if cached is not None and cached[0] == facts:
+            return cached[1], False
+        cells = self._cells(s, facts[1], lock)
+        self._rendered[key] = (facts, cells)
+        self._drawn[key] = cells
+        return cells, True
 
     def _set_title(self, snapshot: Snapshot) -> None:
         total = snapshot.sessions_total if snapshot.sessions_total is not None else len(snapshot.sessions)
