@@ -43,7 +43,8 @@ from tui.report import render
 from tui.sample import TAKEN_AT, SampleSource, sample_snapshot
 from tui.screens.details import DetailsScreen, queue_renderables, session_renderables
 from tui.screens.dialogs import ConfirmScreen, HelpScreen, HostsScreen, NoticesScreen, PromptScreen
-from tui.widgets.keyed_table import KeyedTable, inert_cell, shorten
+from tui.widgets.cells import inert_cell, shorten
+from tui.widgets.keyed_table import KeyedTable
 from tui.widgets.panels import LocksPanel, LockTree, blocked_label, blocker_label, fit_segments, prepared_label
 
 TITLE = "/* \x1b]2;PWNED\x1b\\ \x1b[2J */ SELECT 1"  # set the terminal's title, then cleared the screen

@@ -14,7 +14,8 @@ from textual.widget import Widget
 from probes.model import Snapshot
 
 from ... import format as fmt
-from ..keyed_table import KeyedTable, RowsShown, shorten
+from ..cells import shorten
+from ..keyed_table import KeyedTable, RowsShown
 
 # The Locks tree's labels and the Connections rows are one line each: the long session states
 # said short.
