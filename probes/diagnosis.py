@@ -17,9 +17,19 @@ The verdicts, the first that holds wins:
 - `healthy` otherwise (an empty queue included).
 
 The consumers of a queue are the sessions the probe saw holding or awaiting a lock on its table
-(the queues probe: `Consumer.evidence == "lock"`) and the sessions whose current or last
-statement takes messages from it (names its table in an UPDATE, a DELETE, a FOR UPDATE or SKIP
-LOCKED select, or calls a library's fetch function). queuetop's own sessions are never consumers.
+(the queues probe: `Consumer.evidence == "lock"`), the sessions whose current or last statement
+takes messages from it (names its table in an UPDATE, a DELETE, a FOR UPDATE or SKIP LOCKED
+select, or calls its library's fetch function: "query"), and the idle workers waiting on its
+library's notifications (a LISTEN on its channel: "listen"). queuetop's own sessions are never
+consumers.
+
+A table several queues share (Procrastinate's, River's, Graphile Worker's, pg-boss's parent
+table, a job table's groups) does not say which queue a session on it serves: such a consumer is
+`shared`. It holds up a queue (`blocked`) only if that queue has ready messages, and it does not
+count as serving a queue whose messages nobody works (none in flight, nothing taken) while its
+oldest ready message outlives the samples and a worker's poll (SHARED_IDLE_S): `no-consumers`,
+"the sessions on its shared table serve other queues". A LISTEN on a queue's own channel ties
+a worker to that queue alone.
 
 Nothing here reads the database: the `Diagnoser` keeps each queue's last samples (a dashboard's
 or a `snapshot --rates` run's) and returns the snapshot with its queues' `consumers` and
@@ -29,7 +39,7 @@ or a `snapshot --rates` run's) and returns the snapshot with its queues' `consum
 from __future__ import annotations
 
 import re
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -45,12 +55,13 @@ MIN_WINDOW_S = 1.0  # two samples closer than this are one instant: not yet a wi
 MIN_WAIT_S = 2.0  # in a single sample, a consumer waiting this long for a lock is blocked
 SATURATED_MIN_S = 10.0  # a backlog grows for at least this long (and 3 samples) before it is "saturated"
 SATURATED_MIN_GROWTH = 10  # by at least this many messages (and a tenth of what it was)
+SHARED_IDLE_S = 10.0  # on a shared table, a ready message this old with nothing taken from its queue: no consumer of it
 HORIZON_HELD_S = 30.0  # an xmin horizon held this long by one transaction is "held"
 AUTOVACUUM_LATE_S = 300.0  # above its threshold, a table autovacuum has not reached in this long
 
 # A statement that takes or finishes messages (a library's fetch, an engine's claim or ack), as
 # opposed to one that only adds them (INSERT, COPY) or reads them (a monitoring count).
-TAKES = re.compile(r"\b(update|delete)\b|\bfor\s+(no\s+key\s+)?update\b|\bskip\s+locked\b|fetch_job\b|get_job\b",
+TAKES = re.compile(r"\b(update|delete)\b|\bfor\s+(no\s+key\s+)?update\b|\bskip\s+locked\b|(fetch|finish|retry)_job|\bget_jobs?\s*\(",
                    re.IGNORECASE)
 
 
@@ -65,7 +76,9 @@ class _Point:
     dequeued_total: int | None
     enqueued_total: int | None
     dead_tuples: int | None
+    in_flight: int | None
     consumers: int
+    own: int  # consumers tied to this queue alone (not only to a table or channel other queues share)
     working: int  # consumers running a statement, not waiting for a lock
     waiting: int  # consumers waiting for a lock
 
@@ -116,17 +129,65 @@ def _ours(session: SessionSample) -> bool:
     return (session.application or "").startswith(APPLICATION_NAME)
 
 
-def consumers_of(queue: QueueSample, sessions: Iterable[SessionSample], blocked: dict[int, BlockedSession]) -> tuple[Consumer, ...]:
-    """The queue's consumers: those the probe saw on its table's locks, and the client sessions
-    whose statement takes messages from its table; each marked waiting when the lock tree has it."""
+# The channels a library's idle workers LISTEN on, by source: one for every queue, and the prefix
+# of a queue's own (Procrastinate: `procrastinate_any_queue_v1`, `procrastinate_queue_v1#mail`).
+LISTENS: dict[str, tuple[str, str | None]] = {
+    "procrastinate": ("procrastinate_any_queue_v1", "procrastinate_queue_v1#"),
+    "reference": ("queuetop_enqueue", None),
+}
+# The functions a library's workers fetch jobs with, by source: a call takes from its table even
+# though the statement does not name it.
+FETCHES: dict[str, re.Pattern[str]] = {
+    "procrastinate": re.compile(r"\bprocrastinate_(fetch|finish|retry)_job", re.IGNORECASE),
+    "graphile-worker": re.compile(r"\bget_jobs?\s*\(", re.IGNORECASE),
+}
+LISTEN = re.compile(r'^\s*listen\s+("(?:[^"]|"")+"|[^\s;]+)\s*;?\s*$', re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidates:
+    """The sessions of one snapshot that may consume a queue, sorted once for every queue: those
+    whose statement takes messages, and those that LISTEN (by channel)."""
+
+    takers: tuple[SessionSample, ...]
+    listeners: dict[str, tuple[SessionSample, ...]]
+
+    @classmethod
+    def of(cls, sessions: Iterable[SessionSample]) -> _Candidates:
+        takers: list[SessionSample] = []
+        listeners: dict[str, list[SessionSample]] = {}
+        for s in sessions:
+            if not s.query or _ours(s) or s.backend_type not in (None, "client backend"):
+                continue
+            if takes_messages(s.query):
+                takers.append(s)
+            elif (m := LISTEN.match(s.query)) is not None:
+                channel = m.group(1)
+                channel = channel[1:-1].replace('""', '"') if channel.startswith('"') else channel.lower()
+                listeners.setdefault(channel, []).append(s)
+        return cls(tuple(takers), {k: tuple(v) for k, v in listeners.items()})
+
+
+def consumers_of(queue: QueueSample, sessions: Iterable[SessionSample] | _Candidates, blocked: dict[int, BlockedSession],
+                 shared_table: bool = False) -> tuple[Consumer, ...]:
+    """The queue's consumers: those the probe saw on its table's locks, the client sessions whose
+    statement takes messages from its table, and those waiting on its library's notifications;
+    each marked waiting when the lock tree has it, and `shared` when what ties it to the queue is
+    shared by other queues too (`shared_table`: several queues in one table)."""
+    candidates = sessions if isinstance(sessions, _Candidates) else _Candidates.of(sessions)
     table = table_name(queue.table)
     found: dict[int, Consumer] = {c.pid: c for c in queue.consumers or ()}
-    for s in sessions:
-        if s.pid in found or _ours(s) or s.backend_type not in (None, "client backend"):
-            continue
-        if names_table(s.query, table) and takes_messages(s.query):
+    fetch = FETCHES.get(queue.source)
+    for s in candidates.takers:
+        if s.pid not in found and (names_table(s.query, table) or (fetch is not None and fetch.search(s.query or ""))):
             found[s.pid] = Consumer(pid=s.pid, state=s.state, application=s.application, for_s=s.query_age_s,
-                                    evidence="query")
+                                    evidence="query", shared=shared_table)
+    every, own = LISTENS.get(queue.source, (None, None))
+    for channel, shared in ((every, True), (f"{own}{queue.name}" if own else None, False)):
+        for s in candidates.listeners.get(channel or "", ()):
+            if s.pid not in found:
+                found[s.pid] = Consumer(pid=s.pid, state=s.state, application=s.application, for_s=s.query_age_s,
+                                        evidence="listen", shared=shared)
     return tuple(replace(c, waiting=c.waiting or c.pid in blocked) for c in sorted(found.values(), key=lambda c: c.pid))
 
 
@@ -154,16 +215,24 @@ class Diagnoser:
         if not snapshot.connected or not snapshot.queues:
             return snapshot
         blocked = {b.pid: b for b in snapshot.blocked}
+        candidates = _Candidates.of(snapshot.sessions)  # once: queues × takers, not queues × sessions
+        tables = Counter((q.source, q.table) for q in snapshot.queues)
         queues = []
         seen = set()
         for q in snapshot.queues:
             key = queue_key(q)
             seen.add(key)
-            consumers = consumers_of(q, snapshot.sessions, blocked)
+            consumers = consumers_of(q, candidates, blocked, shared_table=tables[q.source, q.table] > 1)
+            if q.error is not None or q.depth is None:  # figures not read: no verdict (unknown is absent)
+                queues.append(replace(q, consumers=consumers, diagnosis=None))
+                continue
             points = self._remember(key, q, consumers, snapshot.taken_at)
             verdict = self._verdict(q, consumers, points, snapshot, blocked)
             queues.append(replace(q, consumers=consumers, diagnosis=self._dated(key, verdict, snapshot.taken_at)))
-        for gone in [k for k in self._points if k not in seen]:
+        # A queue missing from one snapshot (a library's queue that drained, a source that failed
+        # once) keeps its samples until they leave the window.
+        at = snapshot.taken_at
+        for gone in [k for k, p in self._points.items() if k not in seen and (at - p[-1].at).total_seconds() > self.window_s]:
             del self._points[gone]
             self._since.pop(gone, None)
             self._over.pop(gone, None)
@@ -176,7 +245,8 @@ class Diagnoser:
         if points and at <= points[-1].at:  # a replay went back, or the same instant again
             points.clear()
         points.append(_Point(at=at, depth=q.depth, ready=q.ready, dead=q.dead, dequeued_total=q.dequeued_total,
-                             enqueued_total=q.enqueued_total, dead_tuples=q.dead_tuples, consumers=len(consumers),
+                             enqueued_total=q.enqueued_total, dead_tuples=q.dead_tuples, in_flight=q.in_flight,
+                             consumers=len(consumers), own=sum(1 for c in consumers if not c.shared),
                              working=sum(1 for c in consumers if not c.waiting and c.state == "active"),
                              waiting=sum(1 for c in consumers if c.waiting)))
         while len(points) > 2 and (at - points[1].at).total_seconds() >= self.window_s:
@@ -239,8 +309,8 @@ def _describe_root(snapshot: Snapshot, pid: int) -> str:
 def _blocked(case: _Case) -> Diagnosis | None:
     consumers, points, snapshot, blocked = case.consumers, case.points, case.snapshot, case.blocked
     waiting = [c for c in consumers if c.waiting and c.pid in blocked]
-    if not waiting:
-        return None
+    if not waiting or (all(c.shared for c in waiting) and not case.q.ready):
+        return None  # (a worker of a table other queues share waits: this one, with nothing ready, is not held up)
     waits = [blocked[c.pid].wait_s or 0.0 for c in waiting]
     # Evidence over time: a consumer already waiting in the sample before, or the server's own
     # wait at least as long as the last interval (one sample alone: MIN_WAIT_S), not a lock
@@ -274,13 +344,24 @@ def _no_consumers(case: _Case) -> Diagnosis | None:
     if not q.ready or len(points) < 2:
         return None
     before, now = points[-2], points[-1]
-    if now.consumers or before.consumers or not before.ready:
-        return None
+    if now.own or before.own or not before.ready or now.in_flight or before.in_flight:
+        return None  # (its messages being worked: someone consumes it, though between statements now)
     if now.dequeued_total is not None and before.dequeued_total is not None and now.dequeued_total > before.dequeued_total:
         return None  # something took messages between the samples: someone consumes it
     age = q.oldest_ready_age_s
     said = f"; the oldest has waited {age:.0f} s" if age is not None else ""
-    return Diagnosis(code="no-consumers", reason=f"{q.ready:,} ready and no session works its table{said}",
+    others = max(now.consumers, before.consumers)
+    if others:
+        # Only sessions on a table other queues share: they may serve those. This queue has
+        # none if nothing of it is being worked (above) and its oldest ready message has
+        # outlived both the samples and a worker's poll.
+        span = (now.at - before.at).total_seconds()
+        if age is None or age < max(SHARED_IDLE_S, span):
+            return None
+        return Diagnosis(code="no-consumers", reason=f"{q.ready:,} ready and none taken: the {others} session"
+                         f"{'s' if others != 1 else ''} on its shared table serve other queues{said}",
+                         objects=(q.table,), since_s=round(age, 3))
+    return Diagnosis(code="no-consumers", reason=f"{q.ready:,} ready and no session takes them{said}",
                      objects=(q.table,), since_s=round(age, 3) if age is not None else None)
 
 
@@ -299,7 +380,7 @@ def _failing(case: _Case) -> Diagnosis | None:
     if completed is not None and died < completed:
         return None
     span = (last.at - first.at).total_seconds()
-    done = "" if completed is None else f", {completed:,} completed"
+    done = ", completions unknown (a table several queues share)" if completed is None else f", {completed:,} completed"
     return Diagnosis(code="failing", reason=f"{died:,} went dead in {span:.0f} s{done}", objects=(q.table,))
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import cache
@@ -159,14 +160,18 @@ class PostgresProbes:
             self.notes["queues"] = "; ".join(notes)
         relids = sorted({f.relid for _, f in figures if f.relid is not None})
         stats = {row["relid"]: row for row in conn.execute(QUEUES_SQL["table_stats"], {"relids": relids})} if relids else {}
-        consumers = self._consumers(conn, relids)
+        # A table several queues share (Procrastinate's, River's, a job table's groups): the
+        # sessions on its locks work it, for one of those queues or another.
+        per_relid = Counter(f.relid for _, f in figures if f.relid is not None)
+        consumers = self._consumers(conn, relids, {relid for relid, n in per_relid.items() if n > 1})
         now = time.monotonic()
         return tuple(replace(sample, consumers=None if consumers is None or f.relid is None else consumers.get(f.relid, ()))
                      for sample, f in ((self._queue_sample(source, f, stats.get(f.relid), now), f) for source, f in figures))
 
-    def _consumers(self, conn: ProbeConnection, relids: list[int]) -> dict[int, tuple[Consumer, ...]] | None:
-        """Each queue table's sessions on its locks (queues.sql's `consumers`): None when they
-        could not be read (said in the probe's notes; the figures stand)."""
+    def _consumers(self, conn: ProbeConnection, relids: list[int], shared: set[int]) -> dict[int, tuple[Consumer, ...]] | None:
+        """Each queue table's sessions on its locks (queues.sql's `consumers`), marked `shared` on
+        a table several queues share: None when they could not be read (said in the probe's
+        notes; the figures stand)."""
         if not relids:
             return {}
         try:
@@ -178,7 +183,8 @@ class PostgresProbes:
         for row in rows:
             found.setdefault(row["relid"], []).append(Consumer(
                 pid=row["pid"], state=row["state"], application=row["application_name"],
-                for_s=float(row["for_s"]) if row["for_s"] is not None else None, waiting=bool(row["waiting"])))
+                for_s=float(row["for_s"]) if row["for_s"] is not None else None, waiting=bool(row["waiting"]),
+                shared=row["relid"] in shared))
         return {relid: tuple(consumers) for relid, consumers in found.items()}
 
     def _queue_sample(self, source: QueueSource, f: QueueFigures, st: DictRow | None, now: float) -> QueueSample:

@@ -37,8 +37,12 @@ class Consumer:
     for_s: float | None  # how long it has been in that state: its query running, or idle
     waiting: bool = False  # waits for a lock (the lock tree has it)
     # How it was found: "lock" (holds or awaits a lock on the table or one of its indexes),
-    # "query" (its current or last statement names the table or the library's fetch function).
+    # "query" (its current or last statement names the table or the library's fetch function),
+    # "listen" (it waits for the library's notifications: an idle worker).
     evidence: str = "lock"
+    # Found on a table (or a channel) that several queues share: it works one of them, maybe
+    # another than this one (a Procrastinate worker for other queues).
+    shared: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

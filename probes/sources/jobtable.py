@@ -43,6 +43,10 @@ if TYPE_CHECKING:
 JOBTABLE_SQL = Queries("probes", "sources/jobtable.sql")
 COUNT_CAP = 10_000  # a figure of at most this many rows is exact: a state's bounded read takes one more
 MAX_QUEUES = 200  # distinct queues of one shared table
+# A queue of a shared table with no registry (Procrastinate's) exists while it holds an unfinished
+# row: one that drained stays listed, at exact 0, this long after its last (a busy queue emptied
+# between two samples would blink out of the dashboard and out of its verdict's window).
+DRAINED_KEPT_S = 300.0
 HEAD_ROWS = 20
 
 
@@ -74,6 +78,7 @@ class JobTable:
         self._cached_parts: dict[str, sql.Composable] | None = None
         self._reads: dict[tuple[str | None, ...], bytes] = {}  # the states read exactly -> their statement
         self._read_oldest: dict[str | None, dict[str | None, float]] = {}  # state -> group -> oldest due (exact reads)
+        self._last_seen: dict[str, float] = {}  # a queue found in the rows -> when (monotonic), for DRAINED_KEPT_S
 
     def set_blocked(self, blocked: sql.Composable | None) -> None:
         """The library's blocked rule, where it depends on what is installed (River's queue
@@ -313,7 +318,13 @@ class JobTable:
         d = self.declared
         by_group, estimated = self._by_group(conn, table, view, exact)
         if wanted is None:
-            named: list[str] = sorted(g for g in by_group if g is not None)
+            now = time.monotonic()
+            self._last_seen.update((g, now) for g in by_group if g is not None)
+            for name in [n for n, at in self._last_seen.items() if now - at > DRAINED_KEPT_S]:
+                del self._last_seen[name]
+            if len(self._last_seen) > 2 * MAX_QUEUES:  # many names come and go: the latest only
+                self._last_seen = dict(sorted(self._last_seen.items(), key=lambda item: item[1])[-2 * MAX_QUEUES:])
+            named: list[str] = sorted(self._last_seen)
             groups: list[str | None] = [*named[:MAX_QUEUES]]
         else:
             groups = list(wanted)
