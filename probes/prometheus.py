@@ -10,8 +10,9 @@ exporter serves those and no others, and the tests check that the shipped alert 
 dashboard name only these. Unknown is absent: a figure that cannot be known (null in the snapshot)
 is no sample at all, never a 0; nor is any figure of a probe that failed or did not run (the
 sampler's ProbeStatus says which), nor any of a host that is down but its `queuetop_up 0` and its
-probes' errors. No label takes a value per session: root blockers are counted by state, and
-applications are the few with the most sessions plus `(other)`.
+probes' errors. No label takes a value per session: root blockers are counted by state,
+applications are the few with the most sessions plus `(other)`, and a queue's verdict is a series
+per code (probes/diagnosis.py's CODES), its reason and sessions left to /snapshot.
 
 `/snapshot` serves the same cached snapshots as JSON lines (`queuetop snapshot --json`'s objects,
 one per host), so that a scrape can be checked against what the probes saw at the same instant.
@@ -46,6 +47,7 @@ from prometheus_client.registry import Collector
 
 from dbcore.text import inert
 
+from .diagnosis import CODES
 from .model import ProbeStatus, QueueSample, Snapshot, as_utc
 from .sampler import unreachable_status
 
@@ -101,6 +103,12 @@ METRICS: dict[str, MetricSpec] = {
                                       "shares its table, or its depth is an estimate)"),
     "queuetop_queue_table_inserted_rows": _queue("counter", "Rows inserted into the queue's table (the table's statistics)"),
     "queuetop_queue_table_deleted_rows": _queue("counter", "Rows deleted from the queue's table (the table's statistics)"),
+    # each queue's verdict (probes/diagnosis.py): a state set over CODES, as queuetop_lease_state
+    "queuetop_queue_diagnosis": MetricSpec(
+        "gauge", "1 for the queue's verdict, judged over a window of samples (healthy, blocked, no-consumers, failing, "
+        "bloat, saturated), 0 for the others; absent while the queue is not judged", (*Q, "code"), "queues"),
+    "queuetop_queue_diagnosis_seconds": _queue("gauge", "How long the queue's current verdict has held (absent: not judged, "
+                                               "or not known)"),
     # rings
     "queuetop_ring_capacity": MetricSpec("gauge", "Cells of the ring", ("host", "ring"), "rings"),
     "queuetop_ring_used": MetricSpec("gauge", "Full cells of the ring", ("host", "ring"), "rings"),
@@ -264,6 +272,12 @@ def _queues(out: _Families, s: Snapshot) -> None:
                             ("enqueued", q.enqueued_total), ("dequeued", q.dequeued_total),
                             ("table_deleted_rows", q.deleted_total)):
             out.add(f"queuetop_queue_{name}", labels, value)
+        # The verdict, as a state set: a series per code, 1 for the current one (none: not judged,
+        # e.g. a recording older than the verdicts). No pid or reason in a label: they vary.
+        if q.diagnosis is not None:
+            for code in CODES:
+                out.add("queuetop_queue_diagnosis", [*labels, code], q.diagnosis.code == code)
+            out.add("queuetop_queue_diagnosis_seconds", labels, q.diagnosis.since_s)
 
 
 def _count_age(q: QueueSample) -> float | None:

@@ -643,3 +643,110 @@ def test_the_rule_unit_tests_feed_only_served_series_and_cover_every_alert():
     alerts = {rule["alert"] for rule in yaml.safe_load(ALERTS.read_text())["groups"][0]["rules"]}
     assert fired == alerts, sorted(alerts - fired)
     assert {"QueuetopProbeFailing", "QueuetopIdleInTransactionRootBlocker"} <= silent
+
+
+# -- queue verdicts (issue 29) ---------------------------------------------------------------------
+
+
+def _verdicts(metrics: dict[tuple[str, tuple], float]) -> dict[tuple[str, str, str], dict[str, float]]:
+    """queuetop_queue_diagnosis by (host, source, queue): each code's value."""
+    found: dict[tuple[str, str, str], dict[str, float]] = {}
+    for (name, labels), value in metrics.items():
+        if name == "queuetop_queue_diagnosis":
+            d = dict(labels)
+            found.setdefault((d["host"], d["source"], d["queue"]), {})[d["code"]] = value
+    return found
+
+
+def _verdict_seconds(metrics: dict[tuple[str, tuple], float]) -> dict[tuple[str, str, str], float]:
+    return {(d["host"], d["source"], d["queue"]): value for (name, labels), value in metrics.items()
+            if name == "queuetop_queue_diagnosis_seconds" for d in [dict(labels)]}
+
+
+def test_each_judged_queue_has_a_series_per_verdict_code_one_of_them_1():
+    """A state set, as queuetop_lease_state: every code of CODES for each judged queue, 1 for its
+    verdict, 0 for the others; how long it has held beside it. No pid, reason or object in a label."""
+    from probes.diagnosis import CODES
+    from probes.samples import Diagnosis
+    from tui.sample import sample_snapshot
+
+    base = replace(sample_snapshot(step=1), extra={"host": "db1"})
+    assert METRICS["queuetop_queue_diagnosis"].labels == ("host", "source", "queue", "code")
+    assert METRICS["queuetop_queue_diagnosis_seconds"].labels == ("host", "source", "queue")
+    assert {"queuetop_queue_diagnosis", "queuetop_queue_diagnosis_seconds"} <= served_names()
+    for n, code in enumerate(CODES):
+        verdict = Diagnosis(code=code, reason=f"why {code}", pids=(4242, 4343), objects=("jobs",), since_s=10.0 * n + 0.5)
+        snapshot = replace(base, queues=(replace(base.queues[0], diagnosis=verdict), *base.queues[1:]))
+        metrics = _scraped(snapshot)
+        verdicts = _verdicts(metrics)
+        first = ("db1", base.queues[0].source, base.queues[0].name)
+        assert verdicts[first] == {c: float(c == code) for c in CODES}, code
+        assert _verdict_seconds(metrics)[first] == 10.0 * n + 0.5
+        # every queue of the snapshot is judged: each has all the codes, exactly one of them 1
+        assert set(verdicts) == {("db1", q.source, q.name) for q in snapshot.queues}
+        for queue, values in verdicts.items():
+            assert set(values) == set(CODES) and sorted(values.values()) == [0.0] * (len(CODES) - 1) + [1.0], queue
+        labels = {key for (name, labels), _v in metrics.items() if name.startswith("queuetop_queue_diagnosis")
+                  for key, _value in labels}
+        assert labels == {"host", "source", "queue", "code"}
+        assert not any("4242" in value or "why" in value for (_n, labels), _v in metrics.items() for _k, value in labels)
+    # how long not known: the verdict is served, its duration absent (never 0)
+    unknown_since = replace(base.queues[0], diagnosis=Diagnosis(code="no-consumers", reason="3 ready", since_s=None))
+    metrics = _scraped(replace(base, queues=(unknown_since, *base.queues[1:])))
+    first = ("db1", base.queues[0].source, base.queues[0].name)
+    assert _verdicts(metrics)[first]["no-consumers"] == 1 and first not in _verdict_seconds(metrics)
+
+
+def test_a_verdict_not_known_is_absent():
+    """Not judged (diagnosis None: a recording older than the verdicts), a queue source that failed,
+    the queues probe failed: no series of the verdict at all, never a 0 or a `healthy` that reads as calm."""
+    from probes.model import ProbeStatus
+    from tui.sample import sample_snapshot
+
+    base = replace(sample_snapshot(step=1), extra={"host": "db1"})
+    assert {q.source for q in base.queues} == {"reference", "table"}
+    judged = {("db1", q.source, q.name) for q in base.queues}
+    # not judged: that queue alone has neither family; the others keep theirs
+    unjudged = replace(base, queues=(replace(base.queues[0], diagnosis=None), *base.queues[1:]))
+    metrics = _scraped(unjudged)
+    first = ("db1", base.queues[0].source, base.queues[0].name)
+    assert set(_verdicts(metrics)) == set(_verdict_seconds(metrics)) == judged - {first}
+    assert ("queuetop_queue_depth", (("host", "db1"), ("queue", base.queues[0].name), ("source", base.queues[0].source))) in metrics
+    # a source that failed: its queues' verdicts are unknown too
+    probes = dict(base.probes)
+    probes["queues"] = ProbeStatus(elapsed_ms=3.0, error="table: permission denied", unread=("table",))
+    metrics = _scraped(replace(base, probes=probes))
+    assert set(_verdicts(metrics)) == set(_verdict_seconds(metrics)) == {q for q in judged if q[1] != "table"} != set()
+    # the queues probe failed: none
+    probes["queues"] = ProbeStatus(elapsed_ms=3.0, error="canceling statement due to statement timeout", unread=("all",))
+    metrics = _scraped(replace(base, probes=probes))
+    assert not _verdicts(metrics) and not _verdict_seconds(metrics)
+    # a host that is down: none
+    assert not _verdicts(_scraped(replace(base, extra={"host": "db1", "connected": False})))
+
+
+def test_the_exporter_serves_a_no_consumers_verdict_from_the_real_server(db, exporter_factory):
+    """The engine's queue with 3 ready messages and nobody on its table: the exporter's sampler
+    judges it over its cycles (one Diagnoser per host), and /metrics says no-consumers, 1, the
+    other codes 0, and how long it has held: the snapshot's since_s at the same instant."""
+    from probes.diagnosis import CODES
+
+    with db.connect() as conn:
+        queue = TableQueue.create(conn, "prom_orphans")
+        for n in range(3):
+            queue.enqueue(conn, json.dumps({"n": n}))
+    exporter = exporter_factory("--dsn", db.dsn, "--interval", "0.3")
+    host = "local/" + db.name
+    key = (host, "reference", "prom_orphans")
+    wait_until(lambda: _verdicts(exporter.metrics()).get(key, {}).get("no-consumers") == 1, timeout=30,
+               what="the no-consumers verdict on /metrics")
+    text = exporter.get("/metrics")
+    # the text format as served (the client writes labels in name order)
+    assert f'queuetop_queue_diagnosis{{code="no-consumers",host="{host}",queue="prom_orphans",source="reference"}} 1.0' in text
+    metrics, snapshot = _at_one_instant(exporter, host)
+    (q,) = [q for q in snapshot["queues"] if q["name"] == "prom_orphans" and q["source"] == "reference"]
+    assert q["diagnosis"]["code"] == "no-consumers" and "3 ready" in q["diagnosis"]["reason"], q["diagnosis"]
+    assert _verdicts(metrics)[key] == {code: float(code == "no-consumers") for code in CODES}
+    assert _verdict_seconds(metrics)[key] == q["diagnosis"]["since_s"] >= 0
+    assert not [k for k in metrics if "pid" in dict(k[1]) and k[0] != "queuetop_root_blocker_info"]
+    assert exporter.stop() == 0
