@@ -12,6 +12,7 @@ other parts."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 
 from textual.app import App
@@ -73,8 +74,11 @@ class HostActions:
 
     # -- details (Enter) -------------------------------------------------------------------
 
-    def queue_details(self, row_key: str) -> None:
-        """A queue's head and dead letters (its row key in the Queues panel is `source:name`)."""
+    def queue_details(self, row_key: str, goto: Callable[[Callable[[], object]], None] | None = None,
+                      goto_key: str = "v") -> None:
+        """A queue's head and dead letters (its row key in the Queues panel is `source:name`).
+        `goto(close)`: the verdict's key (`goto_key`) in the details, which goes to what holds
+        the queue up (closing the details with `close` when it goes)."""
         backend, snapshot = self.hosts.shown.backend, self.hosts.shown.snapshot
         if backend is None or snapshot is None:
             self.app.notify("no database behind this view", severity="warning")
@@ -90,9 +94,19 @@ class HostActions:
             sample = host.snapshot
             return next((q for q in sample.queues if q.source == source and q.name == name), None) if sample else None
 
-        loader = partial(_queue_details, backend, queue.source, queue.name, current)
+        def hint(sample: QueueSample) -> str | None:  # the verdict's line saying where the key goes, where it goes
+            return culprit_of(sample, host.snapshot, name, goto_key).hint if goto is not None else None
+
+        loader = partial(_queue_details, backend, queue.source, queue.name, current, hint)
+        screen: DetailsScreen
+
+        def go() -> None:
+            if goto is not None:
+                goto(screen.dismiss)
+
         if source != "reference":
-            self.app.push_screen(DetailsScreen(title, loader))
+            screen = DetailsScreen(title, loader, goto=go if goto is not None else None)
+            self.app.push_screen(screen)
             return
         act = None if self.read_only or host.controls is None else partial(self._dead_letters, host, name)
 
@@ -101,7 +115,8 @@ class HostActions:
             found = next((q for q in sample.queues if q.source == source and q.name == name), None) if sample else None
             return found.dead if found is not None else None
 
-        self.app.push_screen(EngineQueueDetails(title, loader, queue=name, dead=dead, act=act))
+        screen = EngineQueueDetails(title, loader, queue=name, dead=dead, act=act, goto=go if goto is not None else None)
+        self.app.push_screen(screen)
 
     def _dead_letters(self, host: Host, queue: str, what: str, then: Callable[[], None]) -> None:
         """Retry or purge an engine queue's dead letters (confirmed by the details screen)."""
@@ -340,11 +355,110 @@ class HostActions:
         self._done(host, message, severity)  # type: ignore[arg-type]
 
 
-def _queue_details(backend, source: str, name: str, current: Callable[[], QueueSample | None] | None = None) -> list:
-    """The verdict on the queue (as the latest sample has it) at the top, then its rows."""
+def _queue_details(backend, source: str, name: str, current: Callable[[], QueueSample | None] | None = None,
+                   hint: Callable[[QueueSample], str | None] | None = None) -> list:
+    """The verdict on the queue (as the latest sample has it) at the top, with where its key goes
+    (`hint`), then its rows."""
     out = queue_renderables(backend.queue_details(source, name))
     queue = current() if current is not None else None
-    return ([verdict_renderable(queue)] if queue is not None and queue.diagnosis is not None else []) + out
+    if queue is None or queue.diagnosis is None:
+        return out
+    return [verdict_renderable(queue, hint(queue) if hint is not None else None), *out]
+
+
+# -- from a queue's verdict to what holds it up (v) -------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Culprit:
+    """Where the verdict's key goes: a panel ("locks", "sessions") and the session's pid there;
+    or nowhere (`panel` None), and `said` says
+    why, and what would end the holder where no session holds it (a prepared transaction, a
+    replication slot). `hint`: the details' line for the key, where it goes."""
+
+    panel: str | None
+    pid: int | None
+    said: str
+    hint: str | None = None
+    severity: SeverityLevel = "information"
+
+
+def sql_literal(text: str) -> str:
+    """A name (a gid, a slot's name) as an SQL string literal, for the statement a notice suggests."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def culprit_of(queue: QueueSample | None, snapshot: Snapshot | None, name: str | None, key: str = "v") -> Culprit:
+    """Where `key` on a queue goes, from its verdict and the same sample's lock tree and sessions:
+    `blocked`, to the first root blocker the tree shows (diagnosis.pids lists the roots first);
+    `bloat` behind a session, to that session (the xmin holder). Anything else, a holder with no
+    session (a prepared transaction, a replication slot), a session no longer in the sample: no
+    jump, and why (never an error)."""
+    said_name = repr(name) if name else "the selected queue"
+    if name is None:
+        return Culprit(None, None, f"select a queue in the Queues panel first: {key} goes to what holds it up", severity="warning")
+    if queue is None or snapshot is None:
+        return Culprit(None, None, f"queue {said_name} is not in the last sample: nothing to go to", severity="warning")
+    d = queue.diagnosis
+    if d is None:
+        return Culprit(None, None, f"queue {said_name} has no verdict (it is judged over a few samples; a recording from "
+                       "before verdicts has none): nothing to go to")
+    word = fmt.verdict_word(d.code)
+    objects = [o for o in d.objects if isinstance(o, str)]
+    gids = [o.removeprefix("prepared:") for o in objects if o.startswith("prepared:")]
+    slots = [o.removeprefix("slot:") for o in objects if o.startswith("slot:")]
+    if d.code == "blocked":
+        roots = {b.pid for b in snapshot.blockers}
+        pids = [p for p in d.pids if p > 0]  # 0: a prepared transaction, as pg_blocking_pids says it
+        root = next((p for p in pids if p in roots), None)
+        if root is None:  # a wait cycle has no root: its member the verdict names first
+            cycle = {b.pid for b in snapshot.blocked if b.in_cycle}
+            root = next((p for p in pids if p in cycle), None)
+        if root is not None:
+            return Culprit("locks", root, f"{said_name}: root blocker {root} selected",
+                           hint=f"{key}: go to the root blocker")
+        if gids:
+            gid = gids[0]
+            return Culprit(None, None, f"queue {said_name} is blocked by prepared transaction {gid!r}, which no session holds: "
+                           f"nothing to cancel or terminate; ROLLBACK PREPARED {sql_literal(gid)} ends it (or COMMIT "
+                           "PREPARED), run by its owner or a superuser", severity="warning")
+        if pids:
+            return Culprit(None, None, f"queue {said_name}: its root blocker {pids[0]} is no longer in the lock tree (it "
+                           "ended or let go since the verdict): nothing to go to", severity="warning")
+        return Culprit(None, None, f"queue {said_name} is blocked, but the verdict names no session: nothing to go to",
+                       severity="warning")
+    if d.code == "bloat":
+        if d.pids:
+            holder = d.pids[0]
+            if any(s.pid == holder for s in snapshot.sessions):
+                return Culprit("sessions", holder, f"{said_name}: xmin holder {holder} selected",
+                               hint=f"{key}: go to the xmin holder")
+            unknown = snapshot.unknown_list("sessions")
+            if unknown is not None:
+                return Culprit(None, None, f"queue {said_name} bloats behind the xmin horizon of session {holder}, but the "
+                               f"sessions are unknown ({fmt.one_line(unknown, 80)}): nothing to go to", severity="warning")
+            return Culprit(None, None, f"queue {said_name}: its xmin holder {holder} is no longer in the sessions (it "
+                           "ended since the verdict): nothing to go to", severity="warning")
+        if gids:
+            gid = gids[0]
+            return Culprit(None, None, f"queue {said_name} bloats behind prepared transaction {gid!r}, which holds the xmin "
+                           f"horizon and no session holds it: ROLLBACK PREPARED {sql_literal(gid)} ends it (or COMMIT "
+                           "PREPARED), run by its owner or a superuser", severity="warning")
+        if slots:
+            slot = slots[0]
+            return Culprit(None, None, f"queue {said_name} bloats behind replication slot {slot!r}, which holds the xmin "
+                           "horizon (a standby's feedback, or a slot nobody reads): no session to end; let its consumer "
+                           f"catch up, or, if it is unused, SELECT pg_drop_replication_slot({sql_literal(slot)})",
+                           severity="warning")
+        return Culprit(None, None, f"queue {said_name} bloats with autovacuum behind, and no session holds the horizon: "
+                       "nothing to go to (VACUUM its table)")
+    why = {
+        "healthy": "it keeps up",
+        "no-consumers": "nobody works its table, so no session holds it up (start consumers)",
+        "failing": "its handlers fail; no session holds it up (Enter shows the dead letters' errors)",
+        "saturated": "its consumers are busy and none waits for a lock (more consumers would help)",
+    }.get(d.code, "its verdict names no session")
+    return Culprit(None, None, f"queue {said_name} is {word}: {why}; nothing to go to")
 
 
 def describe_session(pid: int, session: SessionSample | None, root: Blocker | None = None) -> str:

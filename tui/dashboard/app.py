@@ -18,6 +18,7 @@ from typing import ClassVar
 from textual import on
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
+from textual.css.query import NoMatches
 from textual.events import Key
 from textual.notifications import SeverityLevel
 from textual.widgets import DataTable, Input, Tree
@@ -29,7 +30,7 @@ from .. import format as fmt
 from ..messages import ActivityEnded, NoticeFromThread, SnapshotArrived
 from ..screens.dialogs import HelpScreen, HostsScreen, NoticesScreen
 from ..widgets.panels import ConnectionsPanel, LeasesPanel, LocksPanel, QueuesPanel, RingsPanel, SessionsPanel
-from .actions import HostActions, selected_key, selected_queue
+from .actions import Culprit, HostActions, culprit_of, selected_key, selected_queue
 from .bars import ContextFooter, HostBar, NoticeBar, StatusBar, StatusFacts
 from .commands import EngineCommands
 from .hosts import Backend, Host, Hosts, HostSpec, SnapshotSource, host_line
@@ -339,7 +340,8 @@ class QueuetopApp(App[None]):
         """What decides which keys apply now: the footer and the help show only those."""
         host = self.host
         return KeyContext(hosts=len(self.hosts), replay=self.replay is not None, engine=host.controls is not None,
-                          backend=host.backend is not None, read_only=self.read_only)
+                          backend=host.backend is not None, read_only=self.read_only,
+                          culprit=self._culprit(self._selected_queue_key()).panel is not None)
 
     def action_cursor_down(self) -> None:
         """j: down in the focused table or tree, as ↓ (a scrolling box scrolls)."""
@@ -394,15 +396,79 @@ class QueuetopApp(App[None]):
             event.stop()
             return
         if event.key == "escape" and (box.has_focus or self.filter_text):
-            box.value = ""
-            box.remove_class("visible")
-            self.filter_text = ""
-            self.refresh_panels()
+            self._clear_filter()
             self.query_one(QueuesPanel).query_one(DataTable).focus()
+
+    def _clear_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.value = ""
+        box.remove_class("visible")
+        self.filter_text = ""
+        self.refresh_panels()
 
     @on(DataTable.RowSelected, "#queues-table")
     def _queue_details(self, event: DataTable.RowSelected) -> None:
-        self.host_actions.queue_details(event.row_key.value or "")
+        row_key = event.row_key.value or ""
+        self.host_actions.queue_details(row_key, goto=partial(self.goto_culprit, row_key),
+                                        goto_key=self.key_for("verdict.goto"))
+
+    # -- from a queue's verdict to what holds it up (v) -----------------------------------------
+
+    def _selected_queue_key(self) -> str | None:
+        """The Queues panel's selected row (`source:name`), if any (none before the panels are there)."""
+        try:
+            return selected_key(self.screen_stack[0].query_one("#queues-table", DataTable)) if self.screen_stack else None
+        except NoMatches:
+            return None
+
+    def _culprit(self, row_key: str | None) -> Culprit:
+        """Where the verdict's key goes from the queue `row_key`, as the panels' sample has it."""
+        snapshot = self.host.shown or self.host.snapshot
+        source, _, name = (row_key or "").partition(":")
+        queue = next((q for q in snapshot.queues if q.source == source and q.name == name), None) \
+            if snapshot is not None and row_key else None
+        return culprit_of(queue, snapshot, name or None, self.key_for("verdict.goto"))
+
+    def action_goto_culprit(self) -> None:
+        """v: from the selected queue's verdict to what holds it up."""
+        self.goto_culprit(self._selected_queue_key())
+
+    def goto_culprit(self, row_key: str | None, close: Callable[[], object] | None = None) -> None:
+        """From queue `row_key`'s verdict to the session that holds it up, with the cursor on it
+        where C and K act: the root blocker in Locks, the xmin holder in Sessions. The zoom is
+        undone, and the filter (or the hiding of idle sessions) where it hides the session; the
+        queue's details (`close`) are closed. Where there is no session to go to, a notice says
+        why, and what ends the holder where it can be said (a prepared transaction, a slot)."""
+        culprit = self._culprit(row_key)
+        pid = culprit.pid
+        if culprit.panel is None or pid is None:
+            self.notify(culprit.said, severity=culprit.severity, timeout=10)
+            return
+        if close is not None:
+            close()
+        main = self.screen_stack[0]
+        panel: LocksPanel | SessionsPanel = main.query_one(LocksPanel) if culprit.panel == "locks" else main.query_one(SessionsPanel)
+        if main.maximized is not None and main.maximized is not panel:
+            main.minimize()
+        undone = []
+        found = panel.select_pid(pid)
+        if not found and self.filter_text:
+            self._clear_filter()
+            undone.append("the filter cleared")
+            found = panel.select_pid(pid)
+        if not found and isinstance(panel, SessionsPanel) and panel.hide_idle:
+            panel.toggle_idle()
+            undone.append("idle sessions shown")
+            found = panel.select_pid(pid)
+        if not found:
+            where = "Locks tree" if isinstance(panel, LocksPanel) else "Sessions list"
+            self.notify(f"session {pid} is no longer in the {where} (it ended since the sample): nothing to go to",
+                        severity="warning")
+            return
+        acts = ""
+        if self.host.backend is not None and not self.read_only:
+            acts = f" ({self.key_for('backend.cancel')} cancels, {self.key_for('backend.terminate')} terminates)"
+        self.notify(culprit.said + (f", {' and '.join(undone)}" if undone else "") + acts, timeout=8)
 
     @on(Tree.NodeSelected, "#locks-tree")
     def _session_details(self, event: Tree.NodeSelected) -> None:

@@ -22,6 +22,12 @@ BACKEND_BINDINGS: list[BindingType] = [
     Binding("C", "signal(False)", "Cancel the selected session's query", id="backend.cancel", show=False),
     Binding("K", "signal(True)", "Terminate the selected session", id="backend.terminate", show=False),
 ]
+# From a queue's verdict to the session it names, where C and K act on it: v, for verdict (g, the
+# obvious "go to", puts on a ring). The details screen of a queue has the same binding (same id).
+VERDICT_BINDINGS: list[BindingType] = [
+    Binding("v", "goto_culprit", "Verdict: go to the selected queue's root blocker or xmin holder", id="verdict.goto",
+            show=False),
+]
 CURSOR_BINDINGS: list[BindingType] = [
     Binding("j", "cursor_down", "Down, as ↓ (vim's j)", id="cursor.down", show=False),
     Binding("k", "cursor_up", "Up, as ↑ (vim's k)", id="cursor.up", show=False),
@@ -40,6 +46,7 @@ KEYS: list[BindingType] = [
     Binding("m", "notices", "Notices: every message so far", id="notices"),
     *CURSOR_BINDINGS,
     *BACKEND_BINDINGS,
+    *VERDICT_BINDINGS,
     Binding("a", "sessions_idle", "Idle sessions: hide/show", id="sessions.idle", show=False),
     Binding("q", "quit", "Quit", id="quit"),
     *RECORD_BINDINGS,
@@ -52,7 +59,7 @@ KEYS: list[BindingType] = [
 # effect shows. The footer shows the focused panel's, in this order, then FOOTER_GLOBAL; every
 # key still works where it acts, shown or not. "details" is Enter (the tables' own key).
 PANEL_KEYS: dict[str, tuple[str, ...]] = {
-    "queues": ("details", "filter", "sort", "zoom", "engine.producer.start", "engine.consumers.start", "engine.burst",
+    "queues": ("details", "verdict.goto", "filter", "sort", "zoom", "engine.producer.start", "engine.consumers.start", "engine.burst",
                "engine.blocker"),
     "locks": ("details", "backend.cancel", "backend.terminate", "filter", "zoom"),
     "sessions": ("details", "backend.cancel", "backend.terminate", "sessions.idle", "sort", "filter", "zoom"),
@@ -72,7 +79,7 @@ FOOTER_LABELS: dict[str, str] = {
     "engine.producer.start": "Produce", "engine.consumers.start": "Consume", "engine.burst": "Burst",
     "engine.blocker": "Blocker", "engine.ring.put": "Put", "engine.ring.take": "Take", "engine.lease.take": "Take",
     "engine.lease.release": "Release", "engine.relays.start": "Relays", "engine.relays.kill": "Kill leader",
-    "engine.compact": "Compact", "engine.scenario.start": "Scenario",
+    "engine.compact": "Compact", "engine.scenario.start": "Scenario", "verdict.goto": "Culprit",
 }
 
 
@@ -85,6 +92,9 @@ class KeyContext:
     engine: bool  # the shown host's engine controls are on
     backend: bool  # a database behind the shown host, to cancel or terminate a session on
     read_only: bool
+    # The Queues panel's selected queue has a verdict that names a session to go to (`v`): its
+    # root blocker, its xmin holder. The footer shows `v` only then; the help always lists it.
+    culprit: bool = False
 
 
 def applies(binding_id: str, context: KeyContext) -> bool:
@@ -106,8 +116,10 @@ def applies(binding_id: str, context: KeyContext) -> bool:
 
 def footer_ids(panel: str | None, context: KeyContext) -> list[str]:
     """The binding ids the footer shows, in order: the focused panel's that apply now, then the
-    global ones that do ("details": Enter)."""
-    return [i for i in (*PANEL_KEYS.get(panel or "", ()), *FOOTER_GLOBAL) if i == "details" or applies(i, context)]
+    global ones that do ("details": Enter; `v` only where the selected queue's verdict names a
+    session to go to)."""
+    return [i for i in (*PANEL_KEYS.get(panel or "", ()), *FOOTER_GLOBAL)
+            if i == "details" or (applies(i, context) and (i != "verdict.goto" or context.culprit))]
 
 
 def footer_rank(binding_id: str, panel: str | None) -> int:

@@ -5,6 +5,7 @@ never a `str` (a Rich table reads a str cell as markup)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import ClassVar
 
 from rich.table import Table
@@ -28,6 +29,8 @@ class DetailsScreen(ModalScreen[None]):
         Binding("escape,q,enter", "close", "Close", id="details.close"),
         Binding("j", "scroll_box(1)", "Scroll down", show=False),
         Binding("k", "scroll_box(-1)", "Scroll up", show=False),
+        # A queue's details: to what holds it up (the dashboard's `v`, remapped by the same id).
+        Binding("v", "goto", "Go to what holds the queue up", id="verdict.goto", show=False),
     ]
     CLOSE_HINT = "↑↓ j k PgUp PgDn scroll · Esc, q or Enter closes"
     DEFAULT_CSS = """
@@ -35,11 +38,21 @@ class DetailsScreen(ModalScreen[None]):
     DetailsScreen > VerticalScroll { width: 95%; height: 90%; border: round $accent; background: $surface; padding: 0 1; }
     """
 
-    def __init__(self, title: str, loader) -> None:
+    def __init__(self, title: str, loader, *, goto: Callable[[], None] | None = None) -> None:
         super().__init__()
         self.title_text = title
         self.loader = loader  # runs in a thread, returns a list of renderables
         self.renderables: list | None = None  # what is shown, once loaded
+        self._goto = goto  # a queue's: go to what its verdict names (closing this box when it goes)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "goto":
+            return self._goto is not None
+        return True
+
+    def action_goto(self) -> None:
+        if self._goto is not None:
+            self._goto()
 
     def compose(self) -> ComposeResult:
         box = VerticalScroll()
@@ -72,9 +85,10 @@ class DetailsScreen(ModalScreen[None]):
         self.query_one(VerticalScroll).scroll_relative(y=lines, animate=False)
 
 
-def verdict_renderable(queue: QueueSample) -> Text:
+def verdict_renderable(queue: QueueSample, hint: str | None = None) -> Text:
     """The verdict at the top of a queue's details: its code, its reason, how long it has held,
-    who is involved, and the consumers working on the queue's table now."""
+    who is involved (`hint`: where the verdict's key goes, e.g. `v: go to the root blocker`), and
+    the consumers working on the queue's table now."""
     d = queue.diagnosis
     out = Text()
     if d is None:
@@ -87,6 +101,8 @@ def verdict_renderable(queue: QueueSample) -> Text:
         out.append(f"\nsessions: {', '.join(map(str, d.pids))}", style="dim")
     if d.objects:
         out.append(f"\nobjects: {fmt.one_line(', '.join(d.objects), 300)}", style="dim")
+    if hint:
+        out.append(f"\n{fmt.one_line(hint, 200)}", style="bold")
     if queue.consumers is None:
         out.append("\nconsumers: not looked for", style="dim")
     elif not queue.consumers:

@@ -28,11 +28,11 @@ class EngineQueueDetails(DetailsScreen):
     CLOSE_HINT = "r retry the dead letters · d purge them · Esc, q or Enter closes"
 
     def __init__(self, title: str, loader, *, queue: str, dead: Callable[[], int | None],
-                 act: Callable[[str, Callable[[], None]], None] | None) -> None:
+                 act: Callable[[str, Callable[[], None]], None] | None, goto: Callable[[], None] | None = None) -> None:
         """`dead()`: how many dead letters the last sample counted; `act(what, then)` retries or
         purges them off the event loop and calls `then` (from its thread) when done; None: the
-        dashboard may not write here."""
-        super().__init__(title, loader)
+        dashboard may not write here. `goto`: the verdict's key (DetailsScreen)."""
+        super().__init__(title, loader, goto=goto)
         self.queue = queue
         self._dead = dead
         self._act = act
@@ -42,7 +42,7 @@ class EngineQueueDetails(DetailsScreen):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "dead_letters":
             return self._act is not None
-        return True
+        return super().check_action(action, parameters)
 
     def action_dead_letters(self, what: str) -> None:
         if self._act is None:

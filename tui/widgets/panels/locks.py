@@ -219,3 +219,16 @@ class LocksPanel(Panel):
     def selected_pid(self) -> int | None:
         node = self.query_one(Tree).cursor_node
         return None if node is None else node.data
+
+    def select_pid(self, pid: int) -> bool:
+        """Put the tree's cursor on session `pid` (where C, K and Enter act), on its highest node
+        (a root blocker's root), focused; False when the tree does not show it (ended, filtered out)."""
+        found = [path for path in self._tree_nodes if path[-1] == pid]
+        if not found:
+            return False
+        node = self._tree_nodes[min(found, key=len)]
+        tree = self.query_one(LockTree)
+        _ = tree.last_line  # the lines built (a rebuilt tree's are built when drawn): the node's line is known
+        tree.move_cursor(node)
+        tree.focus()
+        return tree.cursor_node is node

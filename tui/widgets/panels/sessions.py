@@ -144,6 +144,17 @@ class SessionsPanel(Panel):
         key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
         return int(key) if key is not None and key.isdigit() else None
 
+    def select_pid(self, pid: int) -> bool:
+        """Put the cursor on session `pid`'s row (where C, K and Enter act), focused; False when
+        the list does not show it (ended, filtered out, an idle one hidden)."""
+        table = self.query_one(KeyedTable)
+        key = str(pid)
+        if key not in table.rows:
+            return False
+        table.move_cursor(row=table.get_row_index(key))
+        table.focus()
+        return self.selected_pid == pid
+
     def selected_session(self) -> SessionSample | None:
         pid = self.selected_pid
         if pid is None or self._snapshot is None:
