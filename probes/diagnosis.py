@@ -51,7 +51,7 @@ from .session import APPLICATION_NAME
 CODES = ("healthy", "blocked", "no-consumers", "failing", "bloat", "saturated")
 
 WINDOW_S = 60.0  # how far back the growth of a backlog, of dead letters and of dead tuples is judged
-MIN_WINDOW_S = 1.0  # two samples closer than this are one instant: not yet a window
+MIN_WINDOW_S = 0.5  # two samples closer than this are one instant: not yet a window (a 1 s refresh jitters below 1 s)
 MIN_WAIT_S = 2.0  # in a single sample, a consumer waiting this long for a lock is blocked
 SATURATED_MIN_S = 10.0  # a backlog grows for at least this long (and 3 samples) before it is "saturated"
 SATURATED_MIN_GROWTH = 10  # by at least this many messages (and a tenth of what it was)
@@ -133,8 +133,7 @@ def _ours(session: SessionSample) -> bool:
 # of a queue's own (Procrastinate: `procrastinate_any_queue_v1`, `procrastinate_queue_v1#mail`).
 LISTENS: dict[str, tuple[str, str | None]] = {
     "procrastinate": ("procrastinate_any_queue_v1", "procrastinate_queue_v1#"),
-    "reference": ("queuetop_enqueue", None),
-}
+}  # (the engine's listeners share one channel for every queue: its workers are found by their claims)
 # The functions a library's workers fetch jobs with, by source: a call takes from its table even
 # though the statement does not name it.
 FETCHES: dict[str, re.Pattern[str]] = {
@@ -393,9 +392,15 @@ def _bloat(case: _Case) -> Diagnosis | None:
     if grew <= 0 or q.dead_tuples < threshold:
         return None
     c = snapshot.connections
-    if (c is not None and (c.xmin_holder_pid is not None or c.xmin_holder_name) and (c.oldest_xact_age_s or 0) >= HORIZON_HELD_S) \
-            or (c is not None and c.xmin_holder_kind in ("prepared", "slot")):
-        kind = c.xmin_holder_kind or "session"
+    kind = (c.xmin_holder_kind or "session") if c is not None else None
+    holder_session = None
+    if c is not None and kind == "session" and c.xmin_holder_pid is not None:
+        holder_session = next((s for s in snapshot.sessions if s.pid == c.xmin_holder_pid), None)
+    # The holder's own transaction open HORIZON_HELD_S at least (not the oldest transaction of
+    # any session, which may hold no horizon at all), or a prepared transaction or a slot.
+    held = (holder_session is not None and (holder_session.xact_age_s or 0) >= HORIZON_HELD_S) \
+        or (c is not None and kind in ("prepared", "slot") and bool(c.xmin_holder_name))
+    if held and c is not None:
         if kind == "session" and c.xmin_holder_pid is not None:
             holder = _describe_root(snapshot, c.xmin_holder_pid)
             pids: tuple[int, ...] = (c.xmin_holder_pid,)
@@ -439,7 +444,6 @@ def _saturated(case: _Case) -> Diagnosis | None:
     rates = ""
     if arrived is not None and left is not None and span:
         rates = f": {arrived / span * 60:,.0f}/min in, {left / span * 60:,.0f}/min out"
-    busy = sum(1 for c in consumers if c.state == "active")
     return Diagnosis(code="saturated", reason=f"backlog +{last.depth - first.depth:,} in {span:.0f} s with {len(consumers)} "
-                     f"consumer{'s' if len(consumers) != 1 else ''} ({busy} busy){rates}",
+                     f"consumer{'s' if len(consumers) != 1 else ''}{rates}",
                      pids=tuple(c.pid for c in consumers), objects=(q.table,))

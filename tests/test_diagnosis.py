@@ -117,6 +117,14 @@ def test_bloat_names_the_session_that_holds_the_horizon():
     small = [snapshot(0, [queue(dead_tuples=10, live_tuples=1000)], [holder], connections=horizon),
              snapshot(2, [queue(dead_tuples=60, live_tuples=1000)], [holder], connections=horizon)]
     assert verdicts(small)[1].code == "healthy"
+    # The oldest transaction is another session's, one that holds no horizon (no xid, no
+    # snapshot): the holder's own transaction, a second old, is no held horizon.
+    young = replace(horizon, oldest_xact_pid=5, xmin_holder_pid=78)
+    busy_worker = session(78, FETCH, "active", "worker", xact_age_s=0.2)
+    idle_one = session(5, "SELECT 1", "idle in transaction", "psql", xact_age_s=90.0)
+    frames = [snapshot(t, [queue(dead_tuples=d, live_tuples=100)], [busy_worker, idle_one], connections=young)
+              for t, d in ((0, 100), (2, 900))]
+    assert verdicts(frames)[1].code == "healthy"
 
 
 def test_bloat_when_autovacuum_falls_behind_but_not_for_a_table_just_seen():
@@ -142,7 +150,7 @@ def test_saturated_when_busy_consumers_fall_behind_and_healthy_when_they_keep_up
     assert codes[3] == "saturated"
     verdict = verdicts(growing)[-1]
     assert verdict.code == "saturated" and verdict.pids == (50, 51) and "+60" in verdict.reason
-    assert "2 consumers (2 busy)" in verdict.reason
+    assert "2 consumers: 1,500/min in, 1,200/min out" in verdict.reason
     # A busy queue whose backlog goes up and down while consumers keep up is never flagged.
     steady = [snapshot(2 * n, [queue(depth=depth, ready=depth, enqueued_total=100 * n, dequeued_total=100 * n - depth)], busy)
               for n, depth in enumerate([5, 3, 8, 4, 6, 2, 7, 5])]
