@@ -60,7 +60,7 @@ def leaves(parser: argparse.ArgumentParser | None = None, path: tuple[str, ...] 
 
 WRITES = {
     "engine init", "engine enqueue", "engine work", "engine compact", "engine scenario contention",
-    "engine scenario exactly-once", "engine scenario relay", "engine ring create", "engine ring put",
+    "engine scenario exactly-once", "engine scenario relay", "engine scenario diagnose", "engine ring create", "engine ring put",
     "engine ring take", "engine lease acquire", "engine lease renew", "engine lease release", "demo reset",
     "bench engine", "bench probes", "bench sources", "bench peers",
 }
@@ -69,7 +69,8 @@ READS = {"snapshot", "record", "replay", "export prometheus", "bench tui", "serv
 # The least each write command needs to get past argparse: what --read-only must then refuse.
 MINIMAL = {
     "engine enqueue": ["q", "--count", "3"], "engine work": ["q", "--until-empty"],
-    "engine scenario contention": ["--mode", "naive"], "engine ring create": ["r2", "--capacity", "3"],
+    "engine scenario contention": ["--mode", "naive"], "engine scenario diagnose": ["--cause", "healthy"],
+    "engine ring create": ["r2", "--capacity", "3"],
     "engine ring put": ["r"], "engine ring take": ["r", "--count", "3"],
     "engine lease acquire": ["l", "--holder", "other", "--ttl", "30"],
     "engine lease renew": ["l", "--holder", "h", "--ttl", "30"], "engine lease release": ["l", "--holder", "h"],
@@ -118,7 +119,7 @@ def test_read_only_black_box(db, cli):
 # The parsers of tui/cli.py that bound a number, by the names argparse knows them by.
 BOUNDED = ("number", "whole number", "_positive_float")
 # Valid values for the options a command requires, so that the option under test is what fails.
-REQUIRED = {"--capacity": "3", "--holder": "h", "--ttl": "5", "--mode": "naive"}
+REQUIRED = {"--capacity": "3", "--holder": "h", "--ttl": "5", "--mode": "naive", "--cause": "healthy"}
 
 
 def numeric_options():
