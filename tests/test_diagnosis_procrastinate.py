@@ -153,6 +153,7 @@ def first_verdict(db, code: str, timeout: float, queue: str = "mail", every: Cal
         q = found[0]
         seen[q.diagnosis.code] += 1
         if q.diagnosis.code == code:
+            print(f"procrastinate {code}: {time.monotonic() - started:.1f} s, refresh {refresh}")  # the note's table (-s)
             return Verdict(q, snapshot, time.monotonic() - started, refresh, seen)
         if time.monotonic() - started > timeout:
             raise AssertionError(f"no {code} verdict in {timeout} s: {dict(seen)}; last {q.diagnosis}")
