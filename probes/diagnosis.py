@@ -17,7 +17,8 @@ The verdicts, the first that holds wins:
 - `healthy` otherwise (an empty queue included).
 
 The consumers of a queue are the sessions the probe saw holding or awaiting a lock on its table
-(the queues probe: `Consumer.evidence == "lock"`), the sessions whose current or last statement
+(the queues probe: `Consumer.evidence == "lock"`) unless their statement takes no messages (the
+blocker that LOCKed the table, a producer's INSERT, a report's SELECT), the sessions whose current or last statement
 takes messages from it (names its table in an UPDATE, a DELETE, a FOR UPDATE or SKIP LOCKED
 select, or calls its library's fetch function: "query"), and the idle workers waiting on its
 library's notifications (a LISTEN on its channel: "listen"). queuetop's own sessions are never
@@ -55,6 +56,7 @@ MIN_WINDOW_S = 0.5  # two samples closer than this are one instant: not yet a wi
 MIN_WAIT_S = 2.0  # in a single sample, a consumer waiting this long for a lock is blocked
 SATURATED_MIN_S = 10.0  # a backlog grows for at least this long (and 3 samples) before it is "saturated"
 SATURATED_MIN_GROWTH = 10  # by at least this many messages (and a tenth of what it was)
+REINSERTS_FAILED = frozenset({"pg-boss"})  # sources whose fail deletes the job and inserts it back
 SHARED_IDLE_S = 10.0  # on a shared table, a ready message this old with nothing taken from its queue: no consumer of it
 HORIZON_HELD_S = 30.0  # an xmin horizon held this long by one transaction is "held"
 AUTOVACUUM_LATE_S = 300.0  # above its threshold, a table autovacuum has not reached in this long
@@ -94,6 +96,7 @@ class _Case:
     snapshot: Snapshot
     blocked: dict[int, BlockedSession]
     over_threshold_since: datetime | None = None  # since when its dead tuples are over autovacuum's threshold
+    was: str | None = None  # the verdict at the sample before
 
 
 def table_name(table: str) -> str:
@@ -150,21 +153,26 @@ class _Candidates:
 
     takers: tuple[SessionSample, ...]
     listeners: dict[str, tuple[SessionSample, ...]]
+    others: frozenset[int]  # listed sessions whose statement takes no messages (a producer, a reader, a LOCK)
 
     @classmethod
     def of(cls, sessions: Iterable[SessionSample]) -> _Candidates:
         takers: list[SessionSample] = []
         listeners: dict[str, list[SessionSample]] = {}
+        others: list[int] = []
         for s in sessions:
-            if not s.query or _ours(s) or s.backend_type not in (None, "client backend"):
+            if s.query and takes_messages(s.query):
+                if not _ours(s) and s.backend_type in (None, "client backend"):
+                    takers.append(s)
                 continue
-            if takes_messages(s.query):
-                takers.append(s)
-            elif (m := LISTEN.match(s.query)) is not None:
+            if not s.query:
+                continue  # its statement unknown (hidden by privileges): what its locks say stands
+            others.append(s.pid)
+            if (m := LISTEN.match(s.query)) is not None and not _ours(s):
                 channel = m.group(1)
                 channel = channel[1:-1].replace('""', '"') if channel.startswith('"') else channel.lower()
                 listeners.setdefault(channel, []).append(s)
-        return cls(tuple(takers), {k: tuple(v) for k, v in listeners.items()})
+        return cls(tuple(takers), {k: tuple(v) for k, v in listeners.items()}, frozenset(others))
 
 
 def consumers_of(queue: QueueSample, sessions: Iterable[SessionSample] | _Candidates, blocked: dict[int, BlockedSession],
@@ -175,7 +183,9 @@ def consumers_of(queue: QueueSample, sessions: Iterable[SessionSample] | _Candid
     shared by other queues too (`shared_table`: several queues in one table)."""
     candidates = sessions if isinstance(sessions, _Candidates) else _Candidates.of(sessions)
     table = table_name(queue.table)
-    found: dict[int, Consumer] = {c.pid: c for c in queue.consumers or ()}
+    # On the table's locks, a session whose statement takes no messages is no consumer: the
+    # blocker that LOCKed it, a producer's INSERT, a report's SELECT.
+    found: dict[int, Consumer] = {c.pid: c for c in queue.consumers or () if c.pid not in candidates.others}
     fetch = FETCHES.get(queue.source)
     for s in candidates.takers:
         if s.pid not in found and (names_table(s.query, table) or (fetch is not None and fetch.search(s.query or ""))):
@@ -275,7 +285,9 @@ class Diagnoser:
     def _verdict(self, q: QueueSample, consumers: tuple[Consumer, ...], points: list[_Point], snapshot: Snapshot,
                  blocked: dict[int, BlockedSession]) -> Diagnosis:
         window = len(points) >= 2 and (points[-1].at - points[0].at).total_seconds() >= MIN_WINDOW_S
-        case = _Case(q, consumers, points, window, snapshot, blocked, self._over_threshold(queue_key(q), q, snapshot.taken_at))
+        key = queue_key(q)
+        case = _Case(q, consumers, points, window, snapshot, blocked, self._over_threshold(key, q, snapshot.taken_at),
+                     self._since.get(key, (None, None))[0])
         for judge in (_blocked, _no_consumers, _failing, _bloat, _saturated):
             verdict = judge(case)
             if verdict is not None:
@@ -350,16 +362,22 @@ def _no_consumers(case: _Case) -> Diagnosis | None:
     age = q.oldest_ready_age_s
     said = f"; the oldest has waited {age:.0f} s" if age is not None else ""
     others = max(now.consumers, before.consumers)
-    if others:
-        # Only sessions on a table other queues share: they may serve those. This queue has
-        # none if nothing of it is being worked (above) and its oldest ready message has
-        # outlived both the samples and a worker's poll.
+    # Was it worked earlier in the window (a consumer seen, messages taken)? Then its workers may
+    # be polling (pg-boss, Graphile Worker: every few seconds, leaving no trace between polls):
+    # none is missing until its oldest ready message has outlived the samples and a poll. The
+    # same for sessions only on a table other queues share: they may serve those.
+    taken = [p.dequeued_total for p in points if p.dequeued_total is not None]
+    worked = any(p.consumers for p in points) or (len(taken) >= 2 and taken[-1] > taken[0])
+    if others or worked:
         span = (now.at - before.at).total_seconds()
         if age is None or age < max(SHARED_IDLE_S, span):
             return None
-        return Diagnosis(code="no-consumers", reason=f"{q.ready:,} ready and none taken: the {others} session"
-                         f"{'s' if others != 1 else ''} on its shared table serve other queues{said}",
-                         objects=(q.table,), since_s=round(age, 3))
+        if others:
+            return Diagnosis(code="no-consumers", reason=f"{q.ready:,} ready and none taken: the {others} session"
+                             f"{'s' if others != 1 else ''} on its shared table serve other queues{said}",
+                             objects=(q.table,), since_s=round(age, 3))
+        return Diagnosis(code="no-consumers", reason=f"{q.ready:,} ready and none taken since its consumers were last "
+                         f"seen{said}", objects=(q.table,), since_s=round(age, 3))
     return Diagnosis(code="no-consumers", reason=f"{q.ready:,} ready and no session takes them{said}",
                      objects=(q.table,), since_s=round(age, 3) if age is not None else None)
 
@@ -375,8 +393,12 @@ def _failing(case: _Case) -> Diagnosis | None:
     if died <= 0:
         return None
     left = (last.dequeued_total - first.dequeued_total) if last.dequeued_total is not None and first.dequeued_total is not None else None
-    completed = None if left is None else max(0, left - died)
-    if completed is not None and died < completed:
+    # pg-boss 10 fails a job by deleting it and inserting it back (failed, or retry): each is an
+    # arrival and a departure more in its partition's counters, not a completion.
+    completed = None if left is None else max(0, left - died * (2 if q.source in REINSERTS_FAILED else 1))
+    # Once failing, it stays so while deaths are at least half the completions: the counters'
+    # noise (statistics sent late) does not make it blink.
+    if completed is not None and died * (2 if case.was == "failing" else 1) < completed:
         return None
     span = (last.at - first.at).total_seconds()
     done = ", completions unknown (a table several queues share)" if completed is None else f", {completed:,} completed"

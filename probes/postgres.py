@@ -87,6 +87,10 @@ class _Counters:
     # Messages enqueued and dequeued since the queue was first seen (QueueSample's counters).
     enqueued_total: int = 0
     dequeued_total: int | None = 0
+    # Departures inferred as arrivals - the depth's growth that came out negative (the rows
+    # counted before the statistics that insert them were sent): owed by the next interval rather
+    # than clamped to 0, which would count them as departures once the statistics come.
+    owed: int = 0
 
 
 class PostgresProbes:
@@ -198,6 +202,7 @@ class PostgresProbes:
             depth = f.depth if not f.depth_is_estimate else None
             previous = self._previous.get(key)
             enqueued_total, dequeued_total = (previous.enqueued_total, previous.dequeued_total) if previous else (0, 0)
+            owed = 0
             if previous is not None and now > previous.at:
                 span = now - previous.at
                 arrived = max(0, inserted - previous.inserted)  # 0 across a statistics reset
@@ -206,14 +211,15 @@ class PostgresProbes:
                     left = max(0, deleted - previous.deleted)
                 elif depth is not None and previous.depth is not None:
                     # Finished rows may stay: what arrived and is no longer waiting has left.
-                    left = max(0, arrived - (depth - previous.depth))
+                    inferred = arrived - (depth - previous.depth) - (previous.owed if inserted >= previous.inserted else 0)
+                    left, owed = max(0, inferred), max(0, -inferred)
                 enq = arrived / span
                 deq = left / span if left is not None else None
                 enqueued_total += arrived
                 # Unknown this cycle (an estimated depth): absent, and counted again from 0 after
                 # (a counter's reset, which rate() understands), never an undercount.
                 dequeued_total = (dequeued_total or 0) + left if left is not None else None
-            self._previous[key] = _Counters(now, inserted, deleted, depth, enqueued_total, dequeued_total)
+            self._previous[key] = _Counters(now, inserted, deleted, depth, enqueued_total, dequeued_total, owed)
         return QueueSample(
             name=f.name,
             kind=source.kind,

@@ -10,7 +10,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from probes.diagnosis import Diagnoser, consumers_of, names_table, table_name, takes_messages
-from probes.model import BlockedSession, Blocker, Connections, QueueSample, ServerInfo, SessionSample, Snapshot
+from probes.model import BlockedSession, Blocker, Connections, Consumer, QueueSample, ServerInfo, SessionSample, Snapshot
 
 T0 = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
 TABLE = 'queuetop."q_jobs"'
@@ -59,6 +59,11 @@ def test_a_consumer_takes_messages_from_the_table_by_name():
                 replace(session(14), backend_type="autovacuum worker")]
     found = consumers_of(q, sessions, {})
     assert [c.pid for c in found] == [10] and found[0].evidence == "query" and not found[0].waiting
+    # On the table's locks (the probe's), only those whose statement takes messages, or is unknown.
+    on_locks = tuple(Consumer(pid=pid, state="active", application="x", for_s=1.0) for pid in (20, 21, 22, 23))
+    lockers = [session(20), session(21, "LOCK TABLE queuetop.\"q_jobs\" IN SHARE MODE", "idle in transaction"),
+               session(22, 'INSERT INTO queuetop."q_jobs" (body) VALUES ($1)'), session(23, None)]
+    assert [c.pid for c in consumers_of(replace(q, consumers=on_locks), lockers, {})] == [20, 23]
 
 
 # -- each verdict ---------------------------------------------------------------------------------
