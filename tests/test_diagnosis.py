@@ -249,3 +249,28 @@ def test_consumers_are_found_in_one_pass_over_the_sessions_whatever_the_queues()
     assert found == {q.name: [c.pid for c in consumers_of(q, sessions, {})] for q in queues}
     assert found["q0"] == [100 + i for i in range(0, 5000, 200)] and found["q1"] == []
     assert elapsed < 1.0, elapsed  # a pass per queue over 5,000 sessions took 2.5 s here
+
+
+def test_a_queue_worked_earlier_in_the_window_is_no_consumers_only_once_its_oldest_outlives_a_poll():
+    """A polling worker (pg-boss, every few seconds) leaves no trace between polls: seen once, it
+    is not missing until the oldest ready message has waited SHARED_IDLE_S; never seen, two
+    samples suffice."""
+    worker = session(60, 'UPDATE queuetop."q_jobs" SET claimed = true', state="idle")
+    frames = [snapshot(0, [queue(depth=0, ready=0)], [worker])] + [
+        snapshot(t, [queue(depth=4, ready=4, oldest_ready_age_s=age)]) for t, age in ((1, 0.5), (2, 1.5), (3, 2.5), (11, 10.5))]
+    assert [v.code for v in verdicts(frames)] == ["healthy", "healthy", "healthy", "healthy", "no-consumers"]
+    assert "since its consumers were last seen" in verdicts(frames)[-1].reason
+    never = [snapshot(t, [queue(depth=4, ready=4, oldest_ready_age_s=age)]) for t, age in ((1, 0.5), (2, 1.5))]
+    assert [v.code for v in verdicts(never)] == ["healthy", "no-consumers"]
+
+
+def test_failing_holds_while_deaths_are_half_the_completions_and_pgboss_deaths_are_no_completions():
+    def frames(source, dead_and_taken):
+        return [snapshot(t, [queue(source=source, depth=5, ready=5, dead=d, dequeued_total=n)], [session(61)])
+                for t, (d, n) in enumerate(dead_and_taken)]
+    # 4 dead, 6 taken: 2 completed -> failing; then 6 more dead, 16 more taken: 10 completed, held.
+    assert [v.code for v in verdicts(frames("reference", [(0, 0), (4, 6), (10, 22)]))][1:] == ["failing", "failing"]
+    assert verdicts(frames("reference", [(0, 0), (1, 20)]))[1].code == "healthy"  # 1 dead, 19 completed
+    # pg-boss counts a failed job as taken twice (deleted, inserted back): 5 dead, 10 taken is 0 completed.
+    verdict = verdicts(frames("pg-boss", [(0, 0), (5, 10)]))[1]
+    assert verdict.code == "failing" and verdict.reason.endswith(", 0 completed")
