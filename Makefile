@@ -80,19 +80,24 @@ $(PEERS_STAMP): tests/peers/package.json tests/peers/package-lock.json
 	else echo "npm not found: the pg-boss and Graphile Worker tests will be skipped"; fi
 
 # The whole suite on the embedded server, then the matrix (two majors at a time: each is one
-# server and one pytest process; their output is shown a major at a time).
+# server and one pytest process; their output is shown a major at a time) and, beside it, the
+# tests marked `timed` (they hold a condition for a verdict rule's own minimum, 10-30 s each,
+# and use little CPU meanwhile).
 test: test-main test-matrix
 
 test-main: $(STAMP) $(PEERS_STAMP)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not timed" $(PYTEST_ARGS)
+
+test-timed: $(STAMP) $(PEERS_STAMP)
+	$(PY) -m pytest -m timed -p no:cacheprovider -q --basetemp=$(CURDIR)/.cache/pytest-timed $(PYTEST_ARGS)
 
 # The truth oracle alone (every library at 250k+ rows; also part of test-main, and of matrix-15).
 test-oracle: $(STAMP) $(PEERS_STAMP)
 	$(PY) -m pytest -m oracle $(PYTEST_ARGS)
 
 test-matrix: $(STAMP) $(PEERS_STAMP)
-	@$(MAKE) --no-print-directory -j$(MATRIX_JOBS) --output-sync=target $(addprefix matrix-,$(MATRIX_MAJORS))
-	@echo "server matrix: PostgreSQL $(MATRIX_MAJORS) passed"
+	@$(MAKE) --no-print-directory -j$$(($(MATRIX_JOBS) + 1)) --output-sync=target $(addprefix matrix-,$(MATRIX_MAJORS)) test-timed
+	@echo "server matrix: PostgreSQL $(MATRIX_MAJORS) passed; the timed tests passed"
 
 $(addprefix matrix-,$(MATRIX_MAJORS)): matrix-%:
 	$(PY) -m pytest --server $* -p no:cacheprovider -q --basetemp=$(CURDIR)/.cache/pytest-matrix-$* $(MATRIX_PYTEST_ARGS)

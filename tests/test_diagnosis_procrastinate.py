@@ -237,6 +237,7 @@ def test_jobs_failing_for_good_is_failing(db, app):
         worker.stop()
 
 
+@pytest.mark.timed  # (make test-timed, beside the matrix)
 def test_a_transaction_holding_the_horizon_while_jobs_churn_is_bloat_named_by_its_holder(db, app):
     holder = db.connect(autocommit=False, application_name="report-export")
     holder.execute("SELECT txid_current()")  # an xid: the horizon stays here while it is open
@@ -263,6 +264,7 @@ def test_a_transaction_holding_the_horizon_while_jobs_churn_is_bloat_named_by_it
         holder.close()
 
 
+@pytest.mark.timed  # (make test-timed, beside the matrix)
 def test_arrivals_outrunning_a_busy_worker_is_saturated(db, app):
     worker = Worker(db.dsn, queues=["mail"], concurrency=1)  # 4 a second
     producer = Producer(db.dsn, "slow_mail", rate=15)
@@ -278,6 +280,7 @@ def test_arrivals_outrunning_a_busy_worker_is_saturated(db, app):
         worker.stop()
 
 
+@pytest.mark.timed  # (make test-timed, beside the matrix)
 def test_a_busy_queue_that_keeps_up_is_never_flagged(db, app):
     """The no-false-alarm control: 10 jobs a second, two workers far faster, 25 refreshes."""
     worker = Worker(db.dsn, queues=["mail"], concurrency=2)
