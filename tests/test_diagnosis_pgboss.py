@@ -181,7 +181,7 @@ def test_jobs_sent_with_no_worker_anywhere_are_no_consumers(db, boss, watch, cau
         assert took <= 2 * INTERVAL + SLACK, w.history()  # nobody on the table: two samples
 
 
-@pytest.mark.timed  # (make test-timed, beside the matrix)
+@pytest.mark.timed  # (make test-timed, beside test-main)
 def test_jobs_sent_beside_a_worker_on_another_queue_are_no_consumers(db, boss, watch):
     """The same, beside queue "busy" that a worker (polling every 0.5 s, always at work) works under
     a steady send: its sessions take from the one `pgboss.job` every queue shares, so they are
@@ -256,7 +256,7 @@ def test_a_worker_waiting_behind_an_idle_migration_is_blocked_by_it(db, boss, wa
 FAILING_S = 15.0
 
 
-@pytest.mark.timed  # (make test-timed, beside the matrix)
+@pytest.mark.timed  # (make test-timed, beside test-main)
 def test_a_handler_that_throws_with_no_retry_is_failing(db, boss, watch):
     """Every job's handler throws, retryLimit 0, a job sent every 200 ms: failing within a window (1 s)
     and two intervals, held as long as it lasts, its completions the server's (none)."""
@@ -282,7 +282,7 @@ def test_a_handler_that_throws_with_no_retry_is_failing(db, boss, watch):
 # -- bloat ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.timed  # (make test-timed, beside the matrix)
+@pytest.mark.timed  # (make test-timed, beside test-main)
 def test_a_transaction_holding_the_horizon_while_pgboss_churns_is_bloat(db, boss, watch):
     boss("bloat")
     w = watch("churn")
@@ -311,7 +311,7 @@ def test_a_transaction_holding_the_horizon_while_pgboss_churns_is_bloat(db, boss
 # -- saturated --------------------------------------------------------------------------------------
 
 
-@pytest.mark.timed  # (make test-timed, beside the matrix)
+@pytest.mark.timed  # (make test-timed, beside test-main)
 def test_sends_faster_than_a_slow_worker_are_saturated(db, boss, watch):
     boss("saturated")
     w = watch("slow")
@@ -328,7 +328,7 @@ def test_sends_faster_than_a_slow_worker_are_saturated(db, boss, watch):
 HEALTHY_S = 25.0
 
 
-@pytest.mark.timed  # (make test-timed, beside the matrix)
+@pytest.mark.timed  # (make test-timed, beside test-main)
 def test_a_steady_load_that_a_worker_keeps_up_with_is_never_flagged(db, boss, watch):
     """A job every 200 ms, a worker that takes up to 10 at a time and spends 400 ms a batch: it is
     always at work (something in flight in every sample) and the backlog stays a handful."""
@@ -344,7 +344,7 @@ def test_a_steady_load_that_a_worker_keeps_up_with_is_never_flagged(db, boss, wa
     assert any(q.consumers for _, q in w.seen), w.history()
 
 
-@pytest.mark.timed  # (make test-timed, beside the matrix)
+@pytest.mark.timed  # (make test-timed, beside test-main)
 def test_a_worker_between_its_polls_is_not_no_consumers(db, boss, watch):
     """10 jobs sent at once every second, a worker polling every 5 s that takes them all at once:
     served (the server has completed jobs of it), each job waits less than a poll, never

@@ -223,8 +223,9 @@ def test_jobs_failing_for_good_is_failing(db, app):
     worker = Worker(db.dsn, queues=["mail"], concurrency=2)
     producer = Producer(db.dsn, "bounce", rate=10)
     try:
-        wait_until(lambda: db.connect().execute("SELECT count(*) FROM procrastinate_jobs WHERE status = 'failed'").fetchone()[0],
-                   timeout=30, what="a first failed job")
+        with db.connect() as conn:
+            wait_until(lambda: conn.execute("SELECT count(*) FROM procrastinate_jobs WHERE status = 'failed'").fetchone()[0],
+                       timeout=30, what="a first failed job")
         verdict = first_verdict(db, "failing", timeout=15, every=others_healthy)
         d = verdict.queue.diagnosis
         assert "went dead" in d.reason and "completions unknown" in d.reason, d
@@ -237,7 +238,7 @@ def test_jobs_failing_for_good_is_failing(db, app):
         worker.stop()
 
 
-@pytest.mark.timed  # (make test-timed, beside the matrix)
+@pytest.mark.timed  # (make test-timed, beside test-main)
 def test_a_transaction_holding_the_horizon_while_jobs_churn_is_bloat_named_by_its_holder(db, app):
     holder = db.connect(autocommit=False, application_name="report-export")
     holder.execute("SELECT txid_current()")  # an xid: the horizon stays here while it is open
@@ -264,7 +265,7 @@ def test_a_transaction_holding_the_horizon_while_jobs_churn_is_bloat_named_by_it
         holder.close()
 
 
-@pytest.mark.timed  # (make test-timed, beside the matrix)
+@pytest.mark.timed  # (make test-timed, beside test-main)
 def test_arrivals_outrunning_a_busy_worker_is_saturated(db, app):
     worker = Worker(db.dsn, queues=["mail"], concurrency=1)  # 4 a second
     producer = Producer(db.dsn, "slow_mail", rate=15)
@@ -280,7 +281,7 @@ def test_arrivals_outrunning_a_busy_worker_is_saturated(db, app):
         worker.stop()
 
 
-@pytest.mark.timed  # (make test-timed, beside the matrix)
+@pytest.mark.timed  # (make test-timed, beside test-main)
 def test_a_busy_queue_that_keeps_up_is_never_flagged(db, app):
     """The no-false-alarm control: 10 jobs a second, two workers far faster, 25 refreshes."""
     worker = Worker(db.dsn, queues=["mail"], concurrency=2)

@@ -128,7 +128,7 @@ def test_failing_when_messages_go_dead_faster_than_they_complete(db):
     assert_cleaned_up(db, scenario)
 
 
-@pytest.mark.timed  # (make test-timed, beside the matrix)
+@pytest.mark.timed  # (make test-timed, beside test-main)
 def test_saturated_names_the_workers_as_the_backlog_grows(db):
     def truth(scenario):
         with db.connect() as conn:
@@ -153,7 +153,7 @@ def test_saturated_names_the_workers_as_the_backlog_grows(db):
     assert_cleaned_up(db, scenario)
 
 
-@pytest.mark.timed  # (make test-timed, beside the matrix)
+@pytest.mark.timed  # (make test-timed, beside test-main)
 def test_bloat_names_the_session_that_holds_the_xmin_horizon(db):
     """Judged only once the holder's transaction is 30 s old (probes/diagnosis.py HORIZON_HELD_S):
     this test takes about 35 s."""
@@ -179,7 +179,7 @@ def test_bloat_names_the_session_that_holds_the_xmin_horizon(db):
     assert_cleaned_up(db, scenario)
 
 
-@pytest.mark.timed  # (make test-timed, beside the matrix)
+@pytest.mark.timed  # (make test-timed, beside test-main)
 def test_a_busy_queue_that_keeps_up_is_never_flagged(db):
     """The no-false-alarm control: 20 s of a producer at 20/s and two workers that could take ~100/s."""
     def truth(scenario):
