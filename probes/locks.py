@@ -71,35 +71,41 @@ def build_lock_tree(
     waiting_rows = list(waiting_rows)
     prepared = list(prepared)
     by_prepared = by_prepared or {}
-    leader = {r["pid"]: r["leader_pid"] or r["pid"] for r in waiting_rows}
-    leader.update({pid: r["leader_pid"] or pid for pid, r in others.items()})
+    # A parallel worker's leader (PostgreSQL 13+); most pictures have none, and then a pid is its own.
+    leader = {r["pid"]: r["leader_pid"] for r in waiting_rows if r["leader_pid"] not in (None, r["pid"])}
+    leader.update({pid: r["leader_pid"] for pid, r in others.items() if r.get("leader_pid") not in (None, pid)})
 
-    def lead(pid: int) -> int:
-        return leader.get(pid, pid)
-
-    waiting: dict[int, dict] = {}
-    for row in sorted(waiting_rows, key=lambda r: (lead(r["pid"]) != r["pid"], r["pid"])):
-        pid = lead(row["pid"])
-        blockers = {lead(b) for b in row["blocked_by"] if b != 0} - {pid}  # 0: a prepared transaction
-        gids = set(by_prepared.get(row["pid"], ()))
+    waiting: dict[int, dict] = {}  # pid -> its row (a leader's own when it waits too)
+    blockers_of: dict[int, set[int]] = {}
+    gids_of: dict[int, set[str]] = {}
+    for row in sorted(waiting_rows, key=lambda r: (r["pid"] in leader, r["pid"])) if leader else waiting_rows:
+        pid = leader.get(row["pid"], row["pid"])
+        if leader:
+            blockers = {leader.get(b, b) for b in row["blocked_by"] if b != 0}  # 0: a prepared transaction
+        else:
+            blockers = set(row["blocked_by"])
+            blockers.discard(0)
+        blockers.discard(pid)
+        gids = set(by_prepared[row["pid"]]) if row["pid"] in by_prepared else set()
         if pid in waiting:  # a parallel worker of a leader already listed: merge its blockers
-            waiting[pid]["blocked_by"] |= blockers
-            waiting[pid]["prepared"] |= gids
+            blockers_of[pid] |= blockers
+            gids_of[pid] |= gids
             continue
-        waiting[pid] = {**row, "pid": pid, "blocked_by": blockers, "prepared": gids}
+        waiting[pid], blockers_of[pid], gids_of[pid] = row, blockers, gids
 
-    reached = _roots_by_component(waiting)
-
-    def roots_of(pid: int) -> tuple[list[int], set[str], bool]:
-        roots, gids, cycle = reached[pid]
-        return sorted(roots), gids, cycle
+    reached = _roots_by_component(blockers_of, gids_of)
+    ordered: dict[int, tuple[tuple[int, ...], tuple[str, ...]]] = {}  # per component: its roots, sorted once
 
     blocked: list[BlockedSession] = []
     counts: dict[int, int] = {}
     prepared_counts: dict[str, int] = {}
     for pid in sorted(waiting):
         row = waiting[pid]
-        roots, gids, cycle = roots_of(pid)
+        component = reached[pid]
+        roots_set, gids_set, cycle = component
+        if id(component) not in ordered:
+            ordered[id(component)] = (tuple(sorted(roots_set)), tuple(sorted(gids_set)))
+        roots, gids = ordered[id(component)]
         for root in roots:
             counts[root] = counts.get(root, 0) + 1
         for gid in gids:
@@ -108,11 +114,11 @@ def build_lock_tree(
         blocked.append(
             BlockedSession(
                 pid=pid,
-                blocked_by=tuple(sorted(row["blocked_by"])),
+                blocked_by=tuple(sorted(blockers_of[pid])),
                 root_blocker=roots[0] if roots else None,
-                root_blockers=tuple(roots),
-                blocked_by_prepared=tuple(sorted(row["prepared"])),
-                root_prepared=tuple(sorted(gids)),
+                root_blockers=roots,
+                blocked_by_prepared=tuple(sorted(gids_of[pid])),
+                root_prepared=gids,
                 wait_s=row["wait_s"],
                 lock_type=row["lock_type"],
                 mode=row["mode"],
@@ -146,7 +152,7 @@ def build_lock_tree(
     return tuple(blocked), tuple(roots_found), prepared_found
 
 
-def _roots_by_component(waiting: dict[int, dict]) -> dict[int, tuple[set[int], set[str], bool]]:
+def _roots_by_component(blockers_of: dict[int, set[int]], gids_of: dict[int, set[str]]) -> dict[int, tuple[set[int], set[str], bool]]:
     """For every waiting session: the sessions and prepared transactions at the root of its
     chains, and whether it is part of a wait cycle. The waits form a graph (waiter -> blocker);
     its strongly connected components (Tarjan's algorithm, without recursion: a chain may be
@@ -154,6 +160,9 @@ def _roots_by_component(waiting: dict[int, dict]) -> dict[int, tuple[set[int], s
     blockers plus the roots of the components it waits on: linear in the waits, where walking
     every chain from every waiter was cubic in a pile-up (each waiter of a row lock waits for
     all the waiters queued ahead of it)."""
+    # The roots are unions, so the order in which the graph is walked changes nothing.
+    waiting = blockers_of
+    edges = {pid: [b for b in blockers if b in waiting] for pid, blockers in blockers_of.items()}
     index: dict[int, int] = {}
     low: dict[int, int] = {}
     on_stack: set[int] = set()
@@ -161,10 +170,10 @@ def _roots_by_component(waiting: dict[int, dict]) -> dict[int, tuple[set[int], s
     component_of: dict[int, int] = {}
     results: list[tuple[set[int], set[str], bool]] = []
     counter = 0
-    for start in sorted(waiting):
+    for start in waiting:
         if start in index:
             continue
-        work = [(start, iter(sorted(b for b in waiting[start]["blocked_by"] if b in waiting)))]
+        work = [(start, iter(edges[start]))]
         index[start] = low[start] = counter
         counter += 1
         stack.append(start)
@@ -178,16 +187,16 @@ def _roots_by_component(waiting: dict[int, dict]) -> dict[int, tuple[set[int], s
                     counter += 1
                     stack.append(blocker)
                     on_stack.add(blocker)
-                    work.append((blocker, iter(sorted(b for b in waiting[blocker]["blocked_by"] if b in waiting))))
+                    work.append((blocker, iter(edges[blocker])))
                     advanced = True
                     break
-                if blocker in on_stack:
-                    low[node] = min(low[node], index[blocker])
+                if blocker in on_stack and index[blocker] < low[node]:
+                    low[node] = index[blocker]
             if advanced:
                 continue
             work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if work and low[node] < low[work[-1][0]]:
+                low[work[-1][0]] = low[node]
             if low[node] == index[node]:  # node is the head of a component: pop it
                 members = []
                 while True:
@@ -202,8 +211,8 @@ def _roots_by_component(waiting: dict[int, dict]) -> dict[int, tuple[set[int], s
                 for member in members:
                     component_of[member] = here
                 for member in members:
-                    gids |= waiting[member]["prepared"]
-                    for blocker in waiting[member]["blocked_by"]:
+                    gids |= gids_of[member]
+                    for blocker in blockers_of[member]:
                         if blocker not in waiting:
                             roots.add(blocker)
                         elif component_of[blocker] != here:  # a component already done: blockers first

@@ -30,12 +30,13 @@ from .config import Config
 from .failures import PROBE_FAILURES, describe_error
 from .locks import build_lock_tree
 from .model import Connections, QueueSample, ServerInfo
-from .postgres import CONNECTIONS_SQL, LOCKS_SQL, LockPicture, PostgresProbes, ProbeConnection, SessionPicture, json_value
+from .postgres import CONNECTIONS_SQL, LockPicture, PostgresProbes, ProbeConnection, SessionPicture, app_locks_of, json_value
 
 # SQL Server's own sections of the probes' files (ghost records; what the login may see; the version store).
 MSSQL_QUEUES_SQL = Queries("probes", "queues.sql", dialect="mssql")
 MSSQL_SERVER_SQL = Queries("probes", "server.sql", dialect="mssql")
 MSSQL_CONNECTIONS_SQL = Queries("probes", "connections.sql", dialect="mssql")
+MSSQL_LOCKS_SQL = Queries("probes", "locks.sql", dialect="mssql")
 # sys.dm_db_index_physical_stats reads pages (SAMPLED: about 1 % of them, all of a small table):
 # each queue table's ghost records are read at most every 10 minutes, and one table per cycle.
 GHOST_REFRESH_S = 600.0
@@ -110,7 +111,7 @@ class MssqlProbes(PostgresProbes):
     def locks(self, conn: ProbeConnection) -> LockPicture:
         self._require_server_state("blocked sessions")
         rows: list[dict[str, Any]] = []
-        for row in conn.execute(LOCKS_SQL["waiting"]).fetchall():
+        for row in conn.execute(MSSQL_LOCKS_SQL["waiting"]).fetchall():
             rows.append({**row, "blocked_by": json_value(row["blocked_by"]) or [], "held_tables": json_value(row["held_tables"]),
                          "prepared": json_value(row["prepared"])})
         prepared = (rows[0]["prepared"] if rows else None) or []
@@ -120,6 +121,6 @@ class MssqlProbes(PostgresProbes):
             for pid in entry.get("blocked_pids") or ():
                 by_prepared.setdefault(pid, set()).add(entry["gid"])
         mentioned = {pid for row in waiting_rows for pid in row["blocked_by"] if pid} - {r["pid"] for r in waiting_rows}
-        others = {r["pid"]: r for r in conn.execute(LOCKS_SQL["sessions"], {"pids": sorted(mentioned)})} if mentioned else {}
-        return (*build_lock_tree(waiting_rows, others, prepared, by_prepared), self.app_locks(conn))
+        others = {r["pid"]: r for r in conn.execute(MSSQL_LOCKS_SQL["sessions"], {"pids": sorted(mentioned)})} if mentioned else {}
+        return (*build_lock_tree(waiting_rows, others, prepared, by_prepared), app_locks_of(conn.execute(MSSQL_LOCKS_SQL["applocks"])))
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import cache
@@ -91,6 +92,16 @@ class _Counters:
     # counted before the statistics that insert them were sent): owed by the next interval rather
     # than clamped to 0, which would count them as departures once the statistics come.
     owed: int = 0
+
+
+def app_locks_of(rows: Iterable[Mapping[str, Any]]) -> tuple[AppLock, ...]:
+    """Application locks held or waited for (advisory locks; sp_getapplock's on SQL Server)."""
+    return tuple(
+        AppLock(pid=r["pid"], resource=r["resource"], mode=r["mode"], granted=bool(r["granted"]), wait_s=r["wait_s"],
+                application=r["application_name"], database=r["database"], owner_type=r["owner_type"],
+                principal=r["principal"])
+        for r in rows
+    )
 
 
 class PostgresProbes:
@@ -291,30 +302,29 @@ class PostgresProbes:
     # -- locks ---------------------------------------------------------------------------
 
     def locks(self, conn: ProbeConnection) -> LockPicture:
-        """Blocked sessions, root blockers and prepared transactions (see probes/locks.py)."""
+        """Blocked sessions, root blockers, prepared transactions and advisory locks (see
+        probes/locks.py), in one statement: one round trip."""
         # pg_locks and pg_blocking_pids are not read at one instant: a wait that ended in between
         # has no blockers left and is not reported.
-        rows = conn.execute(self._versioned(LOCKS_SQL["waiting"])).fetchall()
-        prepared = (rows[0]["prepared"] if rows else None) or []
+        # Binary results: the server sends, and psycopg reads, each value without text formatting
+        # and parsing (0.1-0.15 ms of the statement in a pile-up of 16, measured).
+        rows = conn.execute(self._versioned(LOCKS_SQL["picture"]), binary=True).fetchall()
+        first = rows[0]  # there is always one: a row with no pid when nobody waits
+        prepared = first["prepared"] or []
         waiting_rows = [r for r in rows if r["pid"] is not None and r["blocked_by"]]
+        for row in waiting_rows:  # a row wait's tuple lock, as [relation, page, tuple, name here]
+            row["row_relation_oid"], row["row_page"], row["row_tuple"], row["row_relation"] = row["row_lock"] or (None,) * 4
+            if row["row_relation_oid"] is None and row["held_tables"]:  # the tables, once each (indexes are not among them)
+                row["held_tables"] = sorted(set(row["held_tables"]))
+            else:
+                row["held_tables"] = None
         by_prepared: dict[int, set[str]] = {}
         if prepared and any(0 in r["blocked_by"] for r in waiting_rows):
-            by_prepared = prepared_blockers(waiting_rows, prepared, conn.execute(LOCKS_SQL["prepared_locks"]).fetchall())
-        mentioned = {pid for row in waiting_rows for pid in row["blocked_by"] if pid} - {r["pid"] for r in waiting_rows}
-        others = ({r["pid"]: r for r in conn.execute(self._versioned(LOCKS_SQL["sessions"]), {"pids": sorted(mentioned)})}
-                  if mentioned else {})
+            by_prepared = prepared_blockers(waiting_rows, prepared, first["prepared_locks"] or [])
+        others = {r["pid"]: r for r in first["sessions"] or []}
         if any(r["state"] is None for r in [*waiting_rows, *others.values()]):
             self.notes["locks"] = "queries and states of other roles' sessions hidden: grant pg_read_all_stats to see them"
-        return (*build_lock_tree(waiting_rows, others, prepared, by_prepared), self.app_locks(conn))
-
-    def app_locks(self, conn: ProbeConnection) -> tuple[AppLock, ...]:
-        """Application locks held or waited for (advisory locks; sp_getapplock's on SQL Server)."""
-        return tuple(
-            AppLock(pid=r["pid"], resource=r["resource"], mode=r["mode"], granted=bool(r["granted"]), wait_s=r["wait_s"],
-                    application=r["application_name"], database=r["database"], owner_type=r["owner_type"],
-                    principal=r["principal"])
-            for r in conn.execute(self._versioned(LOCKS_SQL["applocks"]))
-        )
+        return (*build_lock_tree(waiting_rows, others, prepared, by_prepared), app_locks_of(first["applocks"] or []))
 
     # -- connections ---------------------------------------------------------------------
 

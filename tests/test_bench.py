@@ -44,6 +44,13 @@ def test_bench_probes_tiny_run(db, cli):
     # Three pgbench clients on one held row: all three seen blocked by the locks probe.
     assert report["pileup_sessions"] == 3 and report["pileup_blocked_seen"] == 3
     assert 0 < report["locks_probe_ms_p50_pileup"] <= report["locks_probe_ms_p95_pileup"]
+    # One round trip (libpq's trace), timed beside pg_activity's blocking query on the same pile-up:
+    # the holder blocks one pgbench client by its transaction id, which pg_activity reports.
+    assert report["locks_probe_round_trips"] == 1
+    assert report["pg_activity_version"] == "3.6.2" and report["pg_activity_blocking_rows"] >= 1
+    assert report["pg_activity_blocking_ms_p50_pileup"] > 0
+    assert abs(report["locks_probe_vs_pg_activity"]
+               - report["locks_probe_ms_p50_pileup"] / report["pg_activity_blocking_ms_p50_pileup"]) < 0.01
     assert abs(report["ratio"] - report["cycle_ms_p50_large"] / report["cycle_ms_p50_small"]) < 0.01
     assert report["large_depth"] == 3000
     # 3000 filled, one dead-lettered; above the default window the depth is an estimate.

@@ -177,3 +177,51 @@ def test_every_root_of_a_session_blocked_behind_two(db):
         assert got.root_blockers == tuple(sorted((r1.pid, r2.pid)))
         assert got.root_blocker == min(r1.pid, r2.pid)  # version 1's single root: the lowest
         assert {b.pid: b.blocked_count for b in snap.blockers if b.pid in (r1.pid, r2.pid)} == {r1.pid: 1, r2.pid: 1}
+
+
+def test_the_whole_picture_comes_in_one_round_trip(db):
+    """Issue 30: the locks probe is one statement. Every part of its picture is here at once: an
+    idle root blocker with a chain behind it, a waiter on a prepared transaction, a held and a
+    waited-for advisory lock. libpq's own protocol trace counts the round trips; the picture is
+    checked against pg_blocking_pids, read by another session right after."""
+    from bench.probes import RoundTrips
+    from probes.postgres import PostgresProbes, open_probe_connection
+
+    gid = f"qt-trip-{db.name}"
+    with db.connect() as setup:
+        setup.execute("CREATE TABLE trips (id int PRIMARY KEY, n int)")
+        setup.execute("INSERT INTO trips VALUES (1, 0), (2, 0)")
+    with prepared(db, gid, "UPDATE trips SET n = 9 WHERE id = 2"), \
+            sessions(db, "qt-trip-root", "qt-trip-w1", "qt-trip-w2", "qt-trip-prep", "qt-trip-adv", "qt-trip-advw") as (
+                root, w1, w2, on_prepared, adv, adv_waiter):
+        root.run("BEGIN")
+        root.run("UPDATE trips SET n = 1 WHERE id = 1")
+        w1.start("UPDATE trips SET n = 2 WHERE id = 1")
+        w2.start("UPDATE trips SET n = 3 WHERE id = 1")
+        on_prepared.start("UPDATE trips SET n = 4 WHERE id = 2")
+        adv.run("SELECT pg_advisory_lock(4242)")
+        adv_waiter.start("SELECT pg_advisory_lock(4242)")
+        waiters = {w1.pid, w2.pid, on_prepared.pid, adv_waiter.pid}
+        wait_blocked(db, waiters, 4)
+        probes = PostgresProbes()
+        with open_probe_connection(db.target) as conn, db.connect(autocommit=True) as truth:
+            probes.server(conn)
+            for _ in range(6):  # past psycopg's prepare threshold: the steady state
+                probes.locks(conn)
+            with RoundTrips(conn) as trips:
+                blocked, blockers, prepared_xacts, app_locks = probes.locks(conn)
+            servers = dict(truth.execute(
+                "SELECT pid, pg_blocking_pids(pid) FROM pg_stat_activity WHERE pid = ANY(%s)", (sorted(waiters),)).fetchall())
+        assert trips.count == 1
+        got = {b.pid: b for b in blocked if b.pid in waiters}
+        assert set(got) == waiters
+        for pid in (w1.pid, w2.pid, adv_waiter.pid):
+            assert set(got[pid].blocked_by) == set(servers[pid]) - {0}
+        assert servers[on_prepared.pid] == [0] and got[on_prepared.pid].blocked_by_prepared == (gid,)
+        assert got[w2.pid].root_blockers == (root.pid,) and got[adv_waiter.pid].root_blockers == (adv.pid,)
+        roots = {b.pid: b for b in blockers}
+        assert roots[root.pid].state == "idle in transaction" and roots[root.pid].blocked_count == 2
+        assert roots[root.pid].query == "UPDATE trips SET n = 1 WHERE id = 1"
+        assert [p.blocked_count for p in prepared_xacts if p.gid == gid] == [1]
+        mine = {(a.pid, a.granted) for a in app_locks if a.resource == "4242"}
+        assert mine == {(adv.pid, True), (adv_waiter.pid, False)}

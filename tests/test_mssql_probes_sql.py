@@ -56,13 +56,14 @@ FIELDS = {"table": "[queuetop].[q_example]"}
 # PostgreSQL sections left out on SQL Server, each with the reason. The Python side must not
 # call them on SQL Server.
 PG_ONLY = {
-    "locks.sql:prepared_locks": (
-        "PostgreSQL's waiter is blocked by pid 0 without saying which prepared transaction, so the Python side matches "
-        "the prepared transactions' locks (this statement) against the waiter's lock target and mode. SQL Server's "
-        "analogue, an orphaned distributed transaction, is named by the lock manager itself: the waiting task reports "
-        "blocking_session_id -2 and the granted lock on the very resource it waits for carries the transaction's unit "
-        "of work (request_owner_guid), so `waiting` lists, for each orphaned transaction, the sessions it blocks "
-        "(blocked_pids). Matching targets in Python would also need SQL Server's lock compatibility matrix."
+    "locks.sql:picture": (
+        "PostgreSQL's locks probe is one statement, one round trip (issue 30: three cost 1.2x pg_activity's blocking "
+        "query): its waiters with pg_blocking_pids, the blockers' sessions, the prepared transactions and their locks, "
+        "and the advisory locks, the lists as JSON on the first row. A prepared transaction's waiter is blocked by pid 0 "
+        "without saying which, so the Python side matches their locks against the waiter's target and mode. SQL "
+        "Server keeps its three statements (waiting, sessions, applocks): folding them with FOR JSON could not be "
+        "measured on a real server here, and its orphaned distributed transaction is named by the lock manager itself "
+        "(blocking_session_id -2, request_owner_guid), so `waiting` lists the sessions each one blocks."
     ),
     "connections.sql:xmin_horizon": (
         "PostgreSQL's horizon has holders SQL Server lacks (a transaction id without a snapshot, prepared transactions, "
@@ -83,6 +84,9 @@ MSSQL_ONLY = {
         "accelerated database recovery) and the oldest snapshot transaction that holds it back; PostgreSQL shows the "
         "horizon's cost as dead tuples"
     ),
+    "locks.sql:waiting": "PostgreSQL reads its waiters in `picture`, one statement (see PG_ONLY)",
+    "locks.sql:sessions": "PostgreSQL reads the blockers' sessions in `picture`, one statement (see PG_ONLY)",
+    "locks.sql:applocks": "PostgreSQL reads its advisory locks in `picture`, one statement (see PG_ONLY)",
     "server.sql:permission_check": (
         "SQL Server's DMVs need VIEW SERVER STATE (2022: VIEW SERVER PERFORMANCE STATE) or VIEW DATABASE STATE, and "
         "without it show the probe's own session only or fail: the probes must be able to say what they cannot see"
@@ -669,7 +673,8 @@ def test_the_postgresql_syntax_check_finds_it():
     found = set()
     for text in PG_SECTIONS.values():
         found |= set(_postgresql_syntax(text))
-    examples = {"ILIKE": "SELECT 1 WHERE a ILIKE 'x'", "array": "SELECT ARRAY[1, 2]"}
+    examples = {"ILIKE": "SELECT 1 WHERE a ILIKE 'x'", "array": "SELECT ARRAY[1, 2]",
+                "LATERAL": "SELECT 1 FROM t LEFT JOIN LATERAL (SELECT 1) x ON true"}
     for name, text in examples.items():
         assert name in _postgresql_syntax(text), name
     assert found | set(examples) == set(POSTGRESQL_SYNTAX)

@@ -269,7 +269,7 @@ def test_the_scan_sees_each_way_the_code_names_a_query():
     assert "enqueue" in engine  # through the TableQueue._bound forwarder
     assert {"naive_answer", "task_answer"} <= engine  # either branch of a conditional
     assert "lookup_queue" in engine  # ENGINE_SQL["..."] through `schema.`
-    assert {"waiting", "prepared_locks", "sessions"} <= uses[("probes", "locks.sql")]
+    assert "picture" in uses[("probes", "locks.sql")] and {"waiting", "sessions", "applocks"} <= uses[("probes", "mssql:locks.sql")]
 
 
 def test_no_sql_statement_is_written_in_python():
