@@ -105,10 +105,10 @@ def build_lock_tree(
         roots_set, gids_set, cycle = component
         if id(component) not in ordered:
             ordered[id(component)] = (tuple(sorted(roots_set)), tuple(sorted(gids_set)))
-        roots, gids = ordered[id(component)]
+        roots, root_gids = ordered[id(component)]
         for root in roots:
             counts[root] = counts.get(root, 0) + 1
-        for gid in gids:
+        for gid in root_gids:
             prepared_counts[gid] = prepared_counts.get(gid, 0) + 1
         relation, ctid = lock_target(row)
         blocked.append(
@@ -118,7 +118,7 @@ def build_lock_tree(
                 root_blocker=roots[0] if roots else None,
                 root_blockers=roots,
                 blocked_by_prepared=tuple(sorted(gids_of[pid])),
-                root_prepared=gids,
+                root_prepared=root_gids,
                 wait_s=row["wait_s"],
                 lock_type=row["lock_type"],
                 mode=row["mode"],
