@@ -17,7 +17,8 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
@@ -260,56 +261,75 @@ def run_engine_bench(
     *,
     messages: int = 100_000,
     single_messages: int = 10_000,
-    concurrency: int = 2,
+    concurrency: Sequence[int] = (2, 8),
     batch: int = 100,
     rounds: int = 3,
     idle_seconds: float = 10.0,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, object]:
-    if messages < concurrency * batch or single_messages < concurrency:
-        raise UsageError(f"--messages must be at least concurrency x batch ({concurrency * batch})")
-    bench = EngineBench(
-        target, messages=messages, single_messages=single_messages, concurrency=concurrency, batch=batch, progress=progress
-    )
-    say = bench.progress
-    results: dict[str, tuple[list[float], list[float]]] = {
-        name: ([], []) for name in ("dequeue_single", "dequeue_batch", "enqueue_single", "enqueue_batch")
+    concurrencies = list(dict.fromkeys(concurrency))  # in order, once each
+    if not concurrencies:
+        raise UsageError("--concurrency needs at least one number of clients")
+    most = max(concurrencies)
+    if messages < most * batch or single_messages < most:
+        raise UsageError(f"--messages must be at least concurrency x batch ({most * batch})")
+    benches = {
+        clients: EngineBench(target, messages=messages, single_messages=single_messages, concurrency=clients, batch=batch,
+                             progress=progress)
+        for clients in concurrencies
     }
-    plan = {
-        "dequeue_single": (lambda: bench.queuetop_dequeue(1), lambda: bench.pgbench_dequeue(1)),
-        "dequeue_batch": (lambda: bench.queuetop_dequeue(batch), lambda: bench.pgbench_dequeue(batch)),
-        "enqueue_single": (lambda: bench.queuetop_enqueue(1), lambda: bench.pgbench_enqueue(1)),
-        "enqueue_batch": (lambda: bench.queuetop_enqueue(batch), lambda: bench.pgbench_enqueue(batch)),
+    first = benches[concurrencies[0]]
+    say = first.progress
+    results: dict[int, dict[str, tuple[list[float], list[float]]]] = {
+        clients: {name: ([], []) for name in CELLS} for clients in concurrencies
     }
     try:
-        server_version = one(bench.conn.execute(BENCH_SQL["server_version"]))[0]
+        server_version = one(first.conn.execute(BENCH_SQL["server_version"]))[0]
         for round_no in range(rounds):
-            for name, (ours, theirs) in plan.items():
-                # Alternate who goes first so that drift (autovacuum, caches) hits both sides.
-                order = [(0, ours), (1, theirs)] if round_no % 2 == 0 else [(1, theirs), (0, ours)]
-                for side, run in order:
-                    rate = run()
-                    results[name][side].append(rate)
-                    say(f"round {round_no + 1}/{rounds} {name} {'queuetop' if side == 0 else 'pgbench'}: {rate:,.0f} msgs/s")
-        idle, idle_scans = bench.idle_queries_per_s(idle_seconds)
+            for clients, bench in benches.items():
+                plan: dict[str, tuple[Callable[[], float], Callable[[], float]]] = {
+                    "dequeue_single": (partial(bench.queuetop_dequeue, 1), partial(bench.pgbench_dequeue, 1)),
+                    "dequeue_batch": (partial(bench.queuetop_dequeue, batch), partial(bench.pgbench_dequeue, batch)),
+                    "enqueue_single": (partial(bench.queuetop_enqueue, 1), partial(bench.pgbench_enqueue, 1)),
+                    "enqueue_batch": (partial(bench.queuetop_enqueue, batch), partial(bench.pgbench_enqueue, batch)),
+                }
+                for name, (ours, theirs) in plan.items():
+                    # Alternate who goes first so that drift (autovacuum, caches) hits both sides.
+                    order = [(0, ours), (1, theirs)] if round_no % 2 == 0 else [(1, theirs), (0, ours)]
+                    for side, run in order:
+                        rate = run()
+                        results[clients][name][side].append(rate)
+                        say(f"round {round_no + 1}/{rounds} concurrency {clients} {name} "
+                            f"{'queuetop' if side == 0 else 'pgbench'}: {rate:,.0f} msgs/s")
+        idle, idle_scans = first.idle_queries_per_s(idle_seconds)
         say(f"idle queue, 4 workers: {idle:.2f} claims/s, {idle_scans:.2f} table scans/s")
-        bench.reset(0)
+        first.reset(0)
     finally:
-        bench.close()
+        for bench in benches.values():
+            bench.close()
+    by_concurrency = {
+        str(clients): {name: _summary(ours, theirs) for name, (ours, theirs) in cells.items()}
+        for clients, cells in results.items()
+    }
+    ratios = [ratio for cells in by_concurrency.values() for cell in cells.values() if isinstance(ratio := cell["ratio"], float)]
     out: dict[str, object] = {
         "benchmark": "engine",
         "server_version": server_version,
         "mode": "claim",
-        "concurrency": concurrency,
+        "concurrency": concurrencies,
         "messages": messages,
         "single_messages": single_messages,
         "batch": batch,
         "rounds": rounds,
+        # Each concurrency's four cells: queuetop's and pgbench's medians, their ratio, every round.
+        "by_concurrency": by_concurrency,
+        "min_ratio": min(ratios) if ratios else None,
     }
-    for name, (our_rates, their_rates) in results.items():
-        out[name] = _summary(our_rates, their_rates)
     out["idle_queries_per_s"] = round(idle, 2)
     out["idle_table_scans_per_s"] = round(idle_scans, 2)
     out["idle_workers"] = 4
     out["idle_poll_interval_s"] = WorkOptions().poll_interval_s
     return out
+
+
+CELLS = ("dequeue_single", "dequeue_batch", "enqueue_single", "enqueue_batch")

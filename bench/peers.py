@@ -15,7 +15,8 @@ statements, as the engine's do; each thread has its own session. Works in the da
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from functools import partial
 from importlib import resources
 from typing import Any
 
@@ -29,51 +30,60 @@ from .sources import bench_database
 PEERS_SQL = Queries("bench", "peers.sql")
 
 
-def run_peers_bench(target: Target, *, messages: int = 20_000, concurrency: int = 2, batch: int = 100, rounds: int = 3,
-                    progress: Callable[[str], None] | None = None) -> dict[str, object]:
-    if messages < concurrency * batch or rounds < 1 or concurrency < 1:
-        raise UsageError(f"need --messages >= concurrency x batch ({concurrency * batch}), --rounds >= 1")
+def run_peers_bench(target: Target, *, messages: int = 20_000, concurrency: Sequence[int] = (2, 8), batch: int = 100,
+                    rounds: int = 3, progress: Callable[[str], None] | None = None) -> dict[str, object]:
+    concurrencies = list(dict.fromkeys(concurrency))
+    most = max(concurrencies, default=0)
+    if not concurrencies or messages < most * batch or rounds < 1:
+        raise UsageError(f"need --messages >= concurrency x batch ({most * batch}), --rounds >= 1")
     say = progress or (lambda _line: None)
     try:
         pgmq_sql = resources.files("pgmq").joinpath("sql", "pgmq.sql").read_text(encoding="utf-8")
         procrastinate_sql = resources.files("procrastinate").joinpath("sql", "schema.sql").read_text(encoding="utf-8")
     except ModuleNotFoundError as exc:
         raise UsageError(f"bench peers needs the test extras (pip install -e '.[test]'): {exc}") from None
-    rates: dict[str, list[float]] = {}
+    rates: dict[int, dict[str, list[float]]] = {clients: {} for clients in concurrencies}
     with bench_database(target) as bench:
         with connect(bench, application_name="queuetop-bench") as conn:
             conn.execute(pgmq_sql)
             conn.execute(PEERS_SQL["pgmq_create"])
             conn.execute(procrastinate_sql)
-        engine = EngineBench(bench, messages=messages, single_messages=messages, concurrency=concurrency, batch=batch,
-                             progress=None)
-        runs: dict[str, Callable[[], float]] = {
-            "queuetop claim+ack, single": lambda: engine.queuetop_dequeue(1),
-            "queuetop claim+ack, batch": lambda: engine.queuetop_dequeue(batch),
-            "pgmq read+delete, single": lambda: _pgmq(bench, messages, concurrency, 1, pop=False),
-            "pgmq read+delete, batch": lambda: _pgmq(bench, messages, concurrency, batch, pop=False),
-            "pgmq pop, batch": lambda: _pgmq(bench, messages, concurrency, batch, pop=True),
-            "procrastinate fetch+finish, single": lambda: _procrastinate(bench, messages, concurrency),
-        }
+        engines = {clients: EngineBench(bench, messages=messages, single_messages=messages, concurrency=clients, batch=batch,
+                                        progress=None) for clients in concurrencies}
         try:
             for round_no in range(rounds):
-                order = list(runs.items()) if round_no % 2 == 0 else list(reversed(runs.items()))
-                for name, run in order:
-                    rate = run()
-                    rates.setdefault(name, []).append(rate)
-                    say(f"round {round_no + 1}/{rounds} {name}: {rate:,.0f} msgs/s")
+                for clients, engine in engines.items():
+                    runs: dict[str, Callable[[], float]] = {
+                        "queuetop claim+ack, single": partial(engine.queuetop_dequeue, 1),
+                        "queuetop claim+ack, batch": partial(engine.queuetop_dequeue, batch),
+                        "pgmq read+delete, single": partial(_pgmq, bench, messages, clients, 1, pop=False),
+                        "pgmq read+delete, batch": partial(_pgmq, bench, messages, clients, batch, pop=False),
+                        "pgmq pop, batch": partial(_pgmq, bench, messages, clients, batch, pop=True),
+                        "procrastinate fetch+finish, single": partial(_procrastinate, bench, messages, clients),
+                    }
+                    order = list(runs.items()) if round_no % 2 == 0 else list(reversed(runs.items()))
+                    for name, run in order:
+                        rate = run()
+                        rates[clients].setdefault(name, []).append(rate)
+                        say(f"round {round_no + 1}/{rounds} concurrency {clients} {name}: {rate:,.0f} msgs/s")
         finally:
-            engine.close()
-    medians = {name: round(statistics.median(values), 1) for name, values in rates.items()}
-    ratios = {
-        "single: queuetop / pgmq read+delete": _ratio(medians, "queuetop claim+ack, single", "pgmq read+delete, single"),
-        "single: queuetop / procrastinate": _ratio(medians, "queuetop claim+ack, single", "procrastinate fetch+finish, single"),
-        "batch: queuetop / pgmq read+delete": _ratio(medians, "queuetop claim+ack, batch", "pgmq read+delete, batch"),
-        "batch: queuetop / pgmq pop": _ratio(medians, "queuetop claim+ack, batch", "pgmq pop, batch"),
-    }
-    return {"benchmark": "peers", "messages": messages, "concurrency": concurrency, "batch": batch, "rounds": rounds,
-            "msgs_per_s_p50": medians, "rounds_msgs_per_s": {k: [round(x) for x in v] for k, v in rates.items()},
-            "ratios": ratios}
+            for engine in engines.values():
+                engine.close()
+    by_concurrency: dict[str, object] = {}
+    for clients, measured in rates.items():
+        medians = {name: round(statistics.median(values), 1) for name, values in measured.items()}
+        by_concurrency[str(clients)] = {
+            "msgs_per_s_p50": medians,
+            "rounds_msgs_per_s": {k: [round(x) for x in v] for k, v in measured.items()},
+            "ratios": {
+                "single: queuetop / pgmq read+delete": _ratio(medians, "queuetop claim+ack, single", "pgmq read+delete, single"),
+                "single: queuetop / procrastinate": _ratio(medians, "queuetop claim+ack, single", "procrastinate fetch+finish, single"),
+                "batch: queuetop / pgmq read+delete": _ratio(medians, "queuetop claim+ack, batch", "pgmq read+delete, batch"),
+                "batch: queuetop / pgmq pop": _ratio(medians, "queuetop claim+ack, batch", "pgmq pop, batch"),
+            },
+        }
+    return {"benchmark": "peers", "messages": messages, "concurrency": concurrencies, "batch": batch, "rounds": rounds,
+            "by_concurrency": by_concurrency}
 
 
 def _ratio(medians: dict[str, float], ours: str, theirs: str) -> float | None:

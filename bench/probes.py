@@ -19,6 +19,7 @@ invents blockers in some pile-ups; it is the cost to beat, not the answer to cop
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import statistics
@@ -221,8 +222,9 @@ def pg_activity_blocking_query() -> tuple[sql.Composed, dict[str, object], str] 
 
 class RoundTrips:
     """Counts the round trips a connection makes, from libpq's own trace of the protocol
-    (PQtrace): each ReadyForQuery the server sends ends one. `with RoundTrips(conn) as trips:`,
-    then `trips.count`."""
+    (PQtrace): each time the client, having sent, turns to what the server sends back (a run of
+    frontend messages followed by backend ones; a pipeline's statements are one run). `with
+    RoundTrips(conn) as trips:`, then `trips.count`."""
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self._conn = conn
@@ -239,7 +241,8 @@ class RoundTrips:
         assert self._file is not None
         self._conn.pgconn.untrace()  # flushes the trace
         self._file.seek(0)
-        self.count = sum(1 for line in self._file if line.startswith(b"B\t") and b"\tReadyForQuery" in line)
+        sender = [line[:1] for line in self._file if line[:2] in (b"F\t", b"B\t")]
+        self.count = sum(1 for before, after in itertools.pairwise(sender) if (before, after) == (b"F", b"B"))
         self._file.close()
 
 

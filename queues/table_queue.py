@@ -188,9 +188,19 @@ class TableQueue:
     # -- producing ------------------------------------------------------------------------
 
     def enqueue(self, conn: Executor, body: str) -> int:
+        from .hotpath import producer_for  # the prepared path on a psycopg connection (hotpath.py)
+
+        producer = producer_for(conn, self)
+        if producer is not None:
+            return producer.enqueue(body)
         return one(conn.execute(self.statement_for(conn, "enqueue"), {"body": body}))[0]
 
     def enqueue_batch(self, conn: Executor, bodies: Sequence[str]) -> int:
+        from .hotpath import producer_for
+
+        producer = producer_for(conn, self)
+        if producer is not None:
+            return producer.enqueue_batch(bodies)
         cur = conn.execute(self.statement_for(conn, "enqueue_batch"), {"bodies": list(bodies)})
         return cur.rowcount
 

@@ -63,6 +63,10 @@ class PlainPath:
     def ack(self, messages: list[Message]) -> int:
         return self._queue.ack_batch(self._conn, messages)
 
+    def ack_and_claim(self, messages: list[Message], *, visibility_s: float, batch: int = 1) -> tuple[int, list[Message]]:
+        acked = self.ack(messages)
+        return acked, self.claim(visibility_s=visibility_s, batch=batch)
+
 
 @dataclass(slots=True)
 class WorkSummary:
@@ -377,17 +381,25 @@ class WorkerPool:
         # the connection's life (a SQL Server session is its own).
         hot: HotPath | PlainPath = HotPath(conn, queue) if self._capabilities.prepared_hot_path else PlainPath(conn, queue)
         cur = conn.cursor()
-        while not self._stop.is_set():
+        # The ack of what was processed goes with the next claim, in one round trip (hotpath.py).
+        messages: list[Message] = []
+        succeeded: list[Message] = []
+        while True:
+            if self._stop.is_set():
+                acked = hot.ack(succeeded)
+                self.summary.add(processed=acked, stale_acks=len(succeeded) - acked)
+                return
             seen = self._waker.generation()
             self._poll_counts[index] += 1
-            messages = hot.claim(visibility_s=opts.visibility_s, batch=opts.batch)
+            acked, messages = hot.ack_and_claim(succeeded, visibility_s=opts.visibility_s, batch=opts.batch)
+            self.summary.add(processed=acked, stale_acks=len(succeeded) - acked)
+            succeeded = []
             if not messages:
                 if not self._idle(cur, seen):
                     return
                 continue
             if len(messages) == opts.batch:
                 self._waker.wake_all()  # probably more where these came from
-            succeeded: list[Message] = []
             for message in messages:
                 if message.attempts > opts.max_attempts:
                     # Claimed more often than allowed: earlier attempts never reported back
@@ -410,8 +422,6 @@ class WorkerPool:
                         self.summary.add(stale_acks=1)
                     continue
                 succeeded.append(message)
-            acked = hot.ack(succeeded)
-            self.summary.add(processed=acked, stale_acks=len(succeeded) - acked)
 
     def _dead_or_stale(self, conn: Executor, message: Message, error: str) -> None:
         assert self._queue is not None

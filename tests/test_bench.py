@@ -23,10 +23,16 @@ def test_bench_engine_tiny_run_prints_all_figures(db, cli):
     )
     assert result.returncode == 0, result.stderr
     (report,) = result.json_lines()
-    for name in ("dequeue_single", "dequeue_batch", "enqueue_single", "enqueue_batch"):
-        figures = report[name]
-        assert figures["queuetop_msgs_per_s"] > 0 and figures["pgbench_msgs_per_s"] > 0
-        assert abs(figures["ratio"] - figures["queuetop_msgs_per_s"] / figures["pgbench_msgs_per_s"]) < 0.01
+    # Both concurrencies by default, every cell of each.
+    assert report["concurrency"] == [2, 8] and set(report["by_concurrency"]) == {"2", "8"}
+    ratios = []
+    for cells in report["by_concurrency"].values():
+        for name in ("dequeue_single", "dequeue_batch", "enqueue_single", "enqueue_batch"):
+            figures = cells[name]
+            assert figures["queuetop_msgs_per_s"] > 0 and figures["pgbench_msgs_per_s"] > 0
+            assert abs(figures["ratio"] - figures["queuetop_msgs_per_s"] / figures["pgbench_msgs_per_s"]) < 0.01
+            ratios.append(figures["ratio"])
+    assert report["min_ratio"] == min(ratios)
     assert report["idle_queries_per_s"] >= 0
     # The bench cleans up after itself: its queue is left empty.
     with db.connect() as conn:
@@ -105,11 +111,14 @@ def test_bench_sources_tiny_run_reads_every_library_right(db, cli, node_peers):
 
 
 def test_bench_peers_tiny_run_drains_every_peer(db, cli):
+    # Both default concurrencies, 2 and 8, in the same rounds.
     result = cli("bench", "peers", "--dsn", db.dsn, "--json", "--messages", "400", "--rounds", "1", "--batch", "20")
     assert result.returncode == 0, result.stderr
     (report,) = result.json_lines()
-    assert set(report["msgs_per_s_p50"]) == {
-        "queuetop claim+ack, single", "queuetop claim+ack, batch", "pgmq read+delete, single", "pgmq read+delete, batch",
-        "pgmq pop, batch", "procrastinate fetch+finish, single"}
-    assert all(rate > 0 for rate in report["msgs_per_s_p50"].values())  # each drained all 400 (else it fails)
-    assert all(ratio > 0 for ratio in report["ratios"].values())
+    assert report["concurrency"] == [2, 8] and set(report["by_concurrency"]) == {"2", "8"}
+    for figures in report["by_concurrency"].values():
+        assert set(figures["msgs_per_s_p50"]) == {
+            "queuetop claim+ack, single", "queuetop claim+ack, batch", "pgmq read+delete, single", "pgmq read+delete, batch",
+            "pgmq pop, batch", "procrastinate fetch+finish, single"}
+        assert all(rate > 0 for rate in figures["msgs_per_s_p50"].values())  # each drained all 400 (else it fails)
+        assert all(ratio > 0 for ratio in figures["ratios"].values())

@@ -117,7 +117,7 @@ def test_read_only_black_box(db, cli):
 # -- numbers --------------------------------------------------------------------------------
 
 # The parsers of tui/cli.py that bound a number, by the names argparse knows them by.
-BOUNDED = ("number", "whole number", "_positive_float")
+BOUNDED = ("number", "whole number", "list of whole numbers", "_positive_float")
 # Valid values for the options a command requires, so that the option under test is what fails.
 REQUIRED = {"--capacity": "3", "--holder": "h", "--ttl": "5", "--mode": "naive", "--cause": "healthy"}
 
@@ -172,6 +172,9 @@ def test_every_numeric_option_refuses_what_is_not_finite_and_in_range(value):
     (["engine", "lease", "acquire", "l", "--holder", "h", "--ttl", "inf"], "argument --ttl: 'inf' is not a finite number"),
     (["engine", "scenario", "exactly-once", "--duplicate-rate", "1.5"], "argument --duplicate-rate: '1.5' must be between 0 and 1"),
     (["bench", "engine", "--concurrency", str(2**62)], "argument --concurrency: '4611686018427387904' must be between 1 and 256"),
+    (["bench", "engine", "--concurrency", "2,0"], "argument --concurrency: '0' must be between 1 and 256"),
+    (["bench", "engine", "--concurrency", "2,2"], "argument --concurrency: '2,2' names a number twice"),
+    (["bench", "peers", "--concurrency", "2,x"], "argument --concurrency: 'x' is not a whole number"),
     (["bench", "tui", "--sessions", "0"], "argument --sessions: '0' must be between 1 and 10,000"),
     (["replay", "f", "--speed", "1e-300"], "argument --speed: '1e-300' must be between 0.01 and 1,000"),
     (["record", "f", "--max-size", "0"], "argument --max-size: '0' must be between 0.01 and 1,000,000"),

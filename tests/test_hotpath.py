@@ -1,101 +1,117 @@
-"""The claim loop's libpq fast path: same results as the cursor path, psycopg's errors, and a
-listener that stops at once."""
+"""The engine's prepared paths (issue 30): enqueue through prepared statements with a batch's
+bodies as one binary text[] parameter, and the claim loop's ack sent with the next claim in one
+round trip. Each keeps the engine's guarantees: bodies stored exactly, a transaction's enqueues
+undone with it, an ack and a claim that are two transactions, stale acks refused."""
 
 from __future__ import annotations
 
 import json
-import time
 
 import psycopg
 import pytest
 
-from queues.handlers import parse_handler
-from queues.hotpath import HotPath, number_placeholders
+from bench.probes import RoundTrips
+from queues.hotpath import HotPath, Producer, producer_for
 from queues.table_queue import TableQueue
-from queues.worker import WorkerPool, WorkOptions
 
-from .conftest import wait_until
-from .test_worker import count_sessions
+pytestmark = pytest.mark.matrix  # the server matrix runs these on every supported major
+
+HOSTILE_BODIES = [
+    '{"quote": "say \\"hi\\""}',
+    '{"backslash": "C:\\\\temp\\\\x"}',
+    '{"braces": "{a,b}", "comma": "1,2", "null": "NULL"}',
+    '{"unicode": "ünïcödé 東京 🚀"}',
+    '"a string"',
+    "[1, 2.5, null, true]",
+    '{"spaces":   1 ,  "kept" : "as given"}',
+    '{"newline": "a\\nb", "tab": "\\t"}',
+    "{}",
+]
 
 
-def test_placeholders_are_numbered_by_first_appearance():
-    text, names = number_placeholders("SELECT %(b)s, %(a)s, %(b)s::int, '%(x)s'")
-    assert names == ("b", "a", "x")
-    assert text == "SELECT $1, $2, $1::int, '$3'"
+def stored_bodies(conn, queue):
+    table = queue.qualified_name
+    return [r[0] for r in conn.execute(f"SELECT body::text FROM {table} ORDER BY id")]
 
 
-def test_claim_and_ack_match_the_cursor_path(db):
-    with db.connect() as conn:
+def test_a_batch_of_hostile_bodies_is_stored_exactly_in_order_in_one_round_trip(db):
+    with db.connect(autocommit=True) as conn:
         queue = TableQueue.create(conn, "hot")
-        queue.enqueue_batch(conn, [json.dumps({"n": n}) for n in range(1, 8)])
-        hot = HotPath(conn, queue)
-        [one] = hot.claim(visibility_s=30)
-        assert json.loads(one.body) == {"n": 1} and one.attempts == 1 and one.claim_token
-        assert one.enqueued_at.tzinfo is not None  # decoded by psycopg's loaders, not strings
-        batch = hot.claim(visibility_s=30, batch=4)
-        assert [json.loads(m.body)["n"] for m in batch] == [2, 3, 4, 5]
-        assert len({m.claim_token for m in batch}) == 1
-        assert queue.counts(conn).in_flight == 5
-        assert hot.ack([one]) == 1
-        assert hot.ack(batch) == 4
-        assert queue.counts(conn).depth == 2
-        assert hot.ack([]) == 0
+        assert isinstance(producer_for(conn, queue), Producer)  # the prepared path serves this connection
+        with RoundTrips(conn) as trips:
+            assert queue.enqueue_batch(conn, HOSTILE_BODIES) == len(HOSTILE_BODIES)
+        assert trips.count == 1
+        assert stored_bodies(conn, queue) == HOSTILE_BODIES
+        single = queue.enqueue(conn, HOSTILE_BODIES[0])
+        assert single == conn.execute(f"SELECT max(id) FROM {queue.qualified_name}").fetchone()[0]
+        assert queue.enqueue_batch(conn, []) == 0
 
 
-def test_stale_ack_through_the_hot_path_is_rejected(db):
-    with db.connect() as conn:
-        queue = TableQueue.create(conn, "hot-stale")
-        queue.enqueue(conn, "{}")
-        hot = HotPath(conn, queue)
-        [mine] = hot.claim(visibility_s=0.01)
-        # Our visibility passed and someone else claimed the message.
-        deadline = time.monotonic() + 10
-        theirs = []
-        while not theirs and time.monotonic() < deadline:
-            theirs = queue.claim(conn, visibility_s=30)
-        assert theirs and theirs[0].id == mine.id
-        assert hot.ack([mine]) == 0
-        assert queue.counts(conn).depth == 1
+def test_a_malformed_body_fails_the_statement_and_writes_nothing(db):
+    with db.connect(autocommit=True) as conn:
+        queue = TableQueue.create(conn, "hot")
+        with pytest.raises(psycopg.errors.InvalidTextRepresentation):
+            queue.enqueue_batch(conn, ['{"ok": 1}', "{not json"])
+        assert stored_bodies(conn, queue) == []
+        queue.enqueue(conn, '{"after": "the error"}')  # the connection goes on
+        assert stored_bodies(conn, queue) == ['{"after": "the error"}']
 
 
-def test_server_errors_are_psycopg_exceptions(db):
-    with db.connect() as conn:
-        queue = TableQueue.create(conn, "hot-gone")
-        hot = HotPath(conn, queue)
-        conn.execute(psycopg.sql.SQL("DROP TABLE {}").format(psycopg.sql.Identifier("queuetop", queue.table_name)))
-        with pytest.raises(psycopg.errors.UndefinedTable):
-            hot.claim(visibility_s=30)
-        # The connection is still usable afterwards.
-        assert conn.execute("SELECT 1").fetchone() == (1,)
+def test_enqueues_in_a_transaction_are_undone_with_it(db):
+    with db.connect(autocommit=True) as conn:
+        queue = TableQueue.create(conn, "hot")
+        with pytest.raises(RuntimeError), conn.transaction():
+            queue.enqueue_batch(conn, ['{"n": 1}', '{"n": 2}'])
+            queue.enqueue(conn, '{"n": 3}')
+            assert len(stored_bodies(conn, queue)) == 3  # seen inside the transaction: the same one
+            raise RuntimeError("the business change failed")
+        assert stored_bodies(conn, queue) == []
+        with conn.transaction():
+            queue.enqueue(conn, '{"n": 4}')
+        assert stored_bodies(conn, queue) == ['{"n": 4}']
 
 
-def test_a_lost_connection_is_an_operational_error(db):
-    with db.connect() as admin, db.connect() as conn:
-        queue = TableQueue.create(conn, "hot-lost")
-        hot = HotPath(conn, queue)
-        admin.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
-        with pytest.raises(psycopg.OperationalError):
-            hot.claim(visibility_s=30)
-
-
-def test_hot_path_needs_autocommit(db):
-    with db.connect() as conn:
-        queue = TableQueue.create(conn, "hot-tx")
-        conn.autocommit = False
-        with pytest.raises(ValueError):
-            HotPath(conn, queue)
+def test_a_connection_psycopg_must_open_a_transaction_on_takes_the_plain_path(db):
+    with db.connect(autocommit=False) as conn:
+        queue = TableQueue.create(conn, "hot")
+        conn.commit()
+        assert producer_for(conn, queue) is None  # idle, not autocommit: psycopg's BEGIN comes first
+        queue.enqueue(conn, '{"n": 1}')
         conn.rollback()
+        assert stored_bodies(conn, queue) == []
 
 
-def test_stop_does_not_wait_for_the_poll_interval(db):
-    with db.connect() as conn:
-        TableQueue.create(conn, "hot-stop")
-    pool = WorkerPool(db.target, "hot-stop", parse_handler("noop"), WorkOptions(workers=2, poll_interval_s=60))
-    pool.start()
-    with db.connect() as conn:  # the listener is waiting in select() on its socket
-        wait_until(lambda: count_sessions(conn, "queuetop-listen:%:hot-stop", "idle") == 1, what="listener idle")
-    started = time.monotonic()
-    pool.stop()
-    pool.join(30)
-    assert not any(t.is_alive() for t in pool._threads)
-    assert time.monotonic() - started < 5, "the listener should leave select() on stop, not after 60 s"
+def test_a_statement_forgotten_by_discard_all_is_prepared_again(db):
+    with db.connect(autocommit=True) as conn:
+        queue = TableQueue.create(conn, "hot")
+        queue.enqueue(conn, '{"n": 1}')
+        conn.execute("DISCARD ALL")  # what a pooler's reset does
+        queue.enqueue(conn, '{"n": 2}')
+        queue.enqueue_batch(conn, ['{"n": 3}', '{"n": 4}'])
+        assert [json.loads(b)["n"] for b in stored_bodies(conn, queue)] == [1, 2, 3, 4]
+
+
+def test_ack_and_claim_is_one_round_trip_and_two_transactions(db):
+    with db.connect(autocommit=True) as conn:
+        queue = TableQueue.create(conn, "hot")
+        queue.enqueue_batch(conn, [json.dumps({"n": n}) for n in range(1, 6)])
+        hot = HotPath(conn, queue)
+        first = hot.claim(visibility_s=30, batch=2)
+        assert [json.loads(m.body)["n"] for m in first] == [1, 2]
+        with RoundTrips(conn) as trips:
+            acked, following = hot.ack_and_claim(first, visibility_s=30, batch=2)
+        assert trips.count == 1
+        assert acked == 2 and [json.loads(m.body)["n"] for m in following] == [3, 4]
+        rows = dict(conn.execute(f"SELECT id, claim_token FROM {queue.qualified_name}").fetchall())
+        assert set(rows) == {m.id for m in following} | {5}
+        assert {rows[m.id] for m in following} == {following[0].claim_token} and rows[max(rows)] is None
+        # Two transactions: a claim that fails (an infinite visibility overflows the interval)
+        # does not undo the ack sent before it.
+        with pytest.raises(psycopg.errors.DatetimeFieldOverflow):
+            hot.ack_and_claim(following, visibility_s=float("inf"), batch=2)
+        assert [json.loads(b)["n"] for b in stored_bodies(conn, queue)] == [5]
+        # A stale ack (another claim took the message over) is refused, and counted as such.
+        (last,) = hot.claim(visibility_s=30)
+        conn.execute(f"UPDATE {queue.qualified_name} SET claim_token = 7 WHERE id = %s", (last.id,))
+        acked, nothing = hot.ack_and_claim([last], visibility_s=30)
+        assert acked == 0 and nothing == [] and [json.loads(b)["n"] for b in stored_bodies(conn, queue)] == [5]

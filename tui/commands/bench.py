@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from .context import Context, progress, report
-from .options import MAX_COUNT, ArgumentParser, float_between, int_between, leaf, positive_count
+from .options import MAX_COUNT, ArgumentParser, float_between, int_between, ints_between, leaf, positive_count
 
 
 def cmd_bench_engine(ctx: Context) -> int:
@@ -79,7 +79,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--messages", type=positive_count, default=100_000, help="messages per measured batch run (default 100000)")
     p.add_argument("--single-messages", type=positive_count, default=10_000,
                    help="messages per measured single-message run (default 10000)")
-    p.add_argument("--concurrency", type=int_between(1, 256), default=2, help="clients on both sides, 1 to 256 (default 2)")
+    p.add_argument("--concurrency", type=ints_between(1, 256), default=[2, 8],
+                   help="clients on both sides, 1 to 256, or several, comma-separated, each measured in the same rounds "
+                        "(default 2,8)")
     p.add_argument("--batch", type=int_between(1, 10_000), default=100, help="batch size for the batch runs, 1 to 10000 (default 100)")
     p.add_argument("--rounds", type=int_between(1, 100), default=3, help="interleaved rounds, 1 to 100; medians are reported (default 3)")
     p.add_argument("--idle-seconds", type=float_between(0.1, 3600), default=10.0,
@@ -113,7 +115,8 @@ def register(commands: argparse._SubParsersAction) -> None:
              writes=True)
     p.add_argument("--json", action="store_true", help="print one JSON line")
     p.add_argument("--messages", type=positive_count, default=20_000, help="messages per run (default 20000)")
-    p.add_argument("--concurrency", type=int_between(1, 256), default=2, help="consuming sessions, 1 to 256 (default 2)")
+    p.add_argument("--concurrency", type=ints_between(1, 256), default=[2, 8],
+                   help="consuming sessions, 1 to 256, or several, comma-separated (default 2,8)")
     p.add_argument("--batch", type=int_between(1, 10_000), default=100,
                    help="messages per claim in the batch runs, 1 to 10000 (default 100)")
     p.add_argument("--rounds", type=int_between(1, 100), default=3, help="interleaved rounds, 1 to 100; medians reported (default 3)")

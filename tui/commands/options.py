@@ -97,6 +97,20 @@ def int_between(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
+def ints_between(low: int, high: int) -> Callable[[str], list[int]]:
+    """A comma-separated list of whole numbers, each between `low` and `high` (`2,8`)."""
+    one = int_between(low, high)
+
+    def parse(text: str) -> list[int]:
+        values = [one(part.strip()) for part in text.split(",")]
+        if len(set(values)) != len(values):
+            raise argparse.ArgumentTypeError(f"{text!r} names a number twice")
+        return values
+
+    parse.__name__ = "list of whole numbers"
+    return parse
+
+
 positive_count = int_between(1, MAX_COUNT)
 bigint = int_between(0, BIGINT_MAX)
 
