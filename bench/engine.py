@@ -9,6 +9,7 @@ handler) and the real enqueue path, so the ratio is the cost of the engine's cli
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
@@ -119,13 +120,26 @@ class EngineBench:
     def queuetop_dequeue(self, batch: int) -> float:
         messages = self._count(batch)
         self.reset(messages)
+        # The clock starts once every worker is connected and has prepared its statements, as
+        # pgbench's rate is "without initial connection time" and the peers' clients connect first.
+        barrier = threading.Barrier(self.concurrency + 1)
         pool = WorkerPool(
             self.target, BENCH_QUEUE, parse_handler("noop"),
             WorkOptions(workers=self.concurrency, batch=batch, until_empty=True, visibility_s=VISIBILITY_S),
+            start_barrier=barrier,
         )
-        started = time.perf_counter()
+        started: list[float] = []
+
+        def clock() -> None:
+            with contextlib.suppress(threading.BrokenBarrierError):
+                barrier.wait(timeout=60)
+            started.append(time.perf_counter())
+
+        timer = threading.Thread(target=clock, daemon=True)
+        timer.start()
         summary = pool.run()
-        elapsed = time.perf_counter() - started
+        timer.join()
+        elapsed = time.perf_counter() - started[0]
         if summary.processed != messages:
             raise RuntimeError(f"queuetop processed {summary.processed} of {messages} messages")
         return messages / elapsed

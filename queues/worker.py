@@ -167,7 +167,13 @@ class WorkOptions:
 class WorkerPool:
     """Consumers for one queue. `run()` blocks until done; `start()`/`stop()` for embedding."""
 
-    def __init__(self, target: Target, queue_name: str, handler: Handler, options: WorkOptions) -> None:
+    def __init__(self, target: Target, queue_name: str, handler: Handler, options: WorkOptions,
+                 *, start_barrier: threading.Barrier | None = None) -> None:
+        # start_barrier (benchmarks): each claim-mode worker, connected and its statements
+        # prepared, waits there before its first claim, so that a measurement can start once
+        # every session is up, as pgbench's "without initial connection time" does.
+        self._start_barrier = start_barrier
+        self._started: set[int] = set()  # the workers past it
         self.target = target
         self.queue_name = check_name("queue", queue_name)  # it goes into application_name
         self.handler = handler
@@ -387,6 +393,10 @@ class WorkerPool:
         # hold the GIL, where PQexecPrepared's do not, and 8 such threads were 15 % slower than
         # two plain round trips each (2 cores, measured), 4 and fewer 10-20 % faster, batches faster at 8.
         pipelined = opts.batch > 1 or opts.workers <= PIPELINE_MAX_SINGLE_WORKERS
+        if self._start_barrier is not None and index not in self._started:
+            self._started.add(index)  # once: not again after a reconnection
+            with contextlib.suppress(threading.BrokenBarrierError):
+                self._start_barrier.wait(timeout=60)
         messages: list[Message] = []
         succeeded: list[Message] = []
         while True:
