@@ -42,6 +42,7 @@ from dbcore.sqlfiles import PLACEHOLDER, QueryName
 from .table_queue import Message, TableQueue, new_claim_token
 
 _HOT: tuple[QueryName, ...] = ("claim_one", "claim_batch", "ack_one", "ack_batch")
+_PRODUCED: tuple[QueryName, ...] = ("enqueue", "enqueue_batch")
 
 
 def number_placeholders(statement: str) -> tuple[str, tuple[str, ...]]:
@@ -195,7 +196,7 @@ class Producer:
         suffix = hashlib.blake2s(queue.table_name.encode(), digest_size=6).hexdigest()  # one queue's, not another's
         self._names: dict[str, bytes] = {}
         self._texts: dict[str, bytes] = {}
-        for query_name in ("enqueue", "enqueue_batch"):
+        for query_name in _PRODUCED:
             text, params = number_placeholders(queue.statement(query_name))
             if len(params) != 1:
                 raise AssertionError(f"{query_name} takes one parameter")  # the SQL file changed: this code must too
