@@ -17,6 +17,7 @@ backlog grown 10 s), healthy (25 s of load) and no-consumers beside a worker (10
 from __future__ import annotations
 
 import collections
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -276,7 +277,16 @@ def test_a_handler_that_throws_with_no_retry_is_failing(db, boss, watch):
     held = [verdict(q).code for t, q in w.seen if t >= first]
     assert set(held) == {"failing"}, w.history()  # the handler never stopped failing
     last = verdict(w.seen[-1][1])
-    assert last.reason.endswith(", 0 completed"), f"server: {completed} completed\n{w.history()}"
+    # pg-boss 10's completions are inferred from the partition's counters, which lag the exact
+    # counts (a CI run read "28 went dead in 14 s, 1 completed" with none on the server): the
+    # reason says "about" then, and may be off by what one late statistics flush holds.
+    inferred = re.search(r", (?:about )?(\d+) completed", last.reason)
+    assert inferred is not None, last.reason
+    if int(inferred.group(1)) == 0:
+        assert last.reason.endswith(", 0 completed"), last.reason
+    else:
+        assert last.reason.endswith("completed (inferred from the table's counters)"), last.reason
+        assert int(inferred.group(1)) <= completed + 2, f"server: {completed} completed\n{w.history()}"
 
 
 # -- bloat ------------------------------------------------------------------------------------------
