@@ -76,16 +76,22 @@ class RelayScenario:
                 written = 0
                 deadline = None  # set once everything is written
                 while True:
-                    if written < self.messages:
-                        due = min(self.messages, int((time.monotonic() - started) * self.rate) + 1)
+                    # With --kill-leader, half the messages wait until the leader is dead: someone
+                    # must then take the lease over to relay them. (A stalled loop that wrote them
+                    # all at once let the leader relay everything before it was killed.)
+                    limit = self.messages // 2 if self.kill_leader and killed is None else self.messages
+                    if written < limit:
+                        due = min(limit, int((time.monotonic() - started) * self.rate) + 1)
                         outbox.write_orders(conn, written, due, self.direct, self.topic)
                         written = due
-                    elif deadline is None:
+                    elif deadline is None and written == self.messages:
                         deadline = time.monotonic() + 60 + self.ttl_s * 3
                     if first_token is None:
                         first_token = self._token(conn)
                     if self.kill_leader and killed is None and self._relayed(conn) >= self.messages // 3:
                         killed = self._kill_leader(conn, processes)
+                    if self.kill_leader and killed is None and time.monotonic() > started + 60 + self.ttl_s * 3:
+                        raise RuntimeError("no relay held the lease to be killed, or the first third was never relayed")
                     if deadline is not None:
                         backlog = one(conn.execute(schema.ENGINE_SQL["outbox_rows"]))[0]
                         if backlog == 0 and (killed or not self.kill_leader):
