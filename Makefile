@@ -84,7 +84,7 @@ $(PEERS_STAMP): tests/peers/package.json tests/peers/package-lock.json
 # majors (15 first: with the oracle it is the longest), three jobs at a time. test-main keeps only
 # half of CI's two cores busy (measured: 49 % idle over its 17 minutes; its tests wait on servers,
 # processes and clocks), so the matrix no longer waits for it to end: 29.5 min in all became
-# about 20. Each job is its own pytest process and its own server; each one's output is shown
+# 25 (clean .ci/run, 2026-11-25). Each job is its own pytest process and its own server; each one's output is shown
 # whole when it ends.
 TEST_JOBS ?= 3
 MATRIX_TARGETS := $(addprefix matrix-,15 $(filter-out 15,$(MATRIX_MAJORS)))

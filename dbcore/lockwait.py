@@ -185,6 +185,11 @@ class LockWatch:
 _WATCHES: weakref.WeakKeyDictionary[psycopg.Connection[Any], LockWatch] = weakref.WeakKeyDictionary()
 
 
+def watch_of(conn: psycopg.Connection[Any]) -> LockWatch | None:
+    """The session's LockWatch, for statements sent without its cursors (queues/producer.py)."""
+    return _WATCHES.get(conn)
+
+
 class LockWatchedCursor(psycopg.Cursor[Any]):
     """psycopg's cursor, whose statements the session's LockWatch follows; a lock timeout comes
     out as queuetop's LockTimeout (exit 1), naming the holder. Inside `transaction()` the block

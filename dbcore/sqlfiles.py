@@ -126,3 +126,16 @@ class Queries:
 
     def __repr__(self) -> str:
         return f"Queries({self.package!r}, {self.filename!r}, dialect={self.dialect!r})"
+
+
+def number_placeholders(statement: str) -> tuple[str, tuple[str, ...]]:
+    """`%(name)s` → `$n`, the same name always getting the same number."""
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in names:
+            names.append(name)
+        return f"${names.index(name) + 1}"
+
+    return PLACEHOLDER.sub(number, statement), tuple(names)

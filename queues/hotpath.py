@@ -18,44 +18,23 @@ Two things go further than pgbench's one-statement-at-a-time loop can (issue 30)
 - `ack_and_claim` sends the ack of the messages just processed and the claim of the next ones
   together, in libpq's pipeline mode, each behind its own Sync: two transactions, committed one
   after the other exactly as before, in one round trip instead of two.
-- `Producer` prepares the enqueue statements the same way, and sends a batch's bodies as one
-  binary text[] parameter (no per-element quoting).
+- `queues/producer.py` prepares the enqueue statements the same way.
 """
 
 from __future__ import annotations
 
-import hashlib
-import re
 import select
-import struct
-import threading
-import weakref
 from collections.abc import Sequence
-from typing import Any
 
 import psycopg
 from psycopg import errors, pq
 from psycopg.adapt import Transformer
 
-from dbcore.sqlfiles import PLACEHOLDER, QueryName
+from dbcore.sqlfiles import QueryName, number_placeholders
 
 from .table_queue import Message, TableQueue, new_claim_token
 
 _HOT: tuple[QueryName, ...] = ("claim_one", "claim_batch", "ack_one", "ack_batch")
-_PRODUCED: tuple[QueryName, ...] = ("enqueue", "enqueue_batch")
-
-
-def number_placeholders(statement: str) -> tuple[str, tuple[str, ...]]:
-    """`%(name)s` → `$n`, the same name always getting the same number."""
-    names: list[str] = []
-
-    def number(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if name not in names:
-            names.append(name)
-        return f"${names.index(name) + 1}"
-
-    return PLACEHOLDER.sub(number, statement), tuple(names)
 
 
 class HotPath:
@@ -181,91 +160,3 @@ class HotPath:
                     pass
         return results
 
-
-class Producer:
-    """The queue's enqueue statements prepared on one psycopg connection, run through libpq's
-    prepared-statement call like the claim loop's (about 45 µs of client CPU per statement
-    through a cursor, measured, against 10-15 µs). A batch's bodies go as one text[] parameter
-    in binary: a length and the bytes for each, where the text form needs every body quoted and
-    escaped. `producer_for` keeps one per connection and queue."""
-
-    def __init__(self, conn: psycopg.Connection[Any], queue: TableQueue) -> None:
-        self._conn = conn
-        self._pg = conn.pgconn
-        self._encoding = conn.info.encoding
-        suffix = hashlib.blake2s(queue.table_name.encode(), digest_size=6).hexdigest()  # one queue's, not another's
-        self._names: dict[str, bytes] = {}
-        self._texts: dict[str, bytes] = {}
-        for query_name in _PRODUCED:
-            text, params = number_placeholders(queue.statement(query_name))
-            if len(params) != 1:
-                raise AssertionError(f"{query_name} takes one parameter")  # the SQL file changed: this code must too
-            self._names[query_name] = f"queuetop_enq_{query_name}_{suffix}".encode()
-            self._texts[query_name] = text.encode(self._encoding)
-            self._prepare(query_name)
-
-    def _prepare(self, query_name: str) -> None:
-        with self._conn.lock:
-            result = self._pg.prepare(self._names[query_name], self._texts[query_name])
-        if result.status != pq.ExecStatus.COMMAND_OK:
-            raise errors.error_from_result(result, encoding=self._encoding)
-
-    def _run(self, query_name: str, param: bytes, param_format: int, expected: pq.ExecStatus) -> pq.abc.PGresult:
-        with self._conn.lock:  # the connection may be shared by threads: one statement at a time
-            result = self._pg.exec_prepared(self._names[query_name], [param], param_formats=[param_format])
-        if result.status != expected and result.error_field(pq.DiagnosticField.SQLSTATE) == b"26000" and \
-                self._pg.transaction_status == pq.TransactionStatus.IDLE:
-            # DISCARD ALL or DEALLOCATE (a pooler's reset) forgot the statement: prepare it again.
-            self._prepare(query_name)
-            with self._conn.lock:
-                result = self._pg.exec_prepared(self._names[query_name], [param], param_formats=[param_format])
-        if result.status != expected:
-            if self._pg.status != pq.ConnStatus.OK or result.error_field(pq.DiagnosticField.SQLSTATE) is None:
-                message = result.error_message.decode(self._encoding, "replace").strip()
-                raise psycopg.OperationalError(message or self._pg.get_error_message(self._encoding))
-            raise errors.error_from_result(result, encoding=self._encoding)
-        return result
-
-    def enqueue(self, body: str) -> int:
-        result = self._run("enqueue", body.encode(), 0, pq.ExecStatus.TUPLES_OK)
-        value = result.get_value(0, 0)
-        assert value is not None  # RETURNING id of the row just inserted
-        return int(value)
-
-    def enqueue_batch(self, bodies: Sequence[str]) -> int:
-        # array_recv's format: dimensions 1, no NULLs, element type text (25), then the length
-        # and lower bound (1) of the dimension, then each element's length and bytes.
-        parts = [_TEXT_ARRAY_HEADER.pack(1, 0, 25, len(bodies), 1)]
-        for body in bodies:
-            data = body.encode()
-            parts.append(_LENGTH.pack(len(data)))
-            parts.append(data)
-        result = self._run("enqueue_batch", b"".join(parts), 1, pq.ExecStatus.COMMAND_OK)
-        return result.command_tuples or 0
-
-
-_TEXT_ARRAY_HEADER = struct.Struct("!iiIii")
-_LENGTH = struct.Struct("!i")
-_PRODUCERS: weakref.WeakKeyDictionary[psycopg.Connection[Any], dict[str, Producer]] = weakref.WeakKeyDictionary()
-_PRODUCERS_LOCK = threading.Lock()
-
-
-def producer_for(conn: object, queue: TableQueue) -> Producer | None:
-    """The prepared producer for `queue` on `conn`, made on first use; None where the plain path
-    must serve: another dialect, a cursor, a connection in pipeline mode, or one that psycopg
-    would first have to open a transaction on (not autocommit and idle), or that is in a failed
-    transaction."""
-    if not isinstance(conn, psycopg.Connection):
-        return None
-    pg = conn.pgconn
-    if pg.pipeline_status != pq.PipelineStatus.OFF:
-        return None
-    status = pg.transaction_status
-    if not (status == pq.TransactionStatus.INTRANS or (status == pq.TransactionStatus.IDLE and conn.autocommit)):
-        return None
-    with _PRODUCERS_LOCK:
-        mine = _PRODUCERS.setdefault(conn, {})
-        producer = mine.get(queue.table_name)
-        if producer is None:
-            producer = mine[queue.table_name] = Producer(conn, queue)
-    return producer

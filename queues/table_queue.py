@@ -28,6 +28,7 @@ from dbcore.pgversions import versioned
 from dbcore.sqlfiles import PLACEHOLDER, QueryName
 
 from . import schema
+from .producer import producer_for  # enqueues through prepared statements on a psycopg connection
 
 SCHEMA = "queuetop"
 
@@ -188,16 +189,12 @@ class TableQueue:
     # -- producing ------------------------------------------------------------------------
 
     def enqueue(self, conn: Executor, body: str) -> int:
-        from .hotpath import producer_for  # the prepared path on a psycopg connection (hotpath.py)
-
         producer = producer_for(conn, self)
         if producer is not None:
             return producer.enqueue(body)
         return one(conn.execute(self.statement_for(conn, "enqueue"), {"body": body}))[0]
 
     def enqueue_batch(self, conn: Executor, bodies: Sequence[str]) -> int:
-        from .hotpath import producer_for
-
         producer = producer_for(conn, self)
         if producer is not None:
             return producer.enqueue_batch(bodies)

@@ -11,7 +11,8 @@ import psycopg
 import pytest
 
 from bench.probes import RoundTrips
-from queues.hotpath import HotPath, Producer, producer_for
+from queues.hotpath import HotPath
+from queues.producer import Producer, producer_for
 from queues.table_queue import TableQueue
 
 pytestmark = pytest.mark.matrix  # the server matrix runs these on every supported major
