@@ -6,11 +6,12 @@ that table_queue.py can use it without the two importing one another."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import struct
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import psycopg
@@ -44,52 +45,55 @@ class Producer:
             self._texts[query_name] = text.encode(self._encoding)
             self._prepare(query_name)
 
-    def _prepare(self, query_name: str) -> None:
-        # Preparing an INSERT locks its table (RowExclusiveLock), so it may wait as a statement does.
+    @contextlib.contextmanager
+    def _watched(self) -> Iterator[None]:
+        """A command-line session's lock watch (dbcore/lockwait.py) follows what runs here as it
+        follows a cursor's statements, so a lock timeout names the holder here too."""
         watch = watch_of(self._conn)
         serial = watch.begin() if watch is not None else 0
         try:
+            yield
+        except psycopg.errors.LockNotAvailable as exc:
+            if watch is None:
+                raise
+            raise watch.error(serial, exc) from exc
+        finally:
+            if watch is not None:
+                watch.end(serial)
+
+    def _prepare(self, query_name: str) -> None:
+        # Preparing an INSERT locks its table (RowExclusiveLock), so it may wait as a statement does.
+        with self._watched():
             with self._conn.lock:
                 result = self._pg.prepare(self._names[query_name], self._texts[query_name])
             if result.status != pq.ExecStatus.COMMAND_OK:
                 raise errors.error_from_result(result, encoding=self._encoding)
-        except psycopg.errors.LockNotAvailable as exc:
-            if watch is None:
-                raise
-            raise watch.error(serial, exc) from exc
-        finally:
-            if watch is not None:
-                watch.end(serial)
 
     def _run(self, query_name: str, param: bytes, param_format: int, expected: pq.ExecStatus) -> pq.abc.PGresult:
-        # A command-line session's lock watch (dbcore/lockwait.py) follows this statement as it
-        # follows a cursor's, so a lock timeout names the holder here too.
-        watch = watch_of(self._conn)
-        serial = watch.begin() if watch is not None else 0
-        try:
-            result = self._exec(query_name, param, param_format)
-            if result.status != expected and result.error_field(pq.DiagnosticField.SQLSTATE) == b"26000" and \
-                    self._pg.transaction_status == pq.TransactionStatus.IDLE:
-                # DISCARD ALL or DEALLOCATE (a pooler's reset) forgot the statement: prepare it again.
-                self._prepare(query_name)
-                result = self._exec(query_name, param, param_format)
-            if result.status != expected:
-                if self._pg.status != pq.ConnStatus.OK or result.error_field(pq.DiagnosticField.SQLSTATE) is None:
-                    message = result.error_message.decode(self._encoding, "replace").strip()
-                    raise psycopg.OperationalError(message or self._pg.get_error_message(self._encoding))
+        result = self._exec(query_name, param, param_format, expected)
+        if result.status != expected and result.error_field(pq.DiagnosticField.SQLSTATE) == b"26000" and \
+                self._pg.transaction_status == pq.TransactionStatus.IDLE:
+            # DISCARD ALL or DEALLOCATE (a pooler's reset) forgot the statement: prepare it again.
+            self._prepare(query_name)
+            result = self._exec(query_name, param, param_format, expected)
+        if result.status != expected:
+            raise errors.error_from_result(result, encoding=self._encoding)
+        return result
+
+    def _exec(self, query_name: str, param: bytes, param_format: int, expected: pq.ExecStatus) -> pq.abc.PGresult:
+        """The statement's result; a failure raised here, in the same watched span as the wait,
+        except a forgotten statement (26000), which `_run` prepares again."""
+        with self._watched():
+            with self._conn.lock:  # the connection may be shared by threads: one statement at a time
+                result = self._pg.exec_prepared(self._names[query_name], [param], param_formats=[param_format])
+            if result.status == expected:
+                return result
+            if self._pg.status != pq.ConnStatus.OK or result.error_field(pq.DiagnosticField.SQLSTATE) is None:
+                message = result.error_message.decode(self._encoding, "replace").strip()
+                raise psycopg.OperationalError(message or self._pg.get_error_message(self._encoding))
+            if result.error_field(pq.DiagnosticField.SQLSTATE) != b"26000":
                 raise errors.error_from_result(result, encoding=self._encoding)
             return result
-        except psycopg.errors.LockNotAvailable as exc:
-            if watch is None:
-                raise
-            raise watch.error(serial, exc) from exc
-        finally:
-            if watch is not None:
-                watch.end(serial)
-
-    def _exec(self, query_name: str, param: bytes, param_format: int) -> pq.abc.PGresult:
-        with self._conn.lock:  # the connection may be shared by threads: one statement at a time
-            return self._pg.exec_prepared(self._names[query_name], [param], param_formats=[param_format])
 
     def enqueue(self, body: str) -> int:
         result = self._run("enqueue", body.encode(), 0, pq.ExecStatus.TUPLES_OK)
