@@ -10,7 +10,7 @@ import re
 from typing import Any
 
 import psycopg
-from psycopg import sql
+from psycopg import errors, pq, sql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 
@@ -100,3 +100,17 @@ def statement_cancelled(exc: psycopg.Error, target: Target | None) -> str:
             where = f"statement_timeout={found[-1]} in {source}"
             break
     return f"statement timeout: {line} ({where}: raise it)"
+
+
+def check_result(pgconn: pq.abc.PGconn, result: pq.abc.PGresult, expected: pq.ExecStatus, encoding: str) -> pq.abc.PGresult:
+    """`result` of a statement sent through libpq directly (queues/hotpath.py, queues/producer.py),
+    or the error psycopg's own call would have raised. A lost connection: the status says so, or
+    (an immediate server shutdown, measured) libpq still says OK and the result is an error the
+    server never sent, with no SQLSTATE. Both are psycopg's OperationalError, which the worker pool
+    reconnects on."""
+    if result.status == expected:
+        return result
+    if pgconn.status != pq.ConnStatus.OK or result.error_field(pq.DiagnosticField.SQLSTATE) is None:
+        message = result.error_message.decode(encoding, "replace").strip() or pgconn.get_error_message(encoding)
+        raise psycopg.OperationalError(message.strip())
+    raise errors.error_from_result(result, encoding=encoding)

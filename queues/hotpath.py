@@ -27,9 +27,10 @@ import select
 from collections.abc import Sequence
 
 import psycopg
-from psycopg import errors, pq
+from psycopg import pq
 from psycopg.adapt import Transformer
 
+from dbcore.postgres import check_result
 from dbcore.sqlfiles import QueryName, number_placeholders
 
 from .table_queue import Message, TableQueue, new_claim_token
@@ -57,15 +58,7 @@ class HotPath:
             self._params[query_name] = params
 
     def _check(self, result: pq.abc.PGresult, expected: pq.ExecStatus) -> pq.abc.PGresult:
-        if result.status == expected:
-            return result
-        # A lost connection: the status says so, or (an immediate server shutdown, measured) libpq
-        # still says OK and the result is an error the server never sent, with no SQLSTATE. Both
-        # are psycopg's OperationalError, which the worker pool reconnects on.
-        if self._pg.status != pq.ConnStatus.OK or result.error_field(pq.DiagnosticField.SQLSTATE) is None:
-            message = result.error_message.decode(self._encoding, "replace").strip() or self._pg.get_error_message(self._encoding)
-            raise psycopg.OperationalError(message.strip())
-        raise errors.error_from_result(result, encoding=self._encoding)
+        return check_result(self._pg, result, expected, self._encoding)
 
     def claim(self, *, visibility_s: float, batch: int = 1) -> list[Message]:
         query_name, params, token = self._claim_args(visibility_s, batch)

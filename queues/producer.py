@@ -18,6 +18,7 @@ import psycopg
 from psycopg import errors, pq
 
 from dbcore.lockwait import watch_of
+from dbcore.postgres import check_result
 from dbcore.sqlfiles import QueryName, number_placeholders
 
 _PRODUCED: tuple[QueryName, ...] = ("enqueue", "enqueue_batch")
@@ -86,14 +87,9 @@ class Producer:
         with self._watched():
             with self._conn.lock:  # the connection may be shared by threads: one statement at a time
                 result = self._pg.exec_prepared(self._names[query_name], [param], param_formats=[param_format])
-            if result.status == expected:
+            if result.status != expected and result.error_field(pq.DiagnosticField.SQLSTATE) == b"26000":
                 return result
-            if self._pg.status != pq.ConnStatus.OK or result.error_field(pq.DiagnosticField.SQLSTATE) is None:
-                message = result.error_message.decode(self._encoding, "replace").strip()
-                raise psycopg.OperationalError(message or self._pg.get_error_message(self._encoding))
-            if result.error_field(pq.DiagnosticField.SQLSTATE) != b"26000":
-                raise errors.error_from_result(result, encoding=self._encoding)
-            return result
+            return check_result(self._pg, result, expected, self._encoding)
 
     def enqueue(self, body: str) -> int:
         result = self._run("enqueue", body.encode(), 0, pq.ExecStatus.TUPLES_OK)

@@ -64,10 +64,6 @@ class PlainPath:
     def ack(self, messages: list[Message]) -> int:
         return self._queue.ack_batch(self._conn, messages)
 
-    def ack_and_claim(self, messages: list[Message], *, visibility_s: float, batch: int = 1) -> tuple[int, list[Message]]:
-        acked = self.ack(messages)
-        return acked, self.claim(visibility_s=visibility_s, batch=batch)
-
 
 @dataclass(slots=True)
 class WorkSummary:
@@ -392,12 +388,12 @@ class WorkerPool:
         # except with single-message claims in more than 4 threads: a pipeline's send and receive
         # hold the GIL, where PQexecPrepared's do not, and 8 such threads were 15 % slower than
         # two plain round trips each (2 cores, measured), 4 and fewer 10-20 % faster, batches faster at 8.
-        pipelined = opts.batch > 1 or opts.workers <= PIPELINE_MAX_SINGLE_WORKERS
+        pipeline = None if isinstance(hot, PlainPath) or (
+            opts.batch == 1 and opts.workers > PIPELINE_MAX_SINGLE_WORKERS) else hot.ack_and_claim
         if self._start_barrier is not None and index not in self._started:
             self._started.add(index)  # once: not again after a reconnection
             with contextlib.suppress(threading.BrokenBarrierError):
                 self._start_barrier.wait(timeout=60)
-        messages: list[Message] = []
         succeeded: list[Message] = []
         while True:
             if self._stop.is_set():
@@ -406,8 +402,8 @@ class WorkerPool:
                 return
             seen = self._waker.generation()
             self._poll_counts[index] += 1
-            if pipelined:
-                acked, messages = hot.ack_and_claim(succeeded, visibility_s=opts.visibility_s, batch=opts.batch)
+            if pipeline is not None:
+                acked, messages = pipeline(succeeded, visibility_s=opts.visibility_s, batch=opts.batch)
             else:
                 acked = hot.ack(succeeded)
                 messages = hot.claim(visibility_s=opts.visibility_s, batch=opts.batch)

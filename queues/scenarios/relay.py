@@ -74,6 +74,7 @@ class RelayScenario:
             first_token = None
             try:
                 written = 0
+                patience_s = 60 + self.ttl_s * 3  # for the relays to finish, or to take the lease
                 deadline = None  # set once everything is written
                 while True:
                     # With --kill-leader, half the messages wait until the leader is dead: someone
@@ -85,12 +86,12 @@ class RelayScenario:
                         outbox.write_orders(conn, written, due, self.direct, self.topic)
                         written = due
                     elif deadline is None and written == self.messages:
-                        deadline = time.monotonic() + 60 + self.ttl_s * 3
+                        deadline = time.monotonic() + patience_s
                     if first_token is None:
                         first_token = self._token(conn)
                     if self.kill_leader and killed is None and self._relayed(conn) >= self.messages // 3:
                         killed = self._kill_leader(conn, processes)
-                    if self.kill_leader and killed is None and time.monotonic() > started + 60 + self.ttl_s * 3:
+                    if self.kill_leader and killed is None and time.monotonic() > started + patience_s:
                         raise RuntimeError("no relay held the lease to be killed, or the first third was never relayed")
                     if deadline is not None:
                         backlog = one(conn.execute(schema.ENGINE_SQL["outbox_rows"]))[0]
