@@ -4,9 +4,12 @@ and what each session waits on, named as the application would name it."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import NamedTuple
 
-from .model import BlockedSession, Blocker, PreparedXact
+from .model import AppLock, BlockedSession, Blocker, PreparedXact, WaitCycle
 
 # PostgreSQL's table-level lock modes, weakest first, and which modes each one conflicts with
 # (the "Conflicting Lock Modes" table of the documentation). Row-level and advisory locks use
@@ -61,56 +64,99 @@ def prepared_blockers(waiting_rows: Iterable[dict], prepared: Iterable[dict], he
     return found
 
 
+class LockPicture(NamedTuple):
+    """What the locks probe returns: the blocked sessions, the root blockers (a wait cycle's
+    members among them), the prepared transactions, the application locks and the wait cycles."""
+
+    blocked: tuple[BlockedSession, ...]
+    blockers: tuple[Blocker, ...]
+    prepared_xacts: tuple[PreparedXact, ...]
+    app_locks: tuple[AppLock, ...]
+    cycles: tuple[WaitCycle, ...]
+
+
 def build_lock_tree(
     waiting_rows: Iterable[dict], others: dict[int, dict], prepared: Iterable[dict] = (), by_prepared: dict[int, set[str]] | None = None,
-) -> tuple[tuple[BlockedSession, ...], tuple[Blocker, ...], tuple[PreparedXact, ...]]:
+) -> tuple[tuple[BlockedSession, ...], tuple[Blocker, ...], tuple[PreparedXact, ...], tuple[WaitCycle, ...]]:
     """Blocked sessions with every blocker and every root, the root blockers with how many
-    sessions each holds up, and the prepared transactions with the same count. Parallel workers
-    fold into their leader; wait cycles (a deadlock the server has not yet broken) are marked
-    instead of followed forever."""
+    sessions (and processes) each holds up, the prepared transactions with the same count, and
+    the wait cycles. Parallel workers fold into their leader, counted; a wait cycle (a deadlock the
+    server has not yet broken) is an object of its own, whose members are the roots of everything
+    that waits on it.
+
+    A waiting row may carry, besides what locks.sql's `picture` gives: `multixact_holders`, the
+    other sessions sharing the row it waits on (PostgresProbes reads the row's multixact), and
+    `holders_note`, why they could not be read."""
     waiting_rows = list(waiting_rows)
     prepared = list(prepared)
     by_prepared = by_prepared or {}
     # A parallel worker's leader (PostgreSQL 13+); most pictures have none, and then a pid is its own.
-    leader = {r["pid"]: r["leader_pid"] for r in waiting_rows if r["leader_pid"] not in (None, r["pid"])}
+    leader = {r["pid"]: r["leader_pid"] for r in waiting_rows if r.get("leader_pid") not in (None, r["pid"])}
     leader.update({pid: r["leader_pid"] for pid, r in others.items() if r.get("leader_pid") not in (None, pid)})
 
     waiting: dict[int, dict] = {}  # pid -> its row (a leader's own when it waits too)
     blockers_of: dict[int, set[int]] = {}
+    holders_of: dict[int, set[int]] = {}
     gids_of: dict[int, set[str]] = {}
+    workers_of: dict[int, list[int]] = {}
+    # A row's lockers, as its first waiter (the one waiting on the locker's transaction id) knows
+    # them: the waiters queued behind it on the row's tuple lock want the same row.
+    row_holders: dict[tuple, set[int]] = {}
     for row in sorted(waiting_rows, key=lambda r: (r["pid"] in leader, r["pid"])) if leader else waiting_rows:
         pid = leader.get(row["pid"], row["pid"])
+        shared = row.get("multixact_holders") or ()
         if leader:
-            blockers = {leader.get(b, b) for b in row["blocked_by"] if b != 0}  # 0: a prepared transaction
+            blockers = {leader.get(b, b) for b in (*row["blocked_by"], *shared) if b != 0}  # 0: a prepared transaction
         else:
-            blockers = set(row["blocked_by"])
+            blockers = {*row["blocked_by"], *shared}
             blockers.discard(0)
         blockers.discard(pid)
+        holders = _holders(row, blockers, leader)
+        if row.get("lock_type") == "transactionid" and row.get("row_relation_oid") is not None:
+            row_holders.setdefault((row["row_relation_oid"], row["row_page"], row["row_tuple"]), set()).update(holders)
         gids = set(by_prepared[row["pid"]]) if row["pid"] in by_prepared else set()
         if pid in waiting:  # a parallel worker of a leader already listed: merge its blockers
             blockers_of[pid] |= blockers
+            holders_of[pid] |= holders
             gids_of[pid] |= gids
+            workers_of[pid].append(row["pid"])
             continue
-        waiting[pid], blockers_of[pid], gids_of[pid] = row, blockers, gids
+        waiting[pid], blockers_of[pid], holders_of[pid], gids_of[pid] = row, blockers, holders, gids
+        workers_of[pid] = [] if pid == row["pid"] else [row["pid"]]  # a worker that waits while its leader does not
+    for pid, row in waiting.items():
+        if row.get("lock_type") == "tuple" and row.get("relation_oid") is not None:
+            holders_of[pid] |= row_holders.get((row["relation_oid"], row.get("page"), row.get("tuple")), set()) - {pid}
 
     reached = _roots_by_component(blockers_of, gids_of)
-    ordered: dict[int, tuple[tuple[int, ...], tuple[str, ...]]] = {}  # per component: its roots, sorted once
+    # The wait cycles, numbered from 1 in the order of their lowest member.
+    cycle_components = sorted({id(c): c for c in reached.values() if c.cycle is not None}.values(), key=lambda c: min(c.cycle or ()))
+    cycle_id = {id(c): n for n, c in enumerate(cycle_components, 1)}
+    ordered: dict[int, tuple[tuple[int, ...], tuple[str, ...], tuple[int, ...]]] = {}  # per component: sorted once
 
     blocked: list[BlockedSession] = []
     counts: dict[int, int] = {}
+    processes: dict[int, int] = {}
     prepared_counts: dict[str, int] = {}
+    waiting_on_cycle: dict[int, list[int]] = {}
     for pid in sorted(waiting):
         row = waiting[pid]
         component = reached[pid]
-        roots_set, gids_set, cycle = component
         if id(component) not in ordered:
-            ordered[id(component)] = (tuple(sorted(roots_set)), tuple(sorted(gids_set)))
-        roots, root_gids = ordered[id(component)]
+            ordered[id(component)] = (tuple(sorted(component.roots)), tuple(sorted(component.gids)),
+                                      tuple(sorted(cycle_id[id(c)] for c in component.cycles)))
+        all_roots, root_gids, cycles = ordered[id(component)]
+        roots = all_roots if pid not in component.roots else tuple(r for r in all_roots if r != pid)  # a cycle's member
+        workers = tuple(sorted(workers_of[pid]))
         for root in roots:
             counts[root] = counts.get(root, 0) + 1
+            processes[root] = processes.get(root, 0) + 1 + len(workers)
         for gid in root_gids:
             prepared_counts[gid] = prepared_counts.get(gid, 0) + 1
+        for n in cycles:
+            if component.cycle is None or cycle_id.get(id(component)) != n:
+                waiting_on_cycle.setdefault(n, []).append(pid)
         relation, ctid = lock_target(row)
+        query = visible_text(row["query"])
         blocked.append(
             BlockedSession(
                 pid=pid,
@@ -125,15 +171,26 @@ def build_lock_tree(
                 relation=relation,
                 row=ctid,
                 database=row.get("database"),
-                query=visible_text(row["query"]),
+                query=query,
                 application=row["application_name"],
                 state=row["state"],
-                in_cycle=cycle,
+                in_cycle=component.cycle is not None,
+                wants=wants_of(row, relation, ctid, query),
+                holders=tuple(sorted(holders_of[pid])),
+                holders_note=row.get("holders_note"),
+                worker_pids=workers,
+                root_cycles=cycles,
             )
         )
+    cycles_found = tuple(
+        WaitCycle(id=n, members=_in_order_of_waits(c.cycle or frozenset(), blockers_of), waiting=tuple(waiting_on_cycle.get(n, ())),
+                  wait_s=max((waiting[m]["wait_s"] for m in c.cycle or () if waiting[m]["wait_s"] is not None), default=None))
+        for n, c in enumerate(cycle_components, 1)
+    )
+    member_of = {m: cycle.id for cycle in cycles_found for m in cycle.members}
     roots_found: list[Blocker] = []
     for root, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
-        info = others.get(root) or {}
+        info = others.get(root) or waiting.get(root) or {}  # a cycle's member waits itself
         roots_found.append(
             Blocker(
                 pid=root,
@@ -142,6 +199,8 @@ def build_lock_tree(
                 xact_age_s=info.get("xact_age_s"),
                 query=visible_text(info.get("query")),
                 application=info.get("application_name"),
+                blocked_processes=processes[root],
+                cycle=member_of.get(root),
             )
         )
     prepared_found = tuple(
@@ -149,17 +208,161 @@ def build_lock_tree(
                      blocked_count=prepared_counts.get(p["gid"], 0))
         for p in prepared
     )
-    return tuple(blocked), tuple(roots_found), prepared_found
+    return tuple(blocked), tuple(roots_found), prepared_found, cycles_found
 
 
-def _roots_by_component(blockers_of: dict[int, set[int]], gids_of: dict[int, set[str]]) -> dict[int, tuple[set[int], set[str], bool]]:
-    """For every waiting session: the sessions and prepared transactions at the root of its
-    chains, and whether it is part of a wait cycle. The waits form a graph (waiter -> blocker);
-    its strongly connected components (Tarjan's algorithm, without recursion: a chain may be
-    thousands long) come out blockers first, so each component's roots are its own outside
-    blockers plus the roots of the components it waits on: linear in the waits, where walking
-    every chain from every waiter was cubic in a pile-up (each waiter of a row lock waits for
-    all the waiters queued ahead of it)."""
+def _holders(row: dict, blockers: set[int], leader: dict[int, int]) -> set[int]:
+    """Those of a waiter's blockers that hold what it wants (not only queue ahead of it). A wait
+    for a transaction (a row's locker, an INSERT's duplicate key) or a virtual transaction (CREATE
+    INDEX CONCURRENTLY) is a wait for its one owner, and every other member of a shared row lock
+    holds the row too; otherwise the granted locks on the same object in a conflicting mode
+    (locks.sql's `holders`). A tuple lock's waiter gets its row's lockers from the row's first
+    waiter (build_lock_tree)."""
+    lock_type = row.get("lock_type")
+    if lock_type in ("transactionid", "virtualxid"):
+        return set(blockers)
+    if lock_type == "tuple":
+        return set()
+    held = row.get("holders")
+    if held is None:  # SQL Server's rows: its blockers are the holders it reports
+        return set(blockers)
+    return {leader.get(pid, pid) for pid, mode in held if conflicts(mode, row.get("mode"))} & blockers
+
+
+def _in_order_of_waits(members: frozenset[int], blockers_of: dict[int, set[int]]) -> tuple[int, ...]:
+    """A cycle's members from the lowest pid, each followed by the (lowest) member it waits for."""
+    order: list[int] = []
+    current = min(members)
+    while current not in order:
+        order.append(current)
+        current = min((b for b in blockers_of[current] if b in members), default=order[0])
+    return tuple(order) + tuple(sorted(members - set(order)))  # a component may be more than one ring
+
+
+# The lock modes as a DBA writes them (LOCK TABLE's words).
+MODE_WORDS = {
+    "AccessShareLock": "ACCESS SHARE", "RowShareLock": "ROW SHARE", "RowExclusiveLock": "ROW EXCLUSIVE",
+    "ShareUpdateExclusiveLock": "SHARE UPDATE EXCLUSIVE", "ShareLock": "SHARE", "ShareRowExclusiveLock": "SHARE ROW EXCLUSIVE",
+    "ExclusiveLock": "EXCLUSIVE", "AccessExclusiveLock": "ACCESS EXCLUSIVE",
+}
+# A row lock's strength, by the mode of the tuple lock taken for it (heapam.c, tupleLockExtraInfo).
+ROW_STRENGTH = {"AccessShareLock": "FOR KEY SHARE", "RowShareLock": "FOR SHARE", "ExclusiveLock": "FOR NO KEY UPDATE",
+                "AccessExclusiveLock": "FOR UPDATE"}
+# The row lock strengths, weakest first, and which each conflicts with (the documentation's
+# "Conflicting Row-Level Locks"); pg_get_multixact_members's words for what each member holds.
+ROW_STRENGTHS = ("FOR KEY SHARE", "FOR SHARE", "FOR NO KEY UPDATE", "FOR UPDATE")
+_ROW_CONFLICTS = {"FOR KEY SHARE": {"FOR UPDATE"}, "FOR SHARE": {"FOR NO KEY UPDATE", "FOR UPDATE"},
+                  "FOR NO KEY UPDATE": {"FOR SHARE", "FOR NO KEY UPDATE", "FOR UPDATE"}, "FOR UPDATE": set(ROW_STRENGTHS)}
+MULTIXACT_MODES = {"keysh": "FOR KEY SHARE", "sh": "FOR SHARE", "fornokeyupd": "FOR NO KEY UPDATE", "nokeyupd": "FOR NO KEY UPDATE",
+                   "forupd": "FOR UPDATE", "upd": "FOR UPDATE"}
+
+
+def row_strength(tuple_lock_mode: str | None) -> str | None:
+    return ROW_STRENGTH.get(tuple_lock_mode or "")
+
+
+def row_locks_conflict(held: str | None, wanted: str | None) -> bool:
+    """Whether a row lock of strength `held` makes one of strength `wanted` wait (either unknown: yes)."""
+    return held is None or wanted is None or held in _ROW_CONFLICTS[wanted]
+
+
+# The commands a statement's first words may name (an allow-list: nothing else of a query's text is
+# repeated), and those named by their first two words or more.
+_COMMANDS = frozenset({
+    "SELECT", "INSERT", "UPDATE", "DELETE", "MERGE", "TRUNCATE", "LOCK", "ALTER", "CREATE", "DROP", "VACUUM", "ANALYZE",
+    "CLUSTER", "REINDEX", "REFRESH", "COPY", "COMMENT", "GRANT", "REVOKE", "CALL", "DO", "WITH", "EXPLAIN", "TABLE", "VALUES",
+})
+_OBJECTS = frozenset({"TABLE", "INDEX", "SEQUENCE", "VIEW", "MATERIALIZED", "TYPE", "SCHEMA", "FUNCTION", "DATABASE",
+                      "TRIGGER", "EXTENSION", "DOMAIN", "POLICY", "PUBLICATION", "SUBSCRIPTION", "ROLE", "CONCURRENTLY", "FULL"})
+_SKIPPED = frozenset({"UNIQUE", "OR", "REPLACE", "TEMP", "TEMPORARY", "UNLOGGED", "IF", "NOT", "EXISTS", "ONLY"})
+_COMMENTS = re.compile(r"--[^\n]*|/\*.*?\*/", re.S)
+_WORDS = re.compile(r"[A-Za-z]+")
+
+
+def statement_of(query: str | None) -> str | None:
+    """The command a statement runs, in capitals, as a DBA names it: UPDATE, TRUNCATE, ALTER TABLE,
+    CREATE INDEX CONCURRENTLY, LOCK TABLE; the data-changing one of a WITH. None for a query not
+    seen (another role's) or not recognised."""
+    if not query:
+        return None
+    words = [w.upper() for w in _WORDS.findall(_COMMENTS.sub(" ", query[:2000]))[:64]]
+    while words and words[0] in ("EXPLAIN", "ANALYZE", "VERBOSE") and len(words) > 1 and words[1] in _COMMANDS | {"ANALYZE", "VERBOSE"}:
+        words = words[1:]
+    if not words or words[0] not in _COMMANDS:
+        return None
+    first = words[0]
+    if first == "WITH":
+        return next((w for w in words if w in ("UPDATE", "DELETE", "INSERT", "MERGE")), "SELECT")
+    if first in ("TABLE", "VALUES"):
+        return "SELECT"
+    if first in ("ALTER", "CREATE", "DROP", "LOCK", "REFRESH", "REINDEX", "VACUUM", "COMMENT"):
+        named = [first]
+        for word in words[1:6]:
+            if word in _SKIPPED:
+                continue
+            if word not in _OBJECTS:
+                break
+            named.append(word)
+            if word not in ("MATERIALIZED", "INDEX", "TABLE"):  # INDEX and TABLE may be followed by CONCURRENTLY
+                break
+        if first == "LOCK" and len(named) == 1:
+            named.append("TABLE")  # LOCK [TABLE] name
+        return " ".join(named)
+    return first
+
+
+def wants_of(row: dict, relation: str | None, ctid: str | None, query: str | None) -> str | None:
+    """What a waiting statement wants, from its own point of view, for "wants ...": "to update a row
+    of p6 (0,1)", "ACCESS EXCLUSIVE on t10 to TRUNCATE", "advisory lock 42". Two sessions that
+    want the same thing read the same, whichever internal lock each waits on (the first waiter of
+    a row waits on the locker's transaction id, the next ones on the row's tuple lock)."""
+    lock_type, mode = row.get("lock_type"), row.get("mode")
+    statement = statement_of(query)
+    to = f" to {statement}" if statement else ""
+    if lock_type in ("transactionid", "tuple"):
+        strength = ROW_STRENGTH.get((row.get("row_mode") if lock_type == "transactionid" else mode) or "")
+        if relation is None:
+            if lock_type == "transactionid" and row.get("transactionid"):
+                return f"transaction {row['transactionid']} to end" + (f" ({statement})" if statement else "")
+            return None
+        where = f"a row of {relation}" + (f" {ctid}" if ctid else "")
+        if strength in ("FOR NO KEY UPDATE", "FOR UPDATE") and statement in ("UPDATE", "DELETE", "MERGE"):
+            return f"to {(statement or '').lower()} {where}"
+        if strength:
+            return f"to lock {where} {strength}" + (to if statement not in (None, "SELECT") else "")
+        if statement == "INSERT":  # no row lock: a duplicate of a key another open transaction wrote
+            return f"to insert into {relation} a key another transaction wrote"
+        return f"{where}{to}"
+    if lock_type == "advisory":
+        key = (relation or "").removeprefix("advisory ")
+        return f"advisory lock {key}" + (" (shared)" if mode == "ShareLock" else "")
+    if lock_type == "virtualxid":
+        return f"transaction {row.get('virtualxid') or '?'} to end" + (f" ({statement})" if statement else "")
+    words = MODE_WORDS.get(mode or "", mode or "a lock")
+    if lock_type == "relation":
+        return f"{words} on {relation or '?'}{to}"
+    return f"{words} on {lock_type or '?'}" + (f" of {relation}" if relation else "") + to
+
+
+@dataclass(slots=True, eq=False)
+class _Component:
+    """A strongly connected component of the wait graph, and what its members' chains end in."""
+
+    roots: set[int]  # the sessions at the root (a wait cycle's members are among them)
+    gids: set[str]  # the prepared transactions at the root
+    cycles: list[_Component]  # the wait cycles at the root (itself, when it is one)
+    cycle: frozenset[int] | None  # its members, when it is a wait cycle
+
+
+def _roots_by_component(blockers_of: dict[int, set[int]], gids_of: dict[int, set[str]]) -> dict[int, _Component]:
+    """For every waiting session: the sessions, prepared transactions and wait cycles at the root
+    of its chains. The waits form a graph (waiter -> blocker); its strongly connected components
+    (Tarjan's algorithm, without recursion: a chain may be thousands long) come out blockers first,
+    so each component's roots are its own outside blockers plus the roots of the components it
+    waits on: linear in the waits, where walking every chain from every waiter was cubic in a
+    pile-up (each waiter of a row lock waits for all the waiters queued ahead of it). A component
+    of more than one session is a wait cycle: its members are roots (ending one ends the wait),
+    of one another and of everything behind them."""
     # The roots are unions, so the order in which the graph is walked changes nothing.
     waiting = blockers_of
     edges = {pid: [b for b in blockers if b in waiting] for pid, blockers in blockers_of.items()}
@@ -168,7 +371,7 @@ def _roots_by_component(blockers_of: dict[int, set[int]], gids_of: dict[int, set
     on_stack: set[int] = set()
     stack: list[int] = []
     component_of: dict[int, int] = {}
-    results: list[tuple[set[int], set[str], bool]] = []
+    results: list[_Component] = []
     counter = 0
     for start in waiting:
         if start in index:
@@ -205,21 +408,24 @@ def _roots_by_component(blockers_of: dict[int, set[int]], gids_of: dict[int, set
                     members.append(member)
                     if member == node:
                         break
-                roots: set[int] = set()
-                gids: set[str] = set()
                 here = len(results)
+                component = _Component(roots=set(), gids=set(), cycles=[], cycle=frozenset(members) if len(members) > 1 else None)
+                if component.cycle is not None:
+                    component.roots |= component.cycle
+                    component.cycles.append(component)
                 for member in members:
                     component_of[member] = here
                 for member in members:
-                    gids |= gids_of[member]
+                    component.gids |= gids_of[member]
                     for blocker in blockers_of[member]:
                         if blocker not in waiting:
-                            roots.add(blocker)
+                            component.roots.add(blocker)
                         elif component_of[blocker] != here:  # a component already done: blockers first
                             before = results[component_of[blocker]]
-                            roots |= before[0]
-                            gids |= before[1]
-                results.append((roots, gids, len(members) > 1))
+                            component.roots |= before.roots
+                            component.gids |= before.gids
+                            component.cycles += [c for c in before.cycles if c not in component.cycles]
+                results.append(component)
     return {pid: results[component_of[pid]] for pid in waiting}
 
 

@@ -36,6 +36,7 @@ from .samples import QueueSample as QueueSample
 from .samples import RingSample as RingSample
 from .samples import ServerInfo as ServerInfo
 from .samples import SessionSample as SessionSample
+from .samples import WaitCycle as WaitCycle
 
 SNAPSHOT_VERSION = 1
 
@@ -52,6 +53,7 @@ class Snapshot:
     blockers: tuple[Blocker, ...] = ()
     prepared_xacts: tuple[PreparedXact, ...] = ()
     app_locks: tuple[AppLock, ...] = ()
+    cycles: tuple[WaitCycle, ...] = ()  # wait cycles (deadlocks not broken yet), with who waits on them
     connections: Connections | None = None
     compaction: tuple[CompactionSample, ...] = ()
     # Every session the connections probe saw (the sessions view), the oldest transaction first,
@@ -113,6 +115,7 @@ class Snapshot:
             "blockers": [plain(b) for b in self.blockers],
             "prepared_xacts": [plain(p) for p in self.prepared_xacts],
             "app_locks": [plain(a) for a in self.app_locks],
+            "cycles": [plain(c) for c in self.cycles],
             "connections": plain(self.connections) if self.connections else _EMPTY_CONNECTIONS,
             "compaction": [plain(c) for c in self.compaction],
             "sessions": [plain(s) for s in self.sessions],
@@ -166,7 +169,7 @@ class Snapshot:
 # The probe each list of a snapshot (and its connections) comes from.
 PROBE_OF: dict[str, str] = {
     "queues": "queues", "rings": "rings", "leases": "leases", "blocked": "locks", "blockers": "locks",
-    "prepared_xacts": "locks", "app_locks": "locks", "connections": "connections", "compaction": "compaction",
+    "prepared_xacts": "locks", "app_locks": "locks", "cycles": "locks", "connections": "connections", "compaction": "compaction",
     "sessions": "connections",
 }
 

@@ -28,9 +28,9 @@ from dbcore.sqlfiles import Queries
 
 from .config import Config
 from .failures import PROBE_FAILURES, describe_error
-from .locks import build_lock_tree
+from .locks import LockPicture, build_lock_tree
 from .model import Connections, QueueSample, ServerInfo
-from .postgres import CONNECTIONS_SQL, LockPicture, PostgresProbes, ProbeConnection, SessionPicture, app_locks_of, json_value
+from .postgres import CONNECTIONS_SQL, PostgresProbes, ProbeConnection, SessionPicture, app_locks_of, json_value
 
 # SQL Server's own sections of the probes' files (ghost records; what the login may see; the version store).
 MSSQL_QUEUES_SQL = Queries("probes", "queues.sql", dialect="mssql")
@@ -122,5 +122,6 @@ class MssqlProbes(PostgresProbes):
                 by_prepared.setdefault(pid, set()).add(entry["gid"])
         mentioned = {pid for row in waiting_rows for pid in row["blocked_by"] if pid} - {r["pid"] for r in waiting_rows}
         others = {r["pid"]: r for r in conn.execute(MSSQL_LOCKS_SQL["sessions"], {"pids": sorted(mentioned)})} if mentioned else {}
-        return (*build_lock_tree(waiting_rows, others, prepared, by_prepared), app_locks_of(conn.execute(MSSQL_LOCKS_SQL["applocks"])))
+        blocked, blockers, prepared_xacts, cycles = build_lock_tree(waiting_rows, others, prepared, by_prepared)
+        return LockPicture(blocked, blockers, prepared_xacts, app_locks_of(conn.execute(MSSQL_LOCKS_SQL["applocks"])), cycles)
 

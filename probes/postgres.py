@@ -24,18 +24,16 @@ from dbcore.pgversions import check_supported, versioned
 from dbcore.sqlfiles import Queries
 
 from .config import Config
+from .elsewhere import RelationsElsewhere
 from .failures import PROBE_FAILURES, describe_error
-from .locks import build_lock_tree, prepared_blockers
+from .locks import MULTIXACT_MODES, LockPicture, build_lock_tree, prepared_blockers, row_locks_conflict, row_strength
 from .model import (
     AppLock,
-    BlockedSession,
-    Blocker,
     CompactionGroup,
     CompactionSample,
     Connections,
     Consumer,
     LeaseSample,
-    PreparedXact,
     QueueSample,
     RingSample,
     ServerInfo,
@@ -68,8 +66,6 @@ QUEUES_SQL = Queries("probes", "queues.sql")  # what every queue's table shares:
 RINGS_SQL = Queries("probes", "rings.sql")
 LEASES_SQL = Queries("probes", "leases.sql")
 LOCKS_SQL = Queries("probes", "locks.sql")
-# What the locks probe returns: blocked sessions, root blockers, prepared transactions.
-LockPicture: TypeAlias = "tuple[tuple[BlockedSession, ...], tuple[Blocker, ...], tuple[PreparedXact, ...], tuple[AppLock, ...]]"
 CONNECTIONS_SQL = Queries("probes", "connections.sql")
 # The sessions listed, and how many there were before the cap.
 SessionPicture: TypeAlias = "tuple[tuple[SessionSample, ...], int]"
@@ -120,6 +116,8 @@ class PostgresProbes:
         self.tallies = CycleTallies()
         self.sources = SourceSet(self.config, self.dialect)
         self._server: ServerInfo | None = None
+        # Relation names of other databases, looked up there (a lock in another database).
+        self.elsewhere = RelationsElsewhere()
         self._version_num = 0
         # What a probe that worked says beside its figures (privileges that hide some, a locked
         # named queue), by probe name; and what part of it failed (a queue source), by probe name.
@@ -302,8 +300,10 @@ class PostgresProbes:
     # -- locks ---------------------------------------------------------------------------
 
     def locks(self, conn: ProbeConnection) -> LockPicture:
-        """Blocked sessions, root blockers, prepared transactions and advisory locks (see
-        probes/locks.py), in one statement: one round trip."""
+        """Blocked sessions, root blockers, prepared transactions, advisory locks and wait cycles
+        (see probes/locks.py), in one statement: one round trip. Two rarer cases cost more, only
+        while they last: a row shared by several lockers (a multixact: one statement reads its
+        lockers) and a lock in another database (its relation named there, cached)."""
         # pg_locks and pg_blocking_pids are not read at one instant: a wait that ended in between
         # has no blockers left and is not reported.
         # Binary results: the server sends, and psycopg reads, each value without text formatting
@@ -312,8 +312,9 @@ class PostgresProbes:
         first = rows[0]  # there is always one: a row with no pid when nobody waits
         prepared = first["prepared"] or []
         waiting_rows = [r for r in rows if r["pid"] is not None and r["blocked_by"]]
-        for row in waiting_rows:  # a row wait's tuple lock, as [relation, page, tuple, name here]
-            row["row_relation_oid"], row["row_page"], row["row_tuple"], row["row_relation"] = row["row_lock"] or (None,) * 4
+        for row in waiting_rows:  # a row wait's tuple lock (locks.sql's row_lock)
+            (row["row_relation_oid"], row["row_page"], row["row_tuple"], row["row_relation"], row["row_mode"],
+             row["row_names"], row["row_shared"]) = row["row_lock"] or (None,) * 7
             if row["row_relation_oid"] is None and row["held_tables"]:  # the tables, once each (indexes are not among them)
                 row["held_tables"] = sorted(set(row["held_tables"]))
             else:
@@ -322,9 +323,61 @@ class PostgresProbes:
         if prepared and any(0 in r["blocked_by"] for r in waiting_rows):
             by_prepared = prepared_blockers(waiting_rows, prepared, first["prepared_locks"] or [])
         others = {r["pid"]: r for r in first["sessions"] or []}
+        notes = []
+        if any(r["row_shared"] for r in waiting_rows):
+            notes += self._row_lockers(conn, waiting_rows, others)
+        here = self._server.database if self._server is not None else None
+        if any(r["database"] != here and (r["relation_oid"] or r["row_relation_oid"]) for r in waiting_rows):
+            notes += self.elsewhere.name(conn, waiting_rows, here)
         if any(r["state"] is None for r in [*waiting_rows, *others.values()]):
-            self.notes["locks"] = "queries and states of other roles' sessions hidden: grant pg_read_all_stats to see them"
-        return (*build_lock_tree(waiting_rows, others, prepared, by_prepared), app_locks_of(first["applocks"] or []))
+            notes.append("queries and states of other roles' sessions hidden: grant pg_read_all_stats to see them")
+        if notes:
+            self.notes["locks"] = "; ".join(dict.fromkeys(notes))
+        blocked, blockers, prepared_xacts, cycles = build_lock_tree(waiting_rows, others, prepared, by_prepared)
+        return LockPicture(blocked, blockers, prepared_xacts, app_locks_of(first["applocks"] or []), cycles)
+
+    def _row_lockers(self, conn: ProbeConnection, waiting_rows: list[dict], others: dict[int, dict]) -> list[str]:
+        """Every locker of a row that several transactions lock (a multixact: three FOR SHARE, or
+        FOR KEY SHARE and an UPDATE), for the waiters of the rows locks.sql says may be shared.
+        The server makes such a waiter wait for one locker at a time, and pg_blocking_pids names
+        only that one: the row's xmax, read by its ctid, is the multixact, and
+        pg_get_multixact_members names the others, whose sessions join the picture. Sets each
+        waiter's `multixact_holders` (or `holders_note`, why not); returns notes for the probe.
+        One statement a shared row (a TID scan of one row), only while such a wait lasts."""
+        notes: list[str] = []
+        queued_exclusive = {r["relation_oid"] for r in waiting_rows if r["lock_type"] == "relation" and r["mode"] == "AccessExclusiveLock"}
+        done: dict[tuple, tuple[list[int], str | None]] = {}
+        for row in waiting_rows:
+            if not row["row_shared"] or not row["row_names"]:
+                continue
+            key = (row["row_relation_oid"], row["row_page"], row["row_tuple"], row["transactionid"])
+            if key not in done:
+                done[key] = self._read_row_lockers(conn, row, queued_exclusive, others)
+            row["multixact_holders"], row["holders_note"] = done[key]
+            if row["holders_note"]:
+                notes.append(row["holders_note"])
+        return notes
+
+    def _read_row_lockers(self, conn: ProbeConnection, row: dict, queued_exclusive: set,
+                          others: dict[int, dict]) -> tuple[list[int], str | None]:
+        schema, table = row["row_names"]
+        if row["row_relation_oid"] in queued_exclusive:
+            # Reading the row takes ACCESS SHARE on its table, which would queue behind that request.
+            return [], f"the other lockers of a row of {row['row_relation']} not read: an ACCESS EXCLUSIVE request is queued on it"
+        statement = self._versioned(LOCKS_SQL["row_lockers"]).format(table=sql.Identifier(schema, table))
+        try:
+            found = conn.execute(statement, {"ctid": f"({row['row_page']},{row['row_tuple']})", "xid": row["transactionid"]}).fetchall()
+        except PROBE_FAILURES as exc:
+            return [], f"the other lockers of a row of {row['row_relation']} not read: {describe_error(exc)}"
+        members = {r["member"] for r in found if r["member"] is not None}
+        if row["transactionid"] not in members:
+            return [], None  # not a multixact (or no longer the one waited on): the server's blocker is the holder
+        wanted = row_strength(row["row_mode"])
+        lockers = [r for r in found if r["pid"] is not None and row_locks_conflict(MULTIXACT_MODES.get(r["member_mode"]), wanted)]
+        for r in lockers:
+            if r["pid"] not in others:
+                others[r["pid"]] = r
+        return sorted({r["pid"] for r in lockers}), None
 
     # -- connections ---------------------------------------------------------------------
 

@@ -33,13 +33,13 @@ from dbcore.pgversions import UnsupportedServer
 from .config import Config
 from .diagnosis import Diagnoser
 from .failures import PROBE_FAILURES, describe_error
+from .locks import LockPicture
 from .model import Connections, ProbeStatus, ServerInfo, Snapshot
 from .postgres import (
     APPLICATION_NAME,
     PROBE_METHODS,
     PROBE_NAMES,
     PROBE_SETTINGS,
-    LockPicture,
     PostgresProbes,
     ProbeConnection,
     SessionPicture,
@@ -86,7 +86,7 @@ def compose(server: ServerInfo, results: dict[str, tuple[ProbeStatus, object]], 
         result = results.get(name)
         return default if result is None or result[1] is None else cast(T, result[1])
 
-    blocked, blockers, prepared, app_locks = value("locks", cast(LockPicture, ((), (), (), ())))
+    blocked, blockers, prepared, app_locks, cycles = value("locks", LockPicture((), (), (), (), ()))
     connections, listed = value("connections", cast("tuple[Connections | None, SessionPicture | None]", (None, None)))
     sessions, sessions_total = listed if listed is not None else ((), None)  # unknown: no count either
     return Snapshot(
@@ -100,6 +100,7 @@ def compose(server: ServerInfo, results: dict[str, tuple[ProbeStatus, object]], 
         blockers=blockers,
         prepared_xacts=prepared,
         app_locks=app_locks,
+        cycles=cycles,
         connections=connections,
         compaction=value("compaction", ()),
         sessions=sessions,
@@ -249,6 +250,7 @@ class Sampler:
         self._server: ServerInfo | None = None
         self._running = 0
         self._last_emit = 0.0
+        self._fresh: set[str] = set()  # the probes run since the last snapshot
         self._lock = threading.Lock()
         self._connected = False
         self._last_error: str | None = None
@@ -344,13 +346,19 @@ class Sampler:
         finally:
             with self._lock:
                 self._running -= 1
+                self._fresh.add(name)
                 complete = all(p in self._results for p in PROBE_NAMES)
-                # Probes due together are reported together; but when they never all rest at
-                # once (slow probes, short interval), still at least one snapshot per interval.
-                overdue = time.monotonic() - self._last_emit >= self.interval_s
-                ready = complete and (self._running == 0 or overdue)
+                # Probes due together are reported together: one snapshot once every probe has
+                # run since the last one (the scheduler starts them one after another, and a fast
+                # one may end before the last one starts: "none running" is no sign of a round's
+                # end; emitting then and again at its end wrote two snapshots 10 ms apart). When
+                # a round never completes (a probe slower than the interval is skipped), still a
+                # snapshot every interval and a half, with what the others read.
+                overdue = time.monotonic() - self._last_emit >= 1.5 * self.interval_s
+                ready = complete and (self._fresh.issuperset(PROBE_NAMES) or overdue)
                 if ready:
                     self._last_emit = time.monotonic()
+                    self._fresh.clear()
                 results = dict(self._results)
             if ready:
                 self._emit(results)

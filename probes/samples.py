@@ -130,6 +130,19 @@ class BlockedSession:
     root_prepared: tuple[str, ...] = ()  # gids of prepared transactions at the root of its chains
     database: str | None = None  # the database of the lock it waits for
     row: str | None = None  # the row's ctid "(page,tuple)", where it can be known
+    # What its statement wants, from its own point of view: "to update a row of p6 (0,1)",
+    # "ACCESS EXCLUSIVE on t10 to TRUNCATE" (probes/locks.py's wants_of); lock_type and mode stay
+    # as the server says them, for detail.
+    wants: str | None = None
+    # The sessions holding what it wants (every member of a shared row lock, read from the row's
+    # multixact), as opposed to those only queued ahead of it; all of them are in blocked_by.
+    holders: tuple[int, ...] = ()
+    # Why holders may be incomplete ("the row's other lockers not read: ..."), or None.
+    holders_note: str | None = None
+    # Its parallel workers that wait too, folded into it (pg_stat_activity.leader_pid, 13+).
+    worker_pids: tuple[int, ...] = ()
+    # The wait cycles (WaitCycle.id) at the root of its chains: their members are in root_blockers.
+    root_cycles: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -140,6 +153,21 @@ class Blocker:
     xact_age_s: float | None
     query: str | None
     application: str | None
+    # The processes waiting behind it: the sessions of blocked_count and their parallel workers.
+    blocked_processes: int | None = None
+    # A member of a wait cycle (WaitCycle.id): a deadlock's members are each other's roots.
+    cycle: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WaitCycle:
+    """Sessions waiting on each other in a ring (a deadlock the server has not broken yet):
+    members in the order of their waits, and the sessions that wait on them from outside."""
+
+    id: int  # 1, 2, ... within a snapshot: what BlockedSession.root_cycles and Blocker.cycle name
+    members: tuple[int, ...]
+    waiting: tuple[int, ...]  # sessions outside the cycle whose chains end in it
+    wait_s: float | None  # the longest wait among its members (the deadlock check comes after deadlock_timeout)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

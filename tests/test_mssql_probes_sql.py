@@ -65,6 +65,11 @@ PG_ONLY = {
         "measured on a real server here, and its orphaned distributed transaction is named by the lock manager itself "
         "(blocking_session_id -2, request_owner_guid), so `waiting` lists the sessions each one blocks."
     ),
+    "locks.sql:row_lockers": (
+        "Every locker of a row several PostgreSQL transactions share (a multixact), read from the row's xmax with "
+        "pg_get_multixact_members: pg_blocking_pids names one of them at a time. SQL Server's lock manager lists every "
+        "holder of a row's KEY or RID lock in sys.dm_tran_locks itself, which its `waiting` statement reads."
+    ),
     "connections.sql:xmin_horizon": (
         "PostgreSQL's horizon has holders SQL Server lacks (a transaction id without a snapshot, prepared transactions, "
         "replication slots); SQL Server's is the oldest snapshot transaction, already in the connections statement's "

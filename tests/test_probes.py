@@ -167,11 +167,15 @@ def test_lock_tree_survives_a_cycle():
         {"pid": 30, "leader_pid": 3, "blocked_by": [2, 2], "wait_s": 1.0, "lock_type": "tuple",
          "mode": "ExclusiveLock", "relation": "t", "query": "q3", "application_name": "a", "state": "active"},
     ]
-    blocked, blockers, _prepared = build_lock_tree(rows, {})
+    blocked, blockers, _prepared, cycles = build_lock_tree(rows, {})
     assert [b.pid for b in blocked] == [1, 2, 3]
-    assert all(b.root_blocker is None for b in blocked)
+    # The cycle's members are each other's roots, and the roots of everything behind them.
+    assert [b.root_blockers for b in blocked] == [(2,), (1,), (1, 2)]
     assert [b.in_cycle for b in blocked] == [True, True, False]
-    assert blockers == ()
+    assert [b.root_cycles for b in blocked] == [(1,), (1,), (1,)]
+    assert [(c.id, c.members, c.waiting) for c in cycles] == [(1, (1, 2), (3,))]
+    assert blocked[2].worker_pids == (30,)
+    assert {(b.pid, b.blocked_count, b.blocked_processes, b.cycle) for b in blockers} == {(1, 2, 3, 1), (2, 2, 3, 1)}
 
 
 # -- queues -------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ countdown runs on the recorded clock."""
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import os
 import signal
@@ -420,3 +421,17 @@ def test_recording_into_something_that_is_not_a_file_is_refused(cli, db, tmp_pat
         result = cli("record", target, "--dsn", db.dsn, "--duration", "1")
         assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
     assert Path("/dev/null").is_char_device()
+
+
+def test_one_snapshot_a_round_of_probes_however_the_scheduler_starts_them(db, tmp_path):
+    """Issue 31: `record --duration 12 --interval 5` wrote its last two snapshots 10 ms apart. The
+    scheduler starts a round's probes one after another; a fast one that ended before the last
+    began made a snapshot, and the round's end another. Now a round is one snapshot."""
+    path = tmp_path / "rounds.jsonl.gz"
+    result = subprocess.run([sys.executable, "-m", "tui", "record", str(path), "--dsn", db.dsn, "--duration", "4.6",
+                             "--interval", "1.5"], cwd=REPO, capture_output=True, text=True, timeout=120,
+                            env={k: v for k, v in os.environ.items() if k != "QUEUETOP_DSN"})
+    assert result.returncode == 0, result.stderr
+    times = Recording(path).tracks[f"local/{db.name}"].times
+    gaps = [(later - earlier).total_seconds() for earlier, later in itertools.pairwise(times)]
+    assert 3 <= len(times) <= 4 and all(gap >= 0.75 for gap in gaps), gaps

@@ -179,6 +179,32 @@ def lock_target(b: BlockedSession, here: str | None, *, with_row: bool = True) -
     return inert(text)
 
 
+def wait_phrase(b: BlockedSession, here: str | None, *, parent: int | None = None) -> str:
+    """A waiting session's wait as a DBA says it, from its own point of view: "wants to update a
+    row of p6 (0,1) held by 4242", "wants ACCESS SHARE on t10 to SELECT queued behind 4243".
+    Holders are those holding what it wants (every locker of a shared row); the others it waits
+    behind only queue ahead of it. `parent`: the session the lock tree shows it under, which the
+    tree says already (left out). A recording from before `wants` says what it waits on. Inert."""
+    if b.wants:
+        text = f"wants {b.wants}"
+        if b.database and here and b.database != here:
+            text += f" (db {b.database})"
+    else:
+        text = f"waits on {lock_target(b, here)}"
+    held = [str(p) for p in b.holders if p != parent] + [f"prepared {gid!r}" for gid in b.blocked_by_prepared]
+    queued = [str(p) for p in b.blocked_by if p not in b.holders and p != parent]
+    if held:
+        text += f" held by {', '.join(held)}"
+    if queued and (b.wants or held):
+        text += f"{',' if held else ''} queued behind {', '.join(queued)}"
+    return inert(text)
+
+
+def blocks_text(count: int, processes: int | None) -> str:
+    """How many sessions a root holds up, and the processes when its parallel workers wait too."""
+    return f"{count}" + (f" ({processes} processes)" if processes is not None and processes > count else "")
+
+
 # How the screen names each database (a snapshot's `server.dialect` is the machine's word).
 DATABASE_NAMES = {"postgresql": "PostgreSQL", "mssql": "SQL Server"}
 

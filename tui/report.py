@@ -11,7 +11,7 @@ from rich.cells import cell_len
 from dbcore.text import inert, inert_line
 from probes.model import Connections, Snapshot
 
-from .format import database_name, lock_target
+from .format import blocks_text, database_name, wait_phrase
 
 
 def _num(value: object, suffix: str = "") -> str:
@@ -98,13 +98,17 @@ def render(snapshot: Snapshot) -> str:
     blocked = [
         (str(b.pid), ",".join([*map(str, b.blocked_by), *prepared_names(b.blocked_by_prepared)]) or "-",
          ",".join([*map(str, b.root_blockers), *prepared_names(b.root_prepared)]) or ("cycle" if b.in_cycle else "-"),
-         b.wait_s, b.lock_type or "-", b.mode or "-", lock_target(b, s.server.database), _shorten(b.query, 40))
+         b.wait_s, wait_phrase(b, s.server.database), b.lock_type or "-", b.mode or "-",
+         str(len(b.worker_pids)) if b.worker_pids else "-", _shorten(b.query, 40))
         for b in s.blocked
     ]
     prepared = [(repr(p.gid), p.owner or "-", p.database or "-", p.age_s, p.blocked_count) for p in s.prepared_xacts]
     blockers = [
-        (str(b.pid), b.blocked_count, b.state or "-", b.xact_age_s, b.application or "-", _shorten(b.query, 40)) for b in s.blockers
+        (str(b.pid), blocks_text(b.blocked_count, b.blocked_processes), (b.state or "-") + (f" (cycle {b.cycle})" if b.cycle else ""),
+         b.xact_age_s, b.application or "-", _shorten(b.query, 40)) for b in s.blockers
     ]
+    cycles = [(str(c.id), " → ".join(map(str, [*c.members, c.members[0]])), ",".join(map(str, c.waiting)) or "-", c.wait_s)
+              for c in s.cycles]
     queue_table = _table(
         "Queues (~ = depth estimated)",
         ("name", "source", "depth", "ready", "in-flight", "delayed", "dead", "oldest s", "in/s", "out/s", "dead tup"),
@@ -122,9 +126,12 @@ def render(snapshot: Snapshot) -> str:
         "\n".join([queue_table, *unknown_queues]),
         _table("Rings", ("name", "used/capacity", "refused"), rings, s.unknown_list("rings")),
         _table("Leases", ("name", "state", "holder", "token", "expires in s"), leases, s.unknown_list("leases")),
-        _table("Blocked", ("pid", "blocked by", "roots", "wait s", "lock", "mode", "waits on", "query"), blocked, locks_unknown),
+        _table("Blocked", ("pid", "blocked by", "roots", "wait s", "wait", "lock", "mode", "workers", "query"), blocked, locks_unknown),
         _table("Root blockers", ("pid", "blocks", "state", "xact s", "application", "query"), blockers, locks_unknown),
     ]
+    if cycles:
+        parts.append(_table("Wait cycles (deadlocks the server breaks after deadlock_timeout: each member is a root of the rest)",
+                            ("cycle", "members, in the order of their waits", "waiting on it", "longest wait s"), cycles))
     if prepared:
         parts.append(_table("Prepared transactions (no session holds them: end each with COMMIT PREPARED or ROLLBACK PREPARED 'gid')",
                             ("gid", "owner", "database", "age s", "blocks"), prepared))

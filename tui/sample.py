@@ -108,7 +108,8 @@ def _sample_snapshot(*, queues: int, sessions: int, tree_depth: int, step: int) 
                                           mode="ShareLock" if level == 0 else "ExclusiveLock",
                                           relation="accounts", row=f"(0,{r})", database="app",
                                           query=f"UPDATE accounts SET balance = balance + 1 WHERE id = {r}",
-                                          application=f"worker-{n % 7}", state="active"))
+                                          application=f"worker-{n % 7}", state="active",
+                                          wants=f"to update a row of accounts (0,{r})", holders=(root_pid,)))
             if len(parents) <= level + 1:
                 parents.append(pid)
             pid += 1

@@ -149,6 +149,7 @@ class HostActions:
             return
         blocked_by: tuple[int, ...] = ()
         blocks: list[int] = []
+        waiting = None
         if snapshot is not None:
             session = next((s for s in snapshot.sessions if s.pid == pid), None)
             waiting = next((b for b in snapshot.blocked if b.pid == pid), None)
@@ -156,7 +157,8 @@ class HostActions:
             blocks = sorted({s.pid for s in snapshot.sessions if pid in s.blocked_by}
                             | {b.pid for b in snapshot.blocked if pid in b.blocked_by})
         self.app.push_screen(DetailsScreen(f"Session {pid}", lambda: session_renderables(
-            backend.session_details(pid), blocked_by=blocked_by, blocks=blocks)))
+            backend.session_details(pid), blocked_by=blocked_by, blocks=blocks, waiting=waiting,
+            here=snapshot.server.database if snapshot is not None else None)))
 
     # -- backend signals --------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Label, Static
 
-from probes.model import QueueSample
+from probes.model import BlockedSession, QueueSample
 from probes.sources import QueueDetails
 
 from .. import format as fmt
@@ -176,9 +176,11 @@ def _value(value: object) -> str:
     return "-" if value is None else fmt.one_line(str(value), 300)
 
 
-def session_renderables(details: dict, *, blocked_by: tuple[int, ...] = (), blocks: list[int] | tuple[int, ...] = ()) -> list:
+def session_renderables(details: dict, *, blocked_by: tuple[int, ...] = (), blocks: list[int] | tuple[int, ...] = (),
+                        waiting: BlockedSession | None = None, here: str | None = None) -> list:
     """A session's facts, its whole query, who blocks it and whom it blocks (from the last
-    sample), and its locks."""
+    sample), what it waits for (the lock tree's words, the server's lock type and mode, its
+    parallel workers waiting with it), and its locks."""
     s = details["session"]
     if s is None:
         return [Text("the session has ended", style="yellow")]
@@ -201,4 +203,14 @@ def session_renderables(details: dict, *, blocked_by: tuple[int, ...] = (), bloc
                  style="yellow" if blocked_by else "")
     held = Text("Blocks: ", style="bold")
     held.append(", ".join(f"pid {p}" for p in blocks) or "nobody", style="bold red" if blocks else "")
-    return [info, Text("\nQuery:", style="bold"), Text(fmt.inert_lines(s["query"])), waits, held, locks]
+    wanted = []
+    if waiting is not None:
+        lock = fmt.inert(f"{waiting.lock_type or '?'} {waiting.mode or '?'}")
+        wanted.append(Text.assemble(("Waits: ", "bold"), (fmt.wait_phrase(waiting, here), "magenta"),
+                                    (f" (the server's lock: {lock})", "dim")))
+        if waiting.holders_note:
+            wanted.append(Text(fmt.one_line(waiting.holders_note, 300), style="yellow"))
+        if waiting.worker_pids:
+            wanted.append(Text.assemble(("Parallel workers waiting with it: ", "bold"),
+                                        f"{len(waiting.worker_pids)} (pids {', '.join(map(str, waiting.worker_pids))})"))
+    return [info, Text("\nQuery:", style="bold"), Text(fmt.inert_lines(s["query"])), waits, *wanted, held, locks]

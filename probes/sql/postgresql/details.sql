@@ -11,7 +11,10 @@ FROM pg_stat_activity WHERE pid = %(pid)s::integer;
 
 -- name: session_locks
 SELECT locktype, mode, granted,
-       CASE WHEN relation IS NOT NULL THEN relation::regclass::text END AS relation,
+       -- A relation of another database is its OID there: named here, it would be whatever has that OID here.
+       CASE WHEN relation IS NOT NULL AND database IN (0, (SELECT oid FROM pg_database WHERE datname = current_database()))
+            THEN relation::regclass::text
+            WHEN relation IS NOT NULL THEN 'oid ' || relation::text || ' of another database' END AS relation,
        transactionid::text AS transactionid, classid, objid, objsubid
 FROM pg_locks WHERE pid = %(pid)s::integer
 ORDER BY granted, locktype;

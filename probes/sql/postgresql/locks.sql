@@ -42,13 +42,45 @@ WITH locks AS MATERIALIZED (
            l.classid, l.objid, l.objsubid,
            -- A row wait is a wait for the other transaction's id, which names no relation. The row
            -- is the tuple lock the waiter was granted before it began to wait: [relation, page,
-           -- tuple, its name here]...
+           -- tuple, its name here, the tuple lock's mode (the row lock's strength), [schema, table]
+           -- here, whether the row may be shared]. May be shared (a multixact: several lockers, one
+           -- of them at least a SELECT ... FOR, which holds ROW SHARE on the table) when a
+           -- transaction besides the one it waits for, waiting for nothing, holds ROW SHARE on the
+           -- table; or that one holds ROW SHARE and another ROW EXCLUSIVE (an UPDATE beside a FOR
+           -- KEY SHARE). Then the probe reads the row's lockers (postgres.py): pg_blocking_pids
+           -- names one of them. Transactions by virtualtransaction: a prepared one has no pid.
            CASE WHEN l.locktype = 'transactionid' THEN (
-               SELECT json_build_array(m[1], m[2], m[3], CASE WHEN m[4] = (SELECT oid FROM here) THEN m[1]::oid::regclass::text END)
-               FROM (SELECT min(ARRAY[t.relation::bigint, t.page, t.tuple, t.database::bigint]) AS m
-                     FROM locks t
-                     WHERE t.pid = l.pid AND t.locktype = 'tuple' AND t.granted) AS first_tuple
+               SELECT json_build_array(t.relation::bigint, t.page, t.tuple,
+                          CASE WHEN t.database = (SELECT oid FROM here) THEN t.relation::regclass::text END, t.mode,
+                          (SELECT json_build_array(n.nspname, c.relname) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                           WHERE c.oid = t.relation AND t.database = (SELECT oid FROM here)),
+                          (SELECT coalesce(bool_or(h.mode = 'RowShareLock'), false)
+                                  OR (coalesce(bool_or(h.mode = 'RowExclusiveLock'), false)
+                                      AND EXISTS (SELECT FROM locks r WHERE r.virtualtransaction = o.virtualtransaction
+                                                  AND r.locktype = 'relation' AND r.relation = t.relation AND r.mode = 'RowShareLock'))
+                           FROM locks h
+                           WHERE h.locktype = 'relation' AND h.granted AND h.relation = t.relation AND h.database = t.database
+                             AND h.mode IN ('RowShareLock', 'RowExclusiveLock')
+                             AND h.virtualtransaction NOT IN (l.virtualtransaction, o.virtualtransaction)
+                             AND NOT EXISTS (SELECT FROM locks w WHERE w.virtualtransaction = h.virtualtransaction AND NOT w.granted)))
+               FROM locks t
+               LEFT JOIN locks o ON o.locktype = 'transactionid' AND o.transactionid = l.transactionid AND o.granted
+                                AND o.mode = 'ExclusiveLock'  -- the transaction waited for: its owner's
+               WHERE t.pid = l.pid AND t.locktype = 'tuple' AND t.granted
+               ORDER BY t.relation, t.page, t.tuple
+               LIMIT 1
            ) END AS row_lock,
+           -- Who holds what it waits for (not only queues ahead of it): [pid, mode] of each granted
+           -- lock on the same object. A wait for a transaction is for its one owner, and a tuple
+           -- lock's holder only queues first: the probe names a row's lockers (locks.py).
+           CASE WHEN l.locktype NOT IN ('transactionid', 'tuple', 'virtualxid') THEN coalesce((
+               SELECT json_agg(json_build_array(h.pid, h.mode))
+               FROM locks h
+               WHERE h.granted AND h.pid <> l.pid AND h.locktype = l.locktype
+                 AND h.database IS NOT DISTINCT FROM l.database AND h.relation IS NOT DISTINCT FROM l.relation
+                 AND h.page IS NOT DISTINCT FROM l.page AND h.tuple IS NOT DISTINCT FROM l.tuple
+                 AND h.classid IS NOT DISTINCT FROM l.classid AND h.objid IS NOT DISTINCT FROM l.objid
+                 AND h.objsubid IS NOT DISTINCT FROM l.objsubid), '[]') END AS holders,
            -- ... or else the tables of this database it holds a row-level lock on (an INSERT
            -- waiting on a unique key takes no tuple lock): the table when there is one. Guarded
            -- by CASE, not joined LATERAL: a lateral subquery per waiter, with its sorts, was a
@@ -61,6 +93,7 @@ WITH locks AS MATERIALIZED (
                  AND h.mode IN ('RowExclusiveLock', 'RowShareLock') AND h.database = (SELECT oid FROM here)
            ) END AS held_tables,
            extract(epoch FROM now() - {wait_start})::float8 AS wait_s,
+           extract(epoch FROM now() - a.xact_start)::float8 AS xact_age_s,  -- a wait cycle's members are blockers too
            a.state, a.query, a.application_name
     FROM locks l
     LEFT JOIN activity a ON a.pid = l.pid
@@ -126,3 +159,18 @@ SELECT w.*,
        CASE WHEN w.first IS NOT FALSE THEN advisory.list END AS applocks
 FROM prepared, blocking, held_by_prepared, advisory
 LEFT JOIN (SELECT waiting.*, row_number() OVER () = 1 AS first FROM waiting) w ON true;
+
+-- name: row_lockers
+-- Every locker of a row several transactions lock (a multixact), for a waiter that waits on one
+-- of them (the server waits for the lockers one at a time; pg_blocking_pids names that one). The
+-- row's xmax by its ctid (a TID scan of one row), its members when it is a multixact other than
+-- the transaction waited on, and the session of each (its transaction id's lock). A plain xmax
+-- may read as some multixact's number: the caller keeps the members only when the transaction
+-- waited on is among them. {table}: the table, quoted by the driver.
+SELECT r.xmax::text AS xmax, m.xid::text AS member, m.mode AS member_mode, a.pid, a.state,
+       extract(epoch FROM now() - a.xact_start)::float8 AS xact_age_s, a.query, a.application_name,
+       {leader_pid} AS leader_pid
+FROM (SELECT xmax FROM ONLY {table} WHERE ctid = %(ctid)s::tid) r
+LEFT JOIN LATERAL pg_get_multixact_members(CASE WHEN r.xmax::text <> %(xid)s THEN r.xmax END) m ON true
+LEFT JOIN pg_locks h ON h.locktype = 'transactionid' AND h.transactionid = m.xid AND h.mode = 'ExclusiveLock' AND h.granted
+LEFT JOIN pg_stat_activity a ON a.pid = h.pid;

@@ -3,10 +3,11 @@ helpers the panels' rows and labels are built with."""
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import ClassVar
 
-from rich.cells import cell_len
+from rich.cells import cell_len, set_cell_size
 from rich.text import Text
 from textual.containers import Vertical
 from textual.widget import Widget
@@ -45,6 +46,83 @@ def fit_segments(segments: list[tuple[str, str, bool]], width: int) -> Text:
             kept.append((shorten(text, room).plain, style))
         break
     return Text.assemble(*kept)
+
+
+# The kinds of a wrapped label's parts (wrap_segments).
+FIGURE, WORDS, CUT = "figure", "words", "cut"
+_TOKENS = re.compile(r"\s*\S+")
+
+
+def wrap_segments(segments: list[tuple[str, str, str]], width: int, more_width: int) -> list[Text]:
+    """(text, style, kind) parts laid out over lines: the first `width` cells wide, the next ones
+    `more_width`. Nothing is ever cut inside a word:
+
+    - FIGURE: whole, on the line where it fits (the next one if need be), never cut;
+    - WORDS: an explanation, whole, broken between words over as many lines as it takes;
+    - CUT: a name or a query, on the line it starts on: whole, or its first words and an ellipsis
+      (at least 6 cells of it), or left out.
+
+    Every part is made inert (the labels quote applications, queries and lock names)."""
+    # However deep a node (a chain twelve long in a narrow tree), a line holds a word or two: the
+    # tree crops what it cannot show, and zoomed (z) it scrolls sideways.
+    width, more_width = max(width, 8), max(more_width, 8)
+    lines: list[list[tuple[str, str]]] = [[]]
+    used = 0
+
+    def room() -> int:
+        return (width if len(lines) == 1 else more_width) - used
+
+    def new_line() -> None:
+        nonlocal used
+        lines.append([])
+        used = 0
+
+    def put(text: str, style: str) -> None:
+        nonlocal used
+        line = lines[-1]
+        if not line:
+            text = text.lstrip()
+        if line and line[-1][1] == style:  # one piece per style run: Text.assemble costs per piece
+            line[-1] = (line[-1][0] + text, style)
+        else:
+            line.append((text, style))
+        used += cell_len(text)
+
+    for raw, style, kind in segments:
+        text = fmt.inert(raw)
+        if kind == FIGURE:
+            if cell_len(text) > room() and lines[-1]:
+                new_line()
+            if cell_len(text.lstrip() if not lines[-1] else text) <= room():
+                put(text, style)
+            continue
+        tokens = _TOKENS.findall(text)
+        if kind == CUT:
+            if cell_len(text) <= room():
+                put(text, style)
+                continue
+            taken = ""
+            for token in tokens:
+                if cell_len(taken + token) + 1 > room():
+                    break
+                taken += token
+            if cell_len(taken.strip()) >= 6:  # a word or two: a letter or two would say nothing
+                put(taken + "…", style)
+            continue
+        for token in tokens:  # WORDS
+            if cell_len(token if lines[-1] else token.lstrip()) <= room():
+                put(token, style)
+                continue
+            if lines[-1]:
+                new_line()
+            token = token.lstrip()
+            while cell_len(token) > room():  # a word longer than a whole line: broken, nothing lost
+                head = set_cell_size(token, room())
+                put(head, style)
+                token = token[len(head):]
+                new_line()
+            put(token, style)
+    return [Text.assemble(*line) for line in lines if line]
 
 
 # The border subtitle's parts, most important first: the first ones say the panel is incomplete or old.

@@ -10,7 +10,7 @@ from probes.model import BlockedSession, Blocker, PreparedXact
 
 from ... import format as fmt
 from ..keyed_table import RowsShown, rows_shown
-from .base import CULPRIT_STATES, SHORT_STATES, fit_segments
+from .base import CULPRIT_STATES, CUT, FIGURE, SHORT_STATES, WORDS, wrap_segments
 
 
 def label_width(tree_width: int, depth: int) -> int:
@@ -18,41 +18,52 @@ def label_width(tree_width: int, depth: int) -> int:
     return tree_width - 2 * depth - 2
 
 
-# The Locks tree's labels: each part whole, in order (the figures first), a text part shortened
-# with an ellipsis, never a figure; every text from the database inert (fit_segments).
+# The Locks tree's labels (wrap_segments): the figures whole, each explanation whole over as many
+# lines as it takes (the lines after the first are the node's first children), a name or a
+# session's query cut only after a whole word (Enter shows it whole).
+# Every text from the database is inert. A figure that changes every sample is padded to its
+# widest form, so that the lines break at the same places from one sample to the next.
+WAIT_CELLS = len("waits 59.9s")  # (a wait past a minute is a character longer: the lines are laid out again once)
+XACT_CELLS = len("  xact 59m59s")
 
 
-def blocker_label(r: Blocker, tree_width: int) -> Text:
-    """A root blocker: its pid, state, how many it blocks, its transaction's age, its application
-    and query."""
-    return fit_segments([
-        (f"{r.pid} ", "bold", False),
-        (SHORT_STATES.get(r.state or "?", r.state or "?"), "bold red" if r.state in CULPRIT_STATES else "yellow", False),
-        (f"  blocks {r.blocked_count}", "", False), (f"  xact {fmt.seconds(r.xact_age_s)}", "", False),
-        (f"  {r.application or '-'}", "cyan", True), (f"  {fmt.one_line(r.query, 200)}", "", True),
-    ], label_width(tree_width, 1))
+def _padded(text: str, cells: int) -> str:
+    return text.ljust(cells)
 
 
-def prepared_label(p: PreparedXact, tree_width: int) -> Text:
+def blocker_label(r: Blocker, tree_width: int) -> list[Text]:
+    """A root blocker: its pid, state, how many it blocks (and the processes, its waiters'
+    parallel workers counted), its transaction's age, its application and query."""
+    return wrap_segments([
+        (f"{r.pid} ", "bold", FIGURE),
+        (SHORT_STATES.get(r.state or "?", r.state or "?"), "bold red" if r.state in CULPRIT_STATES else "yellow", FIGURE),
+        (f"  blocks {fmt.blocks_text(r.blocked_count, r.blocked_processes)}", "", FIGURE),
+        (_padded(f"  xact {fmt.seconds(r.xact_age_s)}", XACT_CELLS), "", FIGURE),
+        (f"  {r.application or '-'}", "cyan", CUT), (f"  {fmt.one_line(r.query, 200)}", "", CUT),
+    ], label_width(tree_width, 1), label_width(tree_width, 2))
+
+
+def prepared_label(p: PreparedXact, tree_width: int) -> list[Text]:
     """A prepared transaction at the root of waits: no session holds it."""
-    return fit_segments([
-        ("prepared ", "bold red", False), (f"{p.gid!r}", "bold", True), (f"  blocks {p.blocked_count}", "", False),
-        (f"  age {fmt.seconds(p.age_s)}", "", False), ("  no session: COMMIT or ROLLBACK PREPARED", "yellow", True),
-        (f"  {p.owner or '?'}@{p.database or '?'}", "cyan", True),
-    ], label_width(tree_width, 1))
+    return wrap_segments([
+        ("prepared ", "bold red", FIGURE), (f"{p.gid!r}", "bold", CUT), (f"  blocks {p.blocked_count}", "", FIGURE),
+        (f"  age {fmt.seconds(p.age_s)}", "", FIGURE), ("  no session: COMMIT or ROLLBACK PREPARED", "yellow", WORDS),
+        (f"  {p.owner or '?'}@{p.database or '?'}", "cyan", CUT),
+    ], label_width(tree_width, 1), label_width(tree_width, 2))
 
 
-def blocked_label(b: BlockedSession, depth: int, tree_width: int, here: str | None) -> Text:
-    """A waiting session at `depth`: how long it waits, for what, its application and query
-    (`here`: the database the dashboard watches, named only when the lock is in another)."""
-    return fit_segments([
-        (f"{b.pid} ", "bold", False), (f"waits {fmt.seconds(b.wait_s)}", "red", False),
-        (f"  {(b.mode or '?').removesuffix('Lock')}", "", True),
-        (f" {fmt.lock_target(b, here, with_row=False)}", "magenta", True),
-        (f" {b.row}" if b.row and b.lock_type in ("transactionid", "tuple") else "", "magenta", False),  # a ctid: whole or absent
-        (f"  {b.application or '-'}", "cyan", True),
-        (f"  {fmt.one_line(b.query, 200)}", "", True),
-    ], label_width(tree_width, depth))
+def blocked_label(b: BlockedSession, depth: int, tree_width: int, here: str | None, parent: int | None = None) -> list[Text]:
+    """A waiting session at `depth`: how long it waits, what its statement wants and who holds
+    it (fmt.wait_phrase; `parent`, the session it is shown under, goes without saying), its
+    parallel workers waiting with it, its application and query (`here`: the database the
+    dashboard watches, named only when the lock is in another)."""
+    return wrap_segments([
+        (f"{b.pid} ", "bold", FIGURE), (_padded(f"waits {fmt.seconds(b.wait_s)}", WAIT_CELLS), "red", FIGURE),
+        (f"  {fmt.wait_phrase(b, here, parent=parent)}", "magenta", WORDS),
+        (f"  +{len(b.worker_pids)} parallel worker{'s' if len(b.worker_pids) > 1 else ''}" if b.worker_pids else "", "yellow", FIGURE),
+        (f"  {b.application or '-'}", "cyan", CUT),
+        (f"  {fmt.one_line(b.query, 200)}", "", CUT),
+    ], label_width(tree_width, depth), label_width(tree_width, depth + 1))
 
 
 class LockTree(Tree[int]):

@@ -9,7 +9,7 @@ from textual.widgets.tree import TreeNode
 from probes.model import BlockedSession, Snapshot
 
 from ... import format as fmt
-from .base import Panel, fit_segments, matches_filter
+from .base import FIGURE, WORDS, Panel, fit_segments, matches_filter, wrap_segments
 from .lock_tree import LockTree, blocked_label, blocker_label, label_width, prepared_label
 
 
@@ -55,11 +55,13 @@ class LocksPanel(Panel):
     def __init__(self) -> None:
         super().__init__("Locks", id="locks")
         self._shape: tuple = ()
-        self._tree_nodes: dict[tuple[int, ...], TreeNode[int]] = {}
-        self._labels: dict[tuple[int, ...], object] = {}  # the frozen sample each label shows
+        self._tree_nodes: dict[tuple, TreeNode[int]] = {}
+        self._more_nodes: dict[tuple, list[TreeNode[int]]] = {}  # a node's wrapped lines: its first children
+        self._lines: dict[tuple, tuple[object, list[Text]]] = {}  # the frozen sample each label shows, and its lines
         self._last_facts: tuple | None = None
         self._snapshot: Snapshot | None = None
         self._filter_text = ""
+        self._fitted_to = 0  # the width the labels were fitted to
 
     @property
     def calm(self) -> bool:
@@ -80,6 +82,8 @@ class LocksPanel(Panel):
 
     def show(self, snapshot: Snapshot, filter_text: str = "") -> None:
         self._snapshot, self._filter_text = snapshot, filter_text
+        if not self._fitted_to and not self.zoomed and not self.query_one(LockTree).size.width:
+            return  # never laid out yet: its first resize builds the tree, fitted to its width
         facts = (snapshot.blocked, snapshot.blockers, snapshot.prepared_xacts, snapshot.app_locks, filter_text)
         if facts == self._last_facts:
             return  # the same tree: nothing to rebuild or relabel
@@ -99,20 +103,27 @@ class LocksPanel(Panel):
         def waiters_match(node: object, *fields: object) -> bool:
             return matches_filter(filter_text, *fields, *[blocked[c].application for c in children.get(node, []) if c in blocked])
 
-        visible_roots: list[object] = [pid for pid in roots if waiters_match(pid, roots[pid].application, roots[pid].query)]
+        # A wait cycle's members are roots of one another and of all behind them: shown once, under
+        # their cycle (a recording from before cycles were an object of their own: found here).
+        found_cycles = [list(c.members) for c in snapshot.cycles] or _wait_cycles(snapshot.blocked)
+        in_cycles = {m for members in found_cycles for m in members}
+        visible_roots: list[object] = [pid for pid in roots if pid not in in_cycles
+                                       and waiters_match(pid, roots[pid].application, roots[pid].query)]
         visible_roots += [key for key, p in prepared.items() if waiters_match(key, p.gid, p.owner, p.database)]
-        cycles = {f"cycle:{n}": members for n, members in enumerate(_wait_cycles(snapshot.blocked), 1)
-                  if any(matches_filter(filter_text, blocked[m].application, blocked[m].query) for m in members)}
+        cycles = {f"cycle:{n}": members for n, members in enumerate(found_cycles, 1)
+                  if all(m in blocked for m in members)
+                  and any(matches_filter(filter_text, blocked[m].application, blocked[m].query) for m in members)}
 
-        # Each label fitted to the width; zoomed, whole (the tree scrolls sideways instead).
-        width = UNFITTED if self.zoomed else max(20, tree.size.width)
+        # Each label fitted to the width, over more lines where an explanation needs them; zoomed,
+        # on one line (the tree scrolls sideways instead).
+        width = self._fitted_to = self._label_width()
 
-        def label_cycle(key: str) -> Text:
+        def label_cycle(key: str) -> list[Text]:
             members = cycles[key]
-            return fit_segments([
-                ("wait cycle ", "bold red", False), (" → ".join(map(str, [*members, members[0]])), "bold", False),
-                (f"  {_deadlock_countdown(snapshot, [blocked[m] for m in members])}", "yellow", True),
-            ], label_width(width, 1))
+            return wrap_segments([
+                ("wait cycle ", "bold red", FIGURE), (" → ".join(map(str, [*members, members[0]])), "bold", WORDS),
+                (f"  {_deadlock_countdown(snapshot, [blocked[m] for m in members])}", "yellow", WORDS),
+            ], label_width(width, 1), label_width(width, 2))
 
         def sample_of(path: tuple) -> object:
             """What a node's label shows: its label is rebuilt only when this changes."""
@@ -123,13 +134,14 @@ class LocksPanel(Panel):
                 return prepared[node]
             return roots[node] if len(path) == 1 and node in roots else blocked.get(node)
 
-        def label_of(path: tuple) -> Text:
+        def label_of(path: tuple) -> list[Text]:
             node = path[-1]
             if isinstance(node, str):
                 return label_cycle(node) if node.startswith("cycle:") else prepared_label(prepared[node], width)
             if len(path) == 1 and node in roots:
                 return blocker_label(roots[node], width)
-            return blocked_label(blocked[node], len(path), width, snapshot.server.database)
+            parent = path[-2] if len(path) > 1 and isinstance(path[-2], int) else None
+            return blocked_label(blocked[node], len(path), width, snapshot.server.database, parent)
 
         # Shape: which node hangs under which path. Labels change every tick; the shape rarely.
         paths: list[tuple] = []
@@ -148,7 +160,14 @@ class LocksPanel(Panel):
             paths.append((key,))
             for member in members:
                 walk((key, member), frozenset(members))
-        shape = tuple(paths)
+        # Each node's lines: its label, then (as its first children) the lines its explanation
+        # wrapped onto. Built only for what changed: a label's facts are its sample.
+        lines_of: dict[tuple, list[Text]] = {}
+        for path in paths:
+            sample = sample_of(path)
+            kept = self._lines.get(path)
+            lines_of[path] = kept[1] if kept is not None and kept[0] == sample else label_of(path)
+        shape = tuple((path, len(lines_of[path])) for path in paths)
         count = len(blocked)
         # The summary, fitted like every line: each count whole or left out.
         summary = [(f"{count} blocked session(s)", "bold red", False)]
@@ -183,26 +202,31 @@ class LocksPanel(Panel):
         if shape != self._shape:
             tree.root.remove_children()
             self._tree_nodes = {}
-            self._labels = {}
+            self._more_nodes = {}
+            self._lines = {}
             parents = {path[:-1] for path in paths}
             for path in paths:
                 under = tree.root if len(path) == 1 else self._tree_nodes[path[:-1]]
-                label, sample = label_of(path), sample_of(path)
+                label, *more = lines_of[path]
                 data = path[-1] if isinstance(path[-1], int) else None  # a session: c, k and Enter act on it
-                # A session nobody waits on is a leaf: no ▼ that would open nothing.
-                self._tree_nodes[path] = under.add(label, data=data, expand=True) if path in parents \
-                    else under.add_leaf(label, data=data)
-                self._labels[path] = sample
+                # A session nobody waits on, whose label is one line, is a leaf: no ▼ that would open nothing.
+                node = under.add(label, data=data, expand=True) if path in parents or more else under.add_leaf(label, data=data)
+                self._tree_nodes[path] = node
+                self._more_nodes[path] = [node.add_leaf(line, data=data) for line in more]
+                self._lines[path] = (sample_of(path), lines_of[path])
             tree.root.expand()
             self._shape = shape
             self.call_after_refresh(tree.report_rows)
         else:
-            # Only labels whose facts changed are rebuilt and set: each set_label repaints.
+            # Only labels whose facts changed are set: each set_label repaints.
             for path, node in self._tree_nodes.items():
                 sample = sample_of(path)
-                if sample != self._labels.get(path):
-                    node.set_label(label_of(path))
-                    self._labels[path] = sample
+                if self._lines.get(path, (None,))[0] != sample:
+                    label, *more = lines_of[path]
+                    node.set_label(label)
+                    for extra, line in zip(self._more_nodes[path], more, strict=True):
+                        extra.set_label(line)
+                    self._lines[path] = (sample, lines_of[path])
 
     def zoom_changed(self, zoomed: bool) -> None:
         self.on_resize()  # whole labels zoomed, fitted ones back
@@ -210,10 +234,14 @@ class LocksPanel(Panel):
             self.query_one(LockTree).scroll_to(x=0, animate=False)
 
     def on_resize(self) -> None:
-        # The labels are fitted to the width: fit them again.
-        if self._snapshot is not None:
-            self._last_facts, self._labels = None, {}
+        # The labels are fitted to the width: fit them again, if it changed (a taller panel
+        # changes none; a tree of 5,000 waiters took seconds to build again, measured).
+        if self._snapshot is not None and self._fitted_to != self._label_width():
+            self._last_facts, self._lines = None, {}
             self.show(self._snapshot, self._filter_text)
+
+    def _label_width(self) -> int:
+        return UNFITTED if self.zoomed else max(20, self.query_one(LockTree).size.width)
 
     @property
     def selected_pid(self) -> int | None:

@@ -1,0 +1,128 @@
+"""The Locks tree at the sizes operators use (issue 31): at 100×30 and 80×24 every explanation is
+whole (what a session wants and who holds it, when a wait cycle is broken, what ends a prepared
+transaction), carried onto the lines below its node; nothing is cut inside a word; no line is
+wider than the tree (the tree would crop it)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+import pytest
+from rich.cells import cell_len
+from textual.widgets import Tree
+
+from probes.model import BlockedSession, Blocker, PreparedXact, ServerInfo, WaitCycle
+from tui.sample import sample_snapshot
+from tui.widgets.panels import LocksPanel
+from tui.widgets.panels.lock_tree import label_width
+
+from .test_tui import sample_app, settle
+
+ROOT_QUERY = "SELECT pg_sleep(3600) FROM accounts WHERE id IN (SELECT account_id FROM transfers WHERE day = current_date)"
+WAIT_QUERY = "UPDATE accounts SET balance = balance - 100 WHERE id = 7"
+GID = "pay-7f3a-settlement-batch"
+
+
+def _waiting(pid: int, **kwargs) -> BlockedSession:
+    defaults = dict(pid=pid, blocked_by=(1000,), root_blocker=1000, root_blockers=(1000,), wait_s=12.5,
+                    lock_type="transactionid", mode="ShareLock", relation="accounts", row="(0,7)", database="app",
+                    query=WAIT_QUERY, application="billing-worker", state="active",
+                    wants="to update a row of accounts (0,7)", holders=(1000,))
+    return BlockedSession(**{**defaults, **kwargs})
+
+
+def locks_snapshot():
+    base = sample_snapshot(step=0)
+    blocked = (
+        _waiting(1001),
+        _waiting(1002, blocked_by=(1001,), lock_type="tuple", mode="ExclusiveLock", wait_s=3.0),
+        _waiting(1003, blocked_by=(1000,), lock_type="relation", mode="AccessExclusiveLock", row=None, relation="ledger_entries",
+                 wants="ACCESS EXCLUSIVE on ledger_entries to TRUNCATE", query="TRUNCATE ledger_entries",
+                 worker_pids=(1031, 1032, 1033)),
+        _waiting(1004, blocked_by=(), root_blocker=None, root_blockers=(), blocked_by_prepared=(GID,), root_prepared=(GID,),
+                 holders=(), wants="to update a row of payments (0,1)", relation="payments", row="(0,1)"),
+        _waiting(2001, blocked_by=(2002,), root_blocker=2002, root_blockers=(2002,), in_cycle=True, root_cycles=(1,), wait_s=0.4,
+                 holders=(2002,), wants="to update a row of accounts (0,9)", row="(0,9)"),
+        _waiting(2002, blocked_by=(2001,), root_blocker=2001, root_blockers=(2001,), in_cycle=True, root_cycles=(1,), wait_s=0.3,
+                 holders=(2001,), wants="to update a row of accounts (0,8)", row="(0,8)"),
+        _waiting(2003, blocked_by=(2002,), root_blocker=2001, root_blockers=(2001, 2002), root_cycles=(1,),
+                 lock_type="tuple", holders=(2001,), wants="to update a row of accounts (0,8)", row="(0,8)"),
+    )
+    blockers = (
+        Blocker(pid=1000, blocked_count=3, blocked_processes=6, state="idle in transaction", xact_age_s=754.0,
+                query=ROOT_QUERY, application="reporting"),
+        Blocker(pid=2001, blocked_count=2, blocked_processes=2, state="active", xact_age_s=4.0, query=WAIT_QUERY,
+                application="billing-worker", cycle=1),
+        Blocker(pid=2002, blocked_count=2, blocked_processes=2, state="active", xact_age_s=4.0, query=WAIT_QUERY,
+                application="billing-worker", cycle=1),
+    )
+    prepared = (PreparedXact(gid=GID, owner="billing", database="app", age_s=300.0, blocked_count=1),)
+    cycles = (WaitCycle(id=1, members=(2001, 2002), waiting=(2003,), wait_s=0.4),)
+    server = ServerInfo(dialect="postgresql", version="16.2", database="app", label="sample", deadlock_timeout_s=1.0)
+    return replace(base, blocked=blocked, blockers=blockers, prepared_xacts=prepared, cycles=cycles, server=server)
+
+
+def tree_lines(tree: Tree) -> list[tuple[int, str]]:
+    """(depth, label) of every node under the root, in the order shown."""
+    out: list[tuple[int, str]] = []
+
+    def walk(node, depth: int) -> None:
+        for child in node.children:
+            out.append((depth, str(child.label)))
+            walk(child, depth + 1)
+
+    walk(tree.root, 1)
+    return out
+
+
+def _ends_a_word(source: str, shown: str) -> bool:
+    """Whether `shown` is a part of `source` that ends where one of its words ends."""
+    at = source.find(shown)
+    return at >= 0 and (at + len(shown) == len(source) or source[at + len(shown)] == " ")
+
+
+def words(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip()
+
+
+@pytest.mark.parametrize("size", [(100, 30), (80, 24)], ids=["100x30", "80x24"])
+async def test_the_locks_tree_says_everything_whole_at_the_sizes_operators_use(size):
+    snapshot = locks_snapshot()
+    async with sample_app(snapshots=[snapshot]).run_test(size=size) as pilot:
+        app = pilot.app
+        tree = app.query_one(LocksPanel).query_one(Tree)
+        await settle(pilot, app, lambda: len(tree.root.children) >= 3, "the tree built")
+        width = tree.size.width
+        lines = tree_lines(tree)
+        # No line wider than its room: the tree would crop it, mid-word.
+        for depth, text in lines:
+            assert cell_len(text) <= label_width(width, depth), (depth, text, width)
+        said = words(" ".join(text for _depth, text in lines))
+        assert "queued behind" not in said  # each queues behind the session it is shown under
+        # Every explanation whole, in order.
+        # (What the tree says by nesting goes unsaid: 1001, under the row's holder 1000, just wants
+        # the row; 1002, under 1001 which it queues behind, names the holder.)
+        for explanation in (
+            "1001 waits 12.5s wants to update a row of accounts (0,7)",
+            "1002 waits 3.0s wants to update a row of accounts (0,7) held by 1000",
+            "1003 waits 12.5s wants ACCESS EXCLUSIVE on ledger_entries to TRUNCATE",
+            "2003 waits 12.5s wants to update a row of accounts (0,8) held by 2001",
+            "2001 waits 0.4s wants to update a row of accounts (0,9) held by 2002",
+            f"wants to update a row of payments (0,1) held by prepared '{GID}'",
+            "no session: COMMIT or ROLLBACK PREPARED",
+            "wait cycle 2001 → 2002 → 2001",
+            "deadlock: broken in ≤0.6s (deadlock_timeout 1s)",
+            "blocks 3 (6 processes)",
+            "+3 parallel workers",
+        ):
+            assert explanation in said, (explanation, lines)
+        # A text cut short is cut after a whole word of what it shows.
+        sources = [ROOT_QUERY, WAIT_QUERY, "TRUNCATE ledger_entries", "billing-worker", "reporting", f"'{GID}'"]
+        for _depth, text in lines:
+            for cut in re.findall(r"(?:^|  )([^ ][^…]*?)…", text):
+                tail = cut.split("  ")[-1]
+                assert any(_ends_a_word(source, tail) for source in sources), (tail, text)
+        # The cycle's members are under their cycle, not roots of their own beside it.
+        roots = [text for depth, text in lines if depth == 1]
+        assert not any(text.startswith(("2001 ", "2002 ")) for text in roots)
