@@ -5,8 +5,10 @@ and what each session waits on, named as the application would name it."""
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import NamedTuple
 
 from .model import AppLock, BlockedSession, Blocker, PreparedXact, WaitCycle
@@ -127,7 +129,7 @@ def build_lock_tree(
         if row.get("lock_type") == "tuple" and row.get("relation_oid") is not None:
             holders_of[pid] |= row_holders.get((row["relation_oid"], row.get("page"), row.get("tuple")), set()) - {pid}
 
-    reached = _roots_by_component(blockers_of, gids_of)
+    reached = _roots_of_graph(blockers_of, gids_of)
     # The wait cycles, numbered from 1 in the order of their lowest member.
     cycle_components = sorted({id(c): c for c in reached.values() if c.cycle is not None}.values(), key=lambda c: min(c.cycle or ()))
     cycle_id = {id(c): n for n, c in enumerate(cycle_components, 1)}
@@ -146,7 +148,7 @@ def build_lock_tree(
                                       tuple(sorted(cycle_id[id(c)] for c in component.cycles)))
         all_roots, root_gids, cycles = ordered[id(component)]
         roots = all_roots if pid not in component.roots else tuple(r for r in all_roots if r != pid)  # a cycle's member
-        workers = tuple(sorted(workers_of[pid]))
+        workers = _sorted(workers_of[pid])
         for root in roots:
             counts[root] = counts.get(root, 0) + 1
             processes[root] = processes.get(root, 0) + 1 + len(workers)
@@ -160,10 +162,10 @@ def build_lock_tree(
         blocked.append(
             BlockedSession(
                 pid=pid,
-                blocked_by=tuple(sorted(blockers_of[pid])),
+                blocked_by=_sorted(blockers_of[pid]),
                 root_blocker=roots[0] if roots else None,
                 root_blockers=roots,
-                blocked_by_prepared=tuple(sorted(gids_of[pid])),
+                blocked_by_prepared=_sorted(gids_of[pid]),
                 root_prepared=root_gids,
                 wait_s=row["wait_s"],
                 lock_type=row["lock_type"],
@@ -176,7 +178,7 @@ def build_lock_tree(
                 state=row["state"],
                 in_cycle=component.cycle is not None,
                 wants=wants_of(row, relation, ctid, query),
-                holders=tuple(sorted(holders_of[pid])),
+                holders=_sorted(holders_of[pid]),
                 holders_note=row.get("holders_note"),
                 worker_pids=workers,
                 root_cycles=cycles,
@@ -209,6 +211,13 @@ def build_lock_tree(
         for p in prepared
     )
     return tuple(blocked), tuple(roots_found), prepared_found, cycles_found
+
+
+def _sorted(items: Iterable) -> tuple:
+    """`items` sorted, as a tuple: most sets here hold one item or none (a pile-up's lock tree is
+    built every cycle)."""
+    items = tuple(items)
+    return items if len(items) < 2 else tuple(sorted(items))
 
 
 def _holders(row: dict, blockers: set[int], leader: dict[int, int]) -> set[int]:
@@ -279,6 +288,7 @@ _COMMENTS = re.compile(r"--[^\n]*|/\*.*?\*/", re.S)
 _WORDS = re.compile(r"[A-Za-z]+")
 
 
+@lru_cache(maxsize=4096)  # the waiters of a pile-up run the same few statements, cycle after cycle
 def statement_of(query: str | None) -> str | None:
     """The command a statement runs, in capitals, as a DBA names it: UPDATE, TRUNCATE, ALTER TABLE,
     CREATE INDEX CONCURRENTLY, LOCK TABLE; the data-changing one of a WITH. None for a query not
@@ -342,6 +352,25 @@ def wants_of(row: dict, relation: str | None, ctid: str | None, query: str | Non
     if lock_type == "relation":
         return f"{words} on {relation or '?'}{to}"
     return f"{words} on {lock_type or '?'}" + (f" of {relation}" if relation else "") + to
+
+
+# The last wait graph's roots: a lock tree changes its wait times every cycle, its shape seldom
+# (a pile-up of 16 waits is 136 edges: walking them was half of building the tree, measured).
+# Kept for the last few graphs (one per host of a fleet); each entry is never changed once made.
+_RECENT_GRAPHS: dict[tuple, dict[int, _Component]] = {}
+_RECENT_LOCK = threading.Lock()
+
+
+def _roots_of_graph(blockers_of: dict[int, set[int]], gids_of: dict[int, set[str]]) -> dict[int, _Component]:
+    key = tuple((pid, frozenset(blockers), frozenset(gids_of[pid])) for pid, blockers in blockers_of.items())
+    reached = _RECENT_GRAPHS.get(key)
+    if reached is None:
+        reached = _roots_by_component(blockers_of, gids_of)
+        with _RECENT_LOCK:  # the samplers of a fleet build their trees in their own threads
+            if len(_RECENT_GRAPHS) >= 8:
+                del _RECENT_GRAPHS[next(iter(_RECENT_GRAPHS))]
+            _RECENT_GRAPHS[key] = reached
+    return reached
 
 
 @dataclass(slots=True, eq=False)
@@ -424,7 +453,8 @@ def _roots_by_component(blockers_of: dict[int, set[int]], gids_of: dict[int, set
                             before = results[component_of[blocker]]
                             component.roots |= before.roots
                             component.gids |= before.gids
-                            component.cycles += [c for c in before.cycles if c not in component.cycles]
+                            if before.cycles:
+                                component.cycles += [c for c in before.cycles if c not in component.cycles]
                 results.append(component)
     return {pid: results[component_of[pid]] for pid in waiting}
 

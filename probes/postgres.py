@@ -90,6 +90,23 @@ class _Counters:
     owed: int = 0
 
 
+def _may_be_shared(row: dict, waiters: set[int]) -> bool:
+    """Whether the row a waiter waits for may be locked by several transactions (a multixact), from
+    the ROW SHARE and ROW EXCLUSIVE locks on its table (locks.sql's row_lock, only when anyone holds
+    ROW SHARE there; in this database only). A multixact holds at least one SELECT ... FOR locker
+    (ROW SHARE): another session than the one waited for, waiting for nothing, holds ROW SHARE; or
+    the one waited for holds ROW SHARE and another ROW EXCLUSIVE (an UPDATE beside FOR KEY SHARE)."""
+    table_locks = row.get("row_table_locks")
+    if not table_locks or row.get("row_relation") is None or row.get("lock_type") != "transactionid":
+        return False
+    owners = set(row["blocked_by"])  # a transaction id's wait: its owner
+    idle = {pid: mode for pid, mode in table_locks if pid not in waiters and pid != row["pid"]}
+    share = {pid for pid, mode in table_locks if mode == "RowShareLock"}
+    if any(mode == "RowShareLock" and pid not in owners for pid, mode in idle.items()):
+        return True
+    return bool(owners & share) and any(pid not in owners for pid in idle)
+
+
 def app_locks_of(rows: Iterable[Mapping[str, Any]]) -> tuple[AppLock, ...]:
     """Application locks held or waited for (advisory locks; sp_getapplock's on SQL Server)."""
     return tuple(
@@ -116,7 +133,9 @@ class PostgresProbes:
         self.tallies = CycleTallies()
         self.sources = SourceSet(self.config, self.dialect)
         self._server: ServerInfo | None = None
-        # Relation names of other databases, looked up there (a lock in another database).
+        # Relation names of other databases, looked up there (a lock in another database); and of
+        # this one's tables whose shared rows the locks probe reads: oid -> (until, schema, table).
+        self._table_names: dict[int, tuple[float, str, str]] = {}
         self.elsewhere = RelationsElsewhere()
         self._version_num = 0
         # What a probe that worked says beside its figures (privileges that hide some, a locked
@@ -314,7 +333,7 @@ class PostgresProbes:
         waiting_rows = [r for r in rows if r["pid"] is not None and r["blocked_by"]]
         for row in waiting_rows:  # a row wait's tuple lock (locks.sql's row_lock)
             (row["row_relation_oid"], row["row_page"], row["row_tuple"], row["row_relation"], row["row_mode"],
-             row["row_names"], row["row_shared"]) = row["row_lock"] or (None,) * 7
+             row["row_table_locks"]) = row["row_lock"] or (None,) * 6
             if row["row_relation_oid"] is None and row["held_tables"]:  # the tables, once each (indexes are not among them)
                 row["held_tables"] = sorted(set(row["held_tables"]))
             else:
@@ -324,7 +343,7 @@ class PostgresProbes:
             by_prepared = prepared_blockers(waiting_rows, prepared, first["prepared_locks"] or [])
         others = {r["pid"]: r for r in first["sessions"] or []}
         notes = []
-        if any(r["row_shared"] for r in waiting_rows):
+        if any(r["row_table_locks"] for r in waiting_rows):
             notes += self._row_lockers(conn, waiting_rows, others)
         here = self._server.database if self._server is not None else None
         if any(r["database"] != here and (r["relation_oid"] or r["row_relation_oid"]) for r in waiting_rows):
@@ -338,17 +357,18 @@ class PostgresProbes:
 
     def _row_lockers(self, conn: ProbeConnection, waiting_rows: list[dict], others: dict[int, dict]) -> list[str]:
         """Every locker of a row that several transactions lock (a multixact: three FOR SHARE, or
-        FOR KEY SHARE and an UPDATE), for the waiters of the rows locks.sql says may be shared.
-        The server makes such a waiter wait for one locker at a time, and pg_blocking_pids names
-        only that one: the row's xmax, read by its ctid, is the multixact, and
-        pg_get_multixact_members names the others, whose sessions join the picture. Sets each
-        waiter's `multixact_holders` (or `holders_note`, why not); returns notes for the probe.
-        One statement a shared row (a TID scan of one row), only while such a wait lasts."""
+        FOR KEY SHARE and an UPDATE), for the waiters of rows that may be shared. The server makes
+        such a waiter wait for one locker at a time, and pg_blocking_pids names only that one: the
+        row's xmax, read by its ctid, is the multixact, and pg_get_multixact_members names the
+        others, whose sessions join the picture. Sets each waiter's `multixact_holders` (or
+        `holders_note`, why not); returns notes for the probe. One statement a shared row (a TID
+        scan of one row), only while such a wait lasts."""
         notes: list[str] = []
+        waiters = {r["pid"] for r in waiting_rows}
         queued_exclusive = {r["relation_oid"] for r in waiting_rows if r["lock_type"] == "relation" and r["mode"] == "AccessExclusiveLock"}
         done: dict[tuple, tuple[list[int], str | None]] = {}
         for row in waiting_rows:
-            if not row["row_shared"] or not row["row_names"]:
+            if not _may_be_shared(row, waiters):
                 continue
             key = (row["row_relation_oid"], row["row_page"], row["row_tuple"], row["transactionid"])
             if key not in done:
@@ -360,12 +380,20 @@ class PostgresProbes:
 
     def _read_row_lockers(self, conn: ProbeConnection, row: dict, queued_exclusive: set,
                           others: dict[int, dict]) -> tuple[list[int], str | None]:
-        schema, table = row["row_names"]
         if row["row_relation_oid"] in queued_exclusive:
             # Reading the row takes ACCESS SHARE on its table, which would queue behind that request.
             return [], f"the other lockers of a row of {row['row_relation']} not read: an ACCESS EXCLUSIVE request is queued on it"
-        statement = self._versioned(LOCKS_SQL["row_lockers"]).format(table=sql.Identifier(schema, table))
         try:
+            oid, now = row["row_relation_oid"], time.monotonic()
+            if oid not in self._table_names or self._table_names[oid][0] < now:  # (a table renamed: a minute at most)
+                found_names = conn.execute(LOCKS_SQL["table_names"], {"oid": oid}).fetchone()
+                if found_names is None:
+                    return [], None  # dropped since
+                if len(self._table_names) > 1000:
+                    self._table_names.clear()
+                self._table_names[oid] = (now + 60.0, found_names["schema"], found_names["table"])
+            _expires, schema, table = self._table_names[oid]
+            statement = self._versioned(LOCKS_SQL["row_lockers"]).format(table=sql.Identifier(schema, table))
             found = conn.execute(statement, {"ctid": f"({row['row_page']},{row['row_tuple']})", "xid": row["transactionid"]}).fetchall()
         except PROBE_FAILURES as exc:
             return [], f"the other lockers of a row of {row['row_relation']} not read: {describe_error(exc)}"

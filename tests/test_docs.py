@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 
 import pytest
@@ -41,3 +42,21 @@ def test_every_command_in_the_readme_table_exists():
         with pytest.raises(SystemExit) as exit_info:
             parser.parse_args([*words, "--help"])
         assert exit_info.value.code == 0, command
+
+
+def test_the_readme_snapshot_example_has_the_reports_columns():
+    """Issue 31: the README's example `snapshot` output had drifted (the report's header now says
+    `source`, with a `delayed` column). Each table the example shows has the report's header."""
+    from tui.report import render
+    from tui.sample import sample_snapshot
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8").splitlines()
+    report = render(sample_snapshot()).splitlines()
+    # The report's tables: a title, then the header indented by two spaces.
+    tables = [line for line, after in itertools.pairwise(report) if line and not line.startswith(" ") and after.startswith("  ")]
+    titles = [title for title in tables if title in readme]
+    assert "Queues (~ = depth estimated)" in titles
+    for title in titles:
+        shown = readme[readme.index(title) + 1].split()
+        printed = report[report.index(title) + 1].split()
+        assert shown == printed, (title, shown, printed)

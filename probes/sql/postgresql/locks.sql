@@ -42,30 +42,22 @@ WITH locks AS MATERIALIZED (
            l.classid, l.objid, l.objsubid,
            -- A row wait is a wait for the other transaction's id, which names no relation. The row
            -- is the tuple lock the waiter was granted before it began to wait: [relation, page,
-           -- tuple, its name here, the tuple lock's mode (the row lock's strength), [schema, table]
-           -- here, whether the row may be shared]. May be shared (a multixact: several lockers, one
-           -- of them at least a SELECT ... FOR, which holds ROW SHARE on the table) when a
-           -- transaction besides the one it waits for, waiting for nothing, holds ROW SHARE on the
-           -- table; or that one holds ROW SHARE and another ROW EXCLUSIVE (an UPDATE beside a FOR
-           -- KEY SHARE). Then the probe reads the row's lockers (postgres.py): pg_blocking_pids
-           -- names one of them. Transactions by virtualtransaction: a prepared one has no pid.
+           -- tuple, its name here, the tuple lock's mode (the row lock's strength), and, when
+           -- anyone holds ROW SHARE on the table, [pid, mode] of every ROW SHARE and ROW EXCLUSIVE
+           -- lock on it]. From these the probe tells whether the row may be shared by several
+           -- lockers (a multixact: one of them at least a SELECT ... FOR, which holds ROW SHARE),
+           -- and then reads them (postgres.py): pg_blocking_pids names one of them. Nothing more
+           -- in a pile-up of UPDATEs, where nobody holds ROW SHARE (a fuller test here cost 0.05 ms
+           -- of server time there, measured).
            CASE WHEN l.locktype = 'transactionid' THEN (
                SELECT json_build_array(t.relation::bigint, t.page, t.tuple,
                           CASE WHEN t.database = (SELECT oid FROM here) THEN t.relation::regclass::text END, t.mode,
-                          (SELECT json_build_array(n.nspname, c.relname) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-                           WHERE c.oid = t.relation AND t.database = (SELECT oid FROM here)),
-                          (SELECT coalesce(bool_or(h.mode = 'RowShareLock'), false)
-                                  OR (coalesce(bool_or(h.mode = 'RowExclusiveLock'), false)
-                                      AND EXISTS (SELECT FROM locks r WHERE r.virtualtransaction = o.virtualtransaction
-                                                  AND r.locktype = 'relation' AND r.relation = t.relation AND r.mode = 'RowShareLock'))
-                           FROM locks h
-                           WHERE h.locktype = 'relation' AND h.granted AND h.relation = t.relation AND h.database = t.database
-                             AND h.mode IN ('RowShareLock', 'RowExclusiveLock')
-                             AND h.virtualtransaction NOT IN (l.virtualtransaction, o.virtualtransaction)
-                             AND NOT EXISTS (SELECT FROM locks w WHERE w.virtualtransaction = h.virtualtransaction AND NOT w.granted)))
+                          CASE WHEN t.relation IN (SELECT r.relation FROM locks r WHERE r.locktype = 'relation'
+                                                   AND r.mode = 'RowShareLock' AND r.granted) THEN (
+                              SELECT json_agg(json_build_array(r.pid, r.mode)) FROM locks r
+                              WHERE r.locktype = 'relation' AND r.relation = t.relation AND r.database = t.database
+                                AND r.mode IN ('RowShareLock', 'RowExclusiveLock') AND r.granted AND r.pid IS NOT NULL) END)
                FROM locks t
-               LEFT JOIN locks o ON o.locktype = 'transactionid' AND o.transactionid = l.transactionid AND o.granted
-                                AND o.mode = 'ExclusiveLock'  -- the transaction waited for: its owner's
                WHERE t.pid = l.pid AND t.locktype = 'tuple' AND t.granted
                ORDER BY t.relation, t.page, t.tuple
                LIMIT 1
@@ -159,6 +151,11 @@ SELECT w.*,
        CASE WHEN w.first IS NOT FALSE THEN advisory.list END AS applocks
 FROM prepared, blocking, held_by_prepared, advisory
 LEFT JOIN (SELECT waiting.*, row_number() OVER () = 1 AS first FROM waiting) w ON true;
+
+-- name: table_names
+-- A table's schema and name, for row_lockers' {table} (the driver quotes them).
+SELECT n.nspname AS schema, c.relname AS table FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.oid = %(oid)s::oid;
 
 -- name: row_lockers
 -- Every locker of a row several transactions lock (a multixact), for a waiter that waits on one
