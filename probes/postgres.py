@@ -361,8 +361,8 @@ class PostgresProbes:
         such a waiter wait for one locker at a time, and pg_blocking_pids names only that one: the
         row's xmax, read by its ctid, is the multixact, and pg_get_multixact_members names the
         others, whose sessions join the picture. Sets each waiter's `multixact_holders` (or
-        `holders_note`, why not); returns notes for the probe. One statement a shared row (a TID
-        scan of one row), only while such a wait lasts."""
+        `holders_note`, why not); returns notes for the probe. One statement (a TID scan of one
+        row) for a row that may be shared, a second when it is; only while such a wait lasts."""
         notes: list[str] = []
         waiters = {r["pid"] for r in waiting_rows}
         queued_exclusive = {r["relation_oid"] for r in waiting_rows if r["lock_type"] == "relation" and r["mode"] == "AccessExclusiveLock"}
@@ -393,12 +393,17 @@ class PostgresProbes:
                     self._table_names.clear()
                 self._table_names[oid] = (now + 60.0, found_names["schema"], found_names["table"])
             _expires, schema, table = self._table_names[oid]
-            statement = self._versioned(LOCKS_SQL["row_lockers"]).format(table=sql.Identifier(schema, table))
-            found = conn.execute(statement, {"ctid": f"({row['row_page']},{row['row_tuple']})", "xid": row["transactionid"]}).fetchall()
+            statement = sql.SQL(LOCKS_SQL["row_xmax"]).format(table=sql.Identifier(schema, table))
+            read = conn.execute(statement, {"ctid": f"({row['row_page']},{row['row_tuple']})"}).fetchone()
         except PROBE_FAILURES as exc:
             return [], f"the other lockers of a row of {row['row_relation']} not read: {describe_error(exc)}"
-        members = {r["member"] for r in found if r["member"] is not None}
-        if row["transactionid"] not in members:
+        if read is None or read["xmax"] in (row["transactionid"], "0"):
+            return [], None  # locked by the transaction waited for alone (or gone): the server's blocker holds it
+        try:
+            found = conn.execute(self._versioned(LOCKS_SQL["row_lockers"]), {"xmax": read["xmax"]}).fetchall()
+        except PROBE_FAILURES:
+            return [], None  # a plain transaction id is not a multixact (an xmax set since): nothing shares the row
+        if row["transactionid"] not in {r["member"] for r in found}:
             return [], None  # not a multixact (or no longer the one waited on): the server's blocker is the holder
         wanted = row_strength(row["row_mode"])
         lockers = [r for r in found if r["pid"] is not None and row_locks_conflict(MULTIXACT_MODES.get(r["member_mode"]), wanted)]

@@ -153,7 +153,10 @@ class HostActions:
         if snapshot is not None:
             session = next((s for s in snapshot.sessions if s.pid == pid), None)
             waiting = next((b for b in snapshot.blocked if b.pid == pid), None)
-            blocked_by = session.blocked_by if session is not None else waiting.blocked_by if waiting is not None else ()
+            # The lock tree's blockers when it has the session (every locker of a shared row, which
+            # pg_blocking_pids names one at a time), else the sessions list's.
+            blocked_by = ((*waiting.blocked_by, *((0,) if waiting.blocked_by_prepared else ())) if waiting is not None
+                          else session.blocked_by if session is not None else ())
             blocks = sorted({s.pid for s in snapshot.sessions if pid in s.blocked_by}
                             | {b.pid for b in snapshot.blocked if pid in b.blocked_by})
         self.app.push_screen(DetailsScreen(f"Session {pid}", lambda: session_renderables(

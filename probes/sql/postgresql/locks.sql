@@ -157,17 +157,19 @@ LEFT JOIN (SELECT waiting.*, row_number() OVER () = 1 AS first FROM waiting) w O
 SELECT n.nspname AS schema, c.relname AS table FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE c.oid = %(oid)s::oid;
 
+-- name: row_xmax
+-- The xmax of the row a waiter waits for, by its ctid (a TID scan of one row): the transaction it
+-- waits for, or a multixact holding it as well (row_lockers). {table}: quoted by the driver.
+SELECT xmax::text AS xmax FROM ONLY {table} WHERE ctid = %(ctid)s::tid;
+
 -- name: row_lockers
--- Every locker of a row several transactions lock (a multixact), for a waiter that waits on one
--- of them (the server waits for the lockers one at a time; pg_blocking_pids names that one). The
--- row's xmax by its ctid (a TID scan of one row), its members when it is a multixact other than
--- the transaction waited on, and the session of each (its transaction id's lock). A plain xmax
--- may read as some multixact's number: the caller keeps the members only when the transaction
--- waited on is among them. {table}: the table, quoted by the driver.
-SELECT r.xmax::text AS xmax, m.xid::text AS member, m.mode AS member_mode, a.pid, a.state,
+-- Every locker of a row several transactions lock (a multixact: the server waits for them one at a
+-- time, and pg_blocking_pids names that one), with the session of each (its transaction id's
+-- lock). A plain xmax may read as some multixact's number: the caller keeps the members only when
+-- the transaction waited for is among them.
+SELECT m.xid::text AS member, m.mode AS member_mode, a.pid, a.state,
        extract(epoch FROM now() - a.xact_start)::float8 AS xact_age_s, a.query, a.application_name,
        {leader_pid} AS leader_pid
-FROM (SELECT xmax FROM ONLY {table} WHERE ctid = %(ctid)s::tid) r
-LEFT JOIN LATERAL pg_get_multixact_members(CASE WHEN r.xmax::text <> %(xid)s THEN r.xmax END) m ON true
+FROM pg_get_multixact_members(%(xmax)s::xid) m
 LEFT JOIN pg_locks h ON h.locktype = 'transactionid' AND h.transactionid = m.xid AND h.mode = 'ExclusiveLock' AND h.granted
 LEFT JOIN pg_stat_activity a ON a.pid = h.pid;

@@ -175,7 +175,7 @@ class LocksPanel(Panel):
             summary.append((f", {len(cycles)} wait cycle(s)", "bold red", False))
         if prepared:
             summary.append((f", {len(prepared)} prepared transaction(s)", "bold red", False))
-        summary.append((f", {len(roots)} root blocker(s)", "bold red", False))
+        summary.append((f", {len([pid for pid in roots if pid not in in_cycles])} root blocker(s)", "bold red", False))
         if not count:
             # "None blocked" only when the probe read the locks: a failed probe (no privilege, a
             # lock timeout) or none run (a replay before the host's recording) knows nothing.
