@@ -126,3 +126,20 @@ async def test_the_locks_tree_says_everything_whole_at_the_sizes_operators_use(s
         # The cycle's members are under their cycle, not roots of their own beside it.
         roots = [text for depth, text in lines if depth == 1]
         assert not any(text.startswith(("2001 ", "2002 ")) for text in roots)
+
+
+def test_a_waiting_sessions_details_say_what_it_wants_its_lock_and_its_workers():
+    """Enter on a waiting session: what it wants and who holds it (the tree's words), the server's
+    own lock type and mode beside them, and its parallel workers waiting with it (issue 31)."""
+    from tests.test_tui import rendered_text
+    from tui.screens.details import session_renderables
+
+    waiting = next(b for b in locks_snapshot().blocked if b.pid == 1003)
+    session = {"pid": 1003, "usename": "ops", "application_name": "billing-worker", "client_addr": None, "state": "active",
+               "wait_event_type": "Lock", "wait_event": "relation", "session_age_s": 30.0, "xact_age_s": 12.5,
+               "query_age_s": 12.5, "query": "TRUNCATE ledger_entries"}
+    renderables = session_renderables({"session": session, "locks": []}, blocked_by=waiting.blocked_by, waiting=waiting, here="app")
+    text = words(" ".join(rendered_text(r, width=200) for r in renderables))
+    assert ("Waits: wants ACCESS EXCLUSIVE on ledger_entries to TRUNCATE held by 1000 "
+            "(the server's lock: relation AccessExclusiveLock)") in text
+    assert "Parallel workers waiting with it: 3 (pids 1031, 1032, 1033)" in text
