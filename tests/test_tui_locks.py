@@ -86,6 +86,40 @@ def words(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip()
 
 
+# (What the tree says by nesting goes unsaid: 1001, under the row's holder 1000, just wants the
+# row; 1002, under 1001 which it queues behind, names the holder.)
+SYNTHETIC_EXPLANATIONS = (
+    "1001 waits 12.5s wants to update a row of accounts (0,7)",
+    "1002 waits 3.0s wants to update a row of accounts (0,7) held by 1000",
+    "1003 waits 12.5s wants ACCESS EXCLUSIVE on ledger_entries to TRUNCATE",
+    "2003 waits 12.5s wants to update a row of accounts (0,8) held by 2001",
+    "2001 waits 0.4s wants to update a row of accounts (0,9) held by 2002",
+    f"wants to update a row of payments (0,1) held by prepared '{GID}'",
+    "no session: COMMIT or ROLLBACK PREPARED",
+    "wait cycle 2001 → 2002 → 2001",
+    "deadlock: broken in ≤0.6s (deadlock_timeout 1s)",
+    "blocks 3 (6 processes)",
+    "+3 parallel workers",
+)
+
+
+def assert_whole(tree: Tree, lines: list[tuple[int, str]], explanations, sources: list[str]) -> None:
+    """No line wider than its room (the tree would crop it, mid-word); every explanation whole
+    (its words in order, over the lines it wraps onto); a text cut short cut after a whole word of
+    what it shows."""
+    width = tree.size.width
+    for depth, text in lines:
+        assert cell_len(text) <= label_width(width, depth), (depth, text, width)
+    said = words(" ".join(text for _depth, text in lines))
+    assert "queued behind" not in said  # each queues behind the session it is shown under
+    for explanation in explanations:
+        assert explanation in said, (explanation, lines)
+    for _depth, text in lines:
+        for cut in re.findall(r"(?:^|  )([^ ][^…]*?)…", text):
+            tail = cut.split("  ")[-1]
+            assert any(_ends_a_word(source, tail) for source in sources), (tail, text)
+
+
 @pytest.mark.parametrize("size", [(100, 30), (80, 24)], ids=["100x30", "80x24"])
 async def test_the_locks_tree_says_everything_whole_at_the_sizes_operators_use(size):
     snapshot = locks_snapshot()
@@ -93,36 +127,9 @@ async def test_the_locks_tree_says_everything_whole_at_the_sizes_operators_use(s
         app = pilot.app
         tree = app.query_one(LocksPanel).query_one(Tree)
         await settle(pilot, app, lambda: len(tree.root.children) >= 3, "the tree built")
-        width = tree.size.width
         lines = tree_lines(tree)
-        # No line wider than its room: the tree would crop it, mid-word.
-        for depth, text in lines:
-            assert cell_len(text) <= label_width(width, depth), (depth, text, width)
-        said = words(" ".join(text for _depth, text in lines))
-        assert "queued behind" not in said  # each queues behind the session it is shown under
-        # Every explanation whole, in order.
-        # (What the tree says by nesting goes unsaid: 1001, under the row's holder 1000, just wants
-        # the row; 1002, under 1001 which it queues behind, names the holder.)
-        for explanation in (
-            "1001 waits 12.5s wants to update a row of accounts (0,7)",
-            "1002 waits 3.0s wants to update a row of accounts (0,7) held by 1000",
-            "1003 waits 12.5s wants ACCESS EXCLUSIVE on ledger_entries to TRUNCATE",
-            "2003 waits 12.5s wants to update a row of accounts (0,8) held by 2001",
-            "2001 waits 0.4s wants to update a row of accounts (0,9) held by 2002",
-            f"wants to update a row of payments (0,1) held by prepared '{GID}'",
-            "no session: COMMIT or ROLLBACK PREPARED",
-            "wait cycle 2001 → 2002 → 2001",
-            "deadlock: broken in ≤0.6s (deadlock_timeout 1s)",
-            "blocks 3 (6 processes)",
-            "+3 parallel workers",
-        ):
-            assert explanation in said, (explanation, lines)
-        # A text cut short is cut after a whole word of what it shows.
-        sources = [ROOT_QUERY, WAIT_QUERY, "TRUNCATE ledger_entries", "billing-worker", "reporting", f"'{GID}'"]
-        for _depth, text in lines:
-            for cut in re.findall(r"(?:^|  )([^ ][^…]*?)…", text):
-                tail = cut.split("  ")[-1]
-                assert any(_ends_a_word(source, tail) for source in sources), (tail, text)
+        assert_whole(tree, lines, SYNTHETIC_EXPLANATIONS, [ROOT_QUERY, WAIT_QUERY, "TRUNCATE ledger_entries", "billing-worker",
+                                                          "reporting", f"'{GID}'"])
         # The cycle's members are under their cycle, not roots of their own beside it.
         roots = [text for depth, text in lines if depth == 1]
         assert not any(text.startswith(("2001 ", "2002 ")) for text in roots)
@@ -143,3 +150,58 @@ def test_a_waiting_sessions_details_say_what_it_wants_its_lock_and_its_workers()
     assert ("Waits: wants ACCESS EXCLUSIVE on ledger_entries to TRUNCATE held by 1000 "
             "(the server's lock: relation AccessExclusiveLock)") in text
     assert "Parallel workers waiting with it: 3 (pids 1031, 1032, 1033)" in text
+
+
+LIVE_ROOT_QUERY = "SELECT * FROM payments WHERE id = 1 FOR UPDATE"
+
+
+@pytest.mark.parametrize("size", [(100, 30), (80, 24)], ids=["100x30", "80x24"])
+async def test_the_locks_tree_of_a_real_server_says_everything_whole(db, size):
+    """The same, on what a real server says: an idle root with a session waiting for its row, a
+    session waiting for a prepared transaction, and a wait cycle (deadlock_timeout raised for its
+    members), sampled by the dashboard's own sampler."""
+    from probes.sampler import Sampler
+    from tui.backend import DatabaseBackend
+    from tui.dashboard import QueuetopApp
+
+    from .test_locks import prepared
+    from .test_probes import sessions
+
+    gid = f"qt-tree-{db.name}"
+    with db.connect() as setup:
+        setup.execute("CREATE TABLE payments (id int PRIMARY KEY, amount int)")
+        setup.execute("INSERT INTO payments SELECT g, 0 FROM generate_series(1, 10) g")
+    with prepared(db, gid, "UPDATE payments SET amount = 9 WHERE id = 2"), \
+            sessions(db, "reporting", "billing-worker", "settlement", "transfer-a", "transfer-b") as (root, waiter, on_prepared, a, b):
+        root.run("BEGIN")
+        root.run(LIVE_ROOT_QUERY)
+        waiter.start("UPDATE payments SET amount = amount - 100 WHERE id = 1")
+        on_prepared.start("UPDATE payments SET amount = 1 WHERE id = 2")
+        for s in (a, b):
+            s.run("SET deadlock_timeout = '120s'")
+            s.run("BEGIN")
+        a.run("UPDATE payments SET amount = 5 WHERE id = 5")
+        b.run("UPDATE payments SET amount = 6 WHERE id = 6")
+        a.start("UPDATE payments SET amount = 5 WHERE id = 6")
+        b.start("UPDATE payments SET amount = 6 WHERE id = 5")
+        app = QueuetopApp(lambda sink: Sampler(db.target, sink, interval_s=0.3), backend=DatabaseBackend(db.target))
+        async with app.run_test(size=size) as pilot:
+            tree = app.query_one(LocksPanel).query_one(Tree)
+
+            def complete() -> bool:
+                said = words(" ".join(text for _depth, text in tree_lines(tree)))
+                return "wait cycle" in said and f"prepared '{gid}'" in said and "idle in xact" in said
+
+            await settle(pilot, app, complete, "the whole picture in the tree", 1500)
+            cycle = next(c for c in app.snapshot.cycles)
+            first, second = cycle.members
+            assert_whole(tree, tree_lines(tree), (
+                f"{waiter.pid} waits",
+                "wants to update a row of payments (0,1)",
+                f"wants to update a row of payments (0,2) held by prepared '{gid}'",
+                "no session: COMMIT or ROLLBACK PREPARED",
+                f"wait cycle {first} → {second} → {first}",
+                "deadlock, past deadlock_timeout 1s (a session set its own?)" if (cycle.wait_s or 0) > 1 else "deadlock: broken in",
+            ), [LIVE_ROOT_QUERY, "UPDATE payments SET amount = amount - 100 WHERE id = 1", "UPDATE payments SET amount = 1 WHERE id = 2",
+                "UPDATE payments SET amount = 5 WHERE id = 6", "UPDATE payments SET amount = 6 WHERE id = 5", "reporting",
+                "billing-worker", "settlement", "transfer-a", "transfer-b", f"'{gid}'", f"postgres@{db.name}"])
