@@ -231,6 +231,11 @@ class PostgresProbes:
             previous = self._previous.get(key)
             enqueued_total, dequeued_total = (previous.enqueued_total, previous.dequeued_total) if previous else (0, 0)
             owed = 0
+            if previous is None and depth is not None and st.get("n_live_tup") is not None:
+                # First seen: rows the depth counts that the statistics do not hold yet (their inserts
+                # not sent: live tuples fewer than the waiting rows) would read, once sent, as
+                # arrivals that left at once (pg-boss's 5 fresh jobs as 5 departures, CI on 12).
+                owed = max(0, depth - st["n_live_tup"])
             if previous is not None and now > previous.at:
                 span = now - previous.at
                 arrived = max(0, inserted - previous.inserted)  # 0 across a statistics reset

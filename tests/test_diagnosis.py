@@ -274,3 +274,25 @@ def test_failing_holds_while_deaths_are_half_the_completions_and_pgboss_deaths_a
     # pg-boss counts a failed job as taken twice (deleted, inserted back): 5 dead, 10 taken is 0 completed.
     verdict = verdicts(frames("pg-boss", [(0, 0), (5, 10)]))[1]
     assert verdict.code == "failing" and verdict.reason.endswith(", 0 completed")
+
+
+def test_rows_counted_before_their_inserts_statistics_are_not_departures():
+    """A job table's queue first seen with 5 fresh jobs whose inserts the statistics do not hold
+    yet (live tuples 0): once sent, the 5 inserts are arrivals that are still there, not 5 jobs
+    taken (a pg-boss verdict read "0 consumers, keeping up" on PostgreSQL 12 in CI)."""
+    from types import SimpleNamespace
+
+    from probes.postgres import PostgresProbes
+    from probes.sources import QueueFigures
+
+    probes = PostgresProbes()
+    source = SimpleNamespace(name="pg-boss", kind="table")
+    figures = QueueFigures(name="orphan", table="pgboss.job", relid=1, depth=5, ready=5, in_flight=0, delayed=0, dead=0,
+                           rates_from="arrivals")
+    stats = {"n_tup_ins": 0, "n_tup_del": 0, "n_live_tup": 0, "n_dead_tup": 0, "last_vacuum": None, "last_autovacuum": None}
+    probes._queue_sample(source, figures, stats, now=100.0)
+    later = probes._queue_sample(source, figures, {**stats, "n_tup_ins": 5, "n_live_tup": 5}, now=101.0)
+    assert later.enqueued_per_s == 5.0 and later.dequeued_per_s == 0.0 and later.dequeued_total == 0
+    # A job taken after that is a departure again.
+    taken = probes._queue_sample(source, replace(figures, depth=4, ready=4), {**stats, "n_tup_ins": 5, "n_live_tup": 5}, now=102.0)
+    assert taken.dequeued_per_s == 1.0 and taken.dequeued_total == 1
