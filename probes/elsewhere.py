@@ -19,6 +19,7 @@ import psycopg
 from psycopg import conninfo as pg_conninfo
 
 from dbcore.database import hide_secrets, secrets_of
+from dbcore.sqlfiles import Queries
 
 from .failures import PROBE_FAILURES, describe_error
 from .session import ProbeConnection
@@ -32,7 +33,7 @@ MAX_OIDS = 200
 MAX_CACHED = 10_000
 CONNECT_TIMEOUT_S = 2
 
-NAMES_SQL = "SELECT c.oid::bigint AS oid, c.oid::regclass::text AS name FROM pg_class c WHERE c.oid = ANY(%s::oid[])"
+LOCKS_SQL = Queries("probes", "locks.sql")  # its relation_names, run in the other database
 
 
 class RelationsElsewhere:
@@ -96,4 +97,4 @@ class RelationsElsewhere:
         conninfo = pg_conninfo.make_conninfo(conn.info.dsn, **params)
         self.lookups += 1
         with psycopg.connect(conninfo, autocommit=True) as there:
-            return [(int(oid), name) for oid, name in there.execute(NAMES_SQL, (oids,)).fetchall()]
+            return [(int(oid), name) for oid, name in there.execute(LOCKS_SQL["relation_names"], {"oids": oids}).fetchall()]

@@ -70,6 +70,8 @@ PG_ONLY = {
         "pg_get_multixact_members: pg_blocking_pids names one of them at a time. SQL Server's lock manager lists every "
         "holder of a row's KEY or RID lock in sys.dm_tran_locks itself, which its `waiting` statement reads."
     ),
+    "locks.sql:relation_names": "Relations of another PostgreSQL database named there: SQL Server's object names are read "
+                                "with OBJECT_NAME(object_id, database_id) in the statement itself.",
     "locks.sql:table_names": "The schema and name of a table whose shared row row_xmax reads (PostgreSQL only, as row_lockers).",
     "locks.sql:row_xmax": "A row's xmax, a multixact when several PostgreSQL transactions lock it (PostgreSQL only, as row_lockers).",
     "connections.sql:xmin_horizon": (

@@ -152,6 +152,11 @@ SELECT w.*,
 FROM prepared, blocking, held_by_prepared, advisory
 LEFT JOIN (SELECT waiting.*, row_number() OVER () = 1 AS first FROM waiting) w ON true;
 
+-- name: relation_names
+-- Relations of another database, named there (probes/elsewhere.py runs it on a connection to that
+-- database): an OID names a relation only in its own database.
+SELECT c.oid::bigint AS oid, c.oid::regclass::text AS name FROM pg_class c WHERE c.oid = ANY(%(oids)s::oid[]);
+
 -- name: table_names
 -- A table's schema and name, for row_lockers' {table} (the driver quotes them).
 SELECT n.nspname AS schema, c.relname AS table FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
