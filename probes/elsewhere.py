@@ -62,10 +62,11 @@ class RelationsElsewhere:
             if refused is not None and refused[0] > now:
                 notes.append(refused[1])
                 continue
+            conninfo = _conninfo_for(conn, database)
             try:
-                found = self._look_up(conn, database, sorted(wanted[database])[:MAX_OIDS])
+                found = self._look_up(conninfo, sorted(wanted[database])[:MAX_OIDS])
             except PROBE_FAILURES as exc:
-                said = hide_secrets(describe_error(exc), secrets_of(pg_conninfo.make_conninfo(conn.info.dsn, password=conn.info.password)))
+                said = hide_secrets(describe_error(exc), secrets_of(conninfo))
                 why = f"relations of database {database} not named (no lookup there for {RETRY_S:.0f} s): {said}"
                 self._refused[database] = (now + RETRY_S, why)
                 notes.append(why)
@@ -86,15 +87,18 @@ class RelationsElsewhere:
         entry = self._names.get((database, oid))
         return entry[1] if entry is not None and entry[0] > now else None
 
-    def _look_up(self, conn: ProbeConnection, database: str, oids: list[int]) -> list[tuple[int, str]]:
-        """The names of `oids` in `database`, on a connection opened with the probe session's own
-        parameters (its read-only settings and application_name among them) and closed at once."""
-        # info.dsn leaves the password out; info.password is the one the session used (a
-        # passfile's too).
-        params = {"dbname": database, "connect_timeout": str(CONNECT_TIMEOUT_S)}
-        if conn.info.password:
-            params["password"] = conn.info.password
-        conninfo = pg_conninfo.make_conninfo(conn.info.dsn, **params)
+    def _look_up(self, conninfo: str, oids: list[int]) -> list[tuple[int, str]]:
+        """The names of `oids` in the database `conninfo` reaches, on a connection closed at once."""
         self.lookups += 1
         with psycopg.connect(conninfo, autocommit=True) as there:
             return [(int(oid), name) for oid, name in there.execute(LOCKS_SQL["relation_names"], {"oids": oids}).fetchall()]
+
+
+def _conninfo_for(conn: ProbeConnection, database: str) -> str:
+    """The probe session's own parameters (its read-only settings and application_name among
+    them) for `database`, with a short connect timeout. info.dsn leaves the password out;
+    info.password is the one the session used (a passfile's too)."""
+    params = {"dbname": database, "connect_timeout": str(CONNECT_TIMEOUT_S)}
+    if conn.info.password:
+        params["password"] = conn.info.password
+    return pg_conninfo.make_conninfo(conn.info.dsn, **params)

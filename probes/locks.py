@@ -79,10 +79,11 @@ class LockPicture(NamedTuple):
 
 def build_lock_tree(
     waiting_rows: Iterable[dict], others: dict[int, dict], prepared: Iterable[dict] = (), by_prepared: dict[int, set[str]] | None = None,
-) -> tuple[tuple[BlockedSession, ...], tuple[Blocker, ...], tuple[PreparedXact, ...], tuple[WaitCycle, ...]]:
-    """Blocked sessions with every blocker and every root, the root blockers with how many
-    sessions (and processes) each holds up, the prepared transactions with the same count, and
-    the wait cycles. Parallel workers fold into their leader, counted; a wait cycle (a deadlock the
+    app_locks: tuple[AppLock, ...] = (),
+) -> LockPicture:
+    """The lock picture: blocked sessions with every blocker and every root, the root blockers
+    with how many sessions (and processes) each holds up, the prepared transactions with the same
+    count, `app_locks` as given, and the wait cycles. Parallel workers fold into their leader, counted; a wait cycle (a deadlock the
     server has not yet broken) is an object of its own, whose members are the roots of everything
     that waits on it.
 
@@ -210,7 +211,7 @@ def build_lock_tree(
                      blocked_count=prepared_counts.get(p["gid"], 0))
         for p in prepared
     )
-    return tuple(blocked), tuple(roots_found), prepared_found, cycles_found
+    return LockPicture(tuple(blocked), tuple(roots_found), prepared_found, app_locks, cycles_found)
 
 
 def _sorted(items: Iterable) -> tuple:
@@ -330,7 +331,7 @@ def wants_of(row: dict, relation: str | None, ctid: str | None, query: str | Non
     statement = statement_of(query)
     to = f" to {statement}" if statement else ""
     if lock_type in ("transactionid", "tuple"):
-        strength = ROW_STRENGTH.get((row.get("row_mode") if lock_type == "transactionid" else mode) or "")
+        strength = row_strength(row.get("row_mode") if lock_type == "transactionid" else mode)
         if relation is None:
             if lock_type == "transactionid" and row.get("transactionid"):
                 return f"transaction {row['transactionid']} to end" + (f" ({statement})" if statement else "")

@@ -122,6 +122,5 @@ class MssqlProbes(PostgresProbes):
                 by_prepared.setdefault(pid, set()).add(entry["gid"])
         mentioned = {pid for row in waiting_rows for pid in row["blocked_by"] if pid} - {r["pid"] for r in waiting_rows}
         others = {r["pid"]: r for r in conn.execute(MSSQL_LOCKS_SQL["sessions"], {"pids": sorted(mentioned)})} if mentioned else {}
-        blocked, blockers, prepared_xacts, cycles = build_lock_tree(waiting_rows, others, prepared, by_prepared)
-        return LockPicture(blocked, blockers, prepared_xacts, app_locks_of(conn.execute(MSSQL_LOCKS_SQL["applocks"])), cycles)
+        return build_lock_tree(waiting_rows, others, prepared, by_prepared, app_locks_of(conn.execute(MSSQL_LOCKS_SQL["applocks"])))
 

@@ -357,8 +357,7 @@ class PostgresProbes:
             notes.append("queries and states of other roles' sessions hidden: grant pg_read_all_stats to see them")
         if notes:
             self.notes["locks"] = "; ".join(dict.fromkeys(notes))
-        blocked, blockers, prepared_xacts, cycles = build_lock_tree(waiting_rows, others, prepared, by_prepared)
-        return LockPicture(blocked, blockers, prepared_xacts, app_locks_of(first["applocks"] or []), cycles)
+        return build_lock_tree(waiting_rows, others, prepared, by_prepared, app_locks_of(first["applocks"] or []))
 
     def _row_lockers(self, conn: ProbeConnection, waiting_rows: list[dict], others: dict[int, dict]) -> list[str]:
         """Every locker of a row that several transactions lock (a multixact: three FOR SHARE, or

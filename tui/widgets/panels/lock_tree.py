@@ -27,10 +27,6 @@ WAIT_CELLS = len("waits 59.9s")  # (a wait past a minute is a character longer: 
 XACT_CELLS = len("  xact 59m59s")
 
 
-def _padded(text: str, cells: int) -> str:
-    return text.ljust(cells)
-
-
 def blocker_label(r: Blocker, tree_width: int) -> list[Text]:
     """A root blocker: its pid, state, how many it blocks (and the processes, its waiters'
     parallel workers counted), its transaction's age, its application and query."""
@@ -38,7 +34,7 @@ def blocker_label(r: Blocker, tree_width: int) -> list[Text]:
         (f"{r.pid} ", "bold", FIGURE),
         (SHORT_STATES.get(r.state or "?", r.state or "?"), "bold red" if r.state in CULPRIT_STATES else "yellow", FIGURE),
         (f"  blocks {fmt.blocks_text(r.blocked_count, r.blocked_processes)}", "", FIGURE),
-        (_padded(f"  xact {fmt.seconds(r.xact_age_s)}", XACT_CELLS), "", FIGURE),
+        (f"  xact {fmt.seconds(r.xact_age_s)}".ljust(XACT_CELLS), "", FIGURE),
         (f"  {r.application or '-'}", "cyan", CUT), (f"  {fmt.one_line(r.query, 200)}", "", CUT),
     ], label_width(tree_width, 1), label_width(tree_width, 2))
 
@@ -58,7 +54,7 @@ def blocked_label(b: BlockedSession, depth: int, tree_width: int, here: str | No
     parallel workers waiting with it, its application and query (`here`: the database the
     dashboard watches, named only when the lock is in another)."""
     return wrap_segments([
-        (f"{b.pid} ", "bold", FIGURE), (_padded(f"waits {fmt.seconds(b.wait_s)}", WAIT_CELLS), "red", FIGURE),
+        (f"{b.pid} ", "bold", FIGURE), (f"waits {fmt.seconds(b.wait_s)}".ljust(WAIT_CELLS), "red", FIGURE),
         (f"  {fmt.wait_phrase(b, here, parent=parent)}", "magenta", WORDS),
         (f"  +{len(b.worker_pids)} parallel worker{'s' if len(b.worker_pids) > 1 else ''}" if b.worker_pids else "", "yellow", FIGURE),
         (f"  {b.application or '-'}", "cyan", CUT),
