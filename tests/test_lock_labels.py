@@ -18,7 +18,7 @@ from probes.postgres import PostgresProbes, open_probe_connection
 from tui.report import render
 
 from .conftest import PASSWORD, PASSWORD_ROLE, drop_database, wait_until
-from .test_probes import blocked_of, sessions, snapshot, wait_blocked
+from .test_probes import blocked_of, sessions, snapshot, start_waiting, wait_blocked
 
 pytestmark = pytest.mark.matrix  # the server matrix runs these on every supported major
 
@@ -41,10 +41,8 @@ def test_two_identical_updates_of_a_row_read_the_same(db):
             db.connect() as truth:
         holder.run("BEGIN")
         holder.run("UPDATE p6 SET n = 1 WHERE id = 1")
-        first.start("UPDATE p6 SET n = 2 WHERE id = 1")
-        wait_until(lambda: blocked_of(snapshot(db), {first.pid}), timeout=15, what="the first waiter")
-        second.start("UPDATE p6 SET n = 3 WHERE id = 1")
-        wait_until(lambda: len(blocked_of(snapshot(db), {first.pid, second.pid})) == 2, timeout=15, what="the second waiter")
+        start_waiting(db, first, "UPDATE p6 SET n = 2 WHERE id = 1")
+        start_waiting(db, second, "UPDATE p6 SET n = 3 WHERE id = 1", first)
         share.start("SELECT * FROM p6 WHERE id = 1 FOR SHARE")
         snap = wait_blocked(db, {first.pid, second.pid, share.pid}, 3)
         # The row's locker, as the server says: the owner of the transaction id in its xmax.
@@ -74,8 +72,7 @@ def test_a_table_lock_is_wanted_for_its_command_and_queued_sessions_say_behind_w
     with sessions(db, "qt-t-reader", "qt-t-truncate", "qt-t-select") as (reader, truncate, select), db.connect() as truth:
         reader.run("BEGIN")
         reader.run("SELECT count(*) FROM t10")
-        truncate.start("TRUNCATE t10")
-        wait_until(lambda: blocked_of(snapshot(db), {truncate.pid}), timeout=15, what="the TRUNCATE waiting")
+        start_waiting(db, truncate, "TRUNCATE t10")
         select.start("/* report */ SELECT count(*) FROM t10")
         snap = wait_blocked(db, {truncate.pid, select.pid}, 2)
         holding = _holders_of_relation(truth, "t10", ("AccessShareLock",))
@@ -216,12 +213,9 @@ def test_a_wait_cycle_is_an_object_with_its_members_and_those_waiting_on_it(db):
         b.run("UPDATE ring_rows SET n = 2 WHERE id = 2")
         c.run("BEGIN")
         c.run("UPDATE ring_rows SET n = 3 WHERE id = 3")
-        a.start("UPDATE ring_rows SET n = 1 WHERE id = 2")
-        wait_until(lambda: blocked_of(snapshot(db), {a.pid}), timeout=15, what="a waiting for b")
-        b.start("UPDATE ring_rows SET n = 2 WHERE id = 1")
-        wait_until(lambda: len(blocked_of(snapshot(db), {a.pid, b.pid})) == 2, timeout=15, what="the cycle")
-        c.start("UPDATE ring_rows SET n = 3 WHERE id = 1")  # behind b, on the row a holds
-        wait_until(lambda: len(blocked_of(snapshot(db), {a.pid, b.pid, c.pid})) == 3, timeout=15, what="c behind the cycle")
+        start_waiting(db, a, "UPDATE ring_rows SET n = 1 WHERE id = 2")  # a waits for b
+        start_waiting(db, b, "UPDATE ring_rows SET n = 2 WHERE id = 1", a)  # the cycle
+        start_waiting(db, c, "UPDATE ring_rows SET n = 3 WHERE id = 1", a, b)  # behind b, on the row a holds
         d.start("UPDATE ring_rows SET n = 4 WHERE id = 3")  # behind c
         snap = wait_blocked(db, {a.pid, b.pid, c.pid, d.pid}, 4)
         server = dict(truth.execute("SELECT pid, pg_blocking_pids(pid) FROM pg_stat_activity WHERE pid = ANY(%s)",

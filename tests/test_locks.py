@@ -12,7 +12,7 @@ from psycopg import sql
 from tui.report import render
 
 from .conftest import wait_until
-from .test_probes import blocked_of, sessions, snapshot, wait_blocked
+from .test_probes import blocked_of, sessions, snapshot, start_waiting, wait_blocked
 
 pytestmark = pytest.mark.matrix  # the server matrix runs these on every supported major
 
@@ -25,8 +25,7 @@ def test_a_row_wait_names_the_table_and_the_row(db):
     with sessions(db, "qt-row-holder", "qt-row-first", "qt-row-second") as (holder, first, second):
         holder.run("BEGIN")
         holder.run("UPDATE accounts SET balance = 0 WHERE id = 37")
-        first.start("UPDATE accounts SET balance = 1 WHERE id = 37")
-        wait_until(lambda: blocked_of(snapshot(db), {first.pid}), timeout=15, what="the first waiter")
+        start_waiting(db, first, "UPDATE accounts SET balance = 1 WHERE id = 37")
         second.start("UPDATE accounts SET balance = 2 WHERE id = 37")
         snap = wait_blocked(db, {first.pid, second.pid}, 2)
         got = blocked_of(snap, {first.pid, second.pid})

@@ -74,6 +74,14 @@ def blocked_of(snap, pids):
     return {b.pid: b for b in snap.blocked if b.pid in pids}
 
 
+def start_waiting(db, session, statement, *ahead):
+    """Start `statement` on `session`, then wait until the server shows it blocked, with the
+    sessions `ahead` of it still blocked: the order in which a lock's waiters queue up."""
+    session.start(statement)
+    pids = {session.pid, *(s.pid for s in ahead)}
+    wait_until(lambda: len(blocked_of(snapshot(db), pids)) == len(pids), timeout=15, what=f"{len(pids)} blocked, {session.pid} last")
+
+
 def wait_blocked(db, pids, count):
     def seen():
         snap = snapshot(db)
@@ -92,8 +100,7 @@ def test_three_level_chain_with_idle_in_transaction_root(db):
     with sessions(db, "qt-a", "qt-b", "qt-c") as (a, b, c):
         a.run("BEGIN")
         a.run("UPDATE accounts SET balance = balance + 1 WHERE id = 1")  # then idle in transaction
-        b.start("UPDATE accounts SET balance = balance + 2 WHERE id = 1")
-        wait_until(lambda: blocked_of(snapshot(db), {b.pid}), timeout=15, what="b blocked")
+        start_waiting(db, b, "UPDATE accounts SET balance = balance + 2 WHERE id = 1")
         c.start("UPDATE accounts SET balance = balance + 3 WHERE id = 1")
         snap = wait_blocked(db, {b.pid, c.pid}, 2)
 
@@ -137,8 +144,7 @@ def test_relation_lock_queued_behind_alter_table(db):
     with sessions(db, "qt-reader", "qt-alter", "qt-late-reader") as (reader, alter, late):
         reader.run("BEGIN")
         reader.run("SELECT count(*) FROM jobs")  # AccessShareLock kept: idle in transaction
-        alter.start("ALTER TABLE jobs ADD COLUMN note text")
-        wait_until(lambda: blocked_of(snapshot(db), {alter.pid}), timeout=15, what="alter blocked")
+        start_waiting(db, alter, "ALTER TABLE jobs ADD COLUMN note text")
         late.start("SELECT count(*) FROM jobs")
         snap = wait_blocked(db, {alter.pid, late.pid}, 2)
         got = blocked_of(snap, {alter.pid, late.pid})
@@ -167,7 +173,7 @@ def test_lock_tree_survives_a_cycle():
         {"pid": 30, "leader_pid": 3, "blocked_by": [2, 2], "wait_s": 1.0, "lock_type": "tuple",
          "mode": "ExclusiveLock", "relation": "t", "query": "q3", "application_name": "a", "state": "active"},
     ]
-    blocked, blockers, _prepared, cycles = build_lock_tree(rows, {})
+    blocked, blockers, _prepared, _app_locks, cycles = build_lock_tree(rows, {})
     assert [b.pid for b in blocked] == [1, 2, 3]
     # The cycle's members are each other's roots, and the roots of everything behind them.
     assert [b.root_blockers for b in blocked] == [(2,), (1,), (1, 2)]
