@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple
@@ -33,7 +34,7 @@ _CONFLICTS = {
 }
 
 # What identifies a lockable object in pg_locks (the columns that are set depend on its type).
-_TARGET = ("lock_type", "database_oid", "relation_oid", "page", "tuple", "virtualxid", "transactionid", "classid", "objid",
+TARGET_COLUMNS = ("lock_type", "database_oid", "relation_oid", "page", "tuple", "virtualxid", "transactionid", "classid", "objid",
            "objsubid")
 
 
@@ -42,7 +43,7 @@ def conflicts(held: str | None, wanted: str | None) -> bool:
 
 
 def target_of(row: dict) -> tuple:
-    return tuple(row.get(column) for column in _TARGET)
+    return tuple(row.get(column) for column in TARGET_COLUMNS)
 
 
 def prepared_blockers(waiting_rows: Iterable[dict], prepared: Iterable[dict], held: Iterable[dict]) -> dict[int, set[str]]:
@@ -89,7 +90,11 @@ def build_lock_tree(
 
     A waiting row may carry, besides what locks.sql's `picture` gives: `multixact_holders`, the
     other sessions sharing the row it waits on (PostgresProbes reads the row's multixact), and
-    `holders_note`, why they could not be read."""
+    `holders_note`, why they could not be read.
+
+    What follows from the wait graph alone (roots, counts, cycles, every sorted list) is worked
+    out once per graph (`_shape_of`): a pile-up keeps its shape from cycle to cycle while its wait
+    times grow, and this runs every cycle."""
     waiting_rows = list(waiting_rows)
     prepared = list(prepared)
     by_prepared = by_prepared or {}
@@ -98,9 +103,9 @@ def build_lock_tree(
     leader.update({pid: r["leader_pid"] for pid, r in others.items() if r.get("leader_pid") not in (None, pid)})
 
     waiting: dict[int, dict] = {}  # pid -> its row (a leader's own when it waits too)
-    blockers_of: dict[int, set[int]] = {}
+    blockers_of: dict[int, frozenset[int]] = {}
     holders_of: dict[int, set[int]] = {}
-    gids_of: dict[int, set[str]] = {}
+    gids_of: dict[int, frozenset[str]] = {}
     workers_of: dict[int, list[int]] = {}
     # A row's lockers, as its first waiter (the one waiting on the locker's transaction id) knows
     # them: the waiters queued behind it on the row's tuple lock want the same row.
@@ -117,57 +122,39 @@ def build_lock_tree(
         holders = _holders(row, blockers, leader)
         if row.get("lock_type") == "transactionid" and row.get("row_relation_oid") is not None:
             row_holders.setdefault((row["row_relation_oid"], row["row_page"], row["row_tuple"]), set()).update(holders)
-        gids = set(by_prepared[row["pid"]]) if row["pid"] in by_prepared else set()
+        gids = frozenset(by_prepared[row["pid"]]) if row["pid"] in by_prepared else _NO_GIDS
         if pid in waiting:  # a parallel worker of a leader already listed: merge its blockers
             blockers_of[pid] |= blockers
             holders_of[pid] |= holders
             gids_of[pid] |= gids
             workers_of[pid].append(row["pid"])
             continue
-        waiting[pid], blockers_of[pid], holders_of[pid], gids_of[pid] = row, blockers, holders, gids
+        waiting[pid], blockers_of[pid], holders_of[pid], gids_of[pid] = row, frozenset(blockers), holders, gids
         workers_of[pid] = [] if pid == row["pid"] else [row["pid"]]  # a worker that waits while its leader does not
     for pid, row in waiting.items():
         if row.get("lock_type") == "tuple" and row.get("relation_oid") is not None:
             holders_of[pid] |= row_holders.get((row["relation_oid"], row.get("page"), row.get("tuple")), set()) - {pid}
 
-    reached = _roots_of_graph(blockers_of, gids_of)
-    # The wait cycles, numbered from 1 in the order of their lowest member.
-    cycle_components = sorted({id(c): c for c in reached.values() if c.cycle is not None}.values(), key=lambda c: min(c.cycle or ()))
-    cycle_id = {id(c): n for n, c in enumerate(cycle_components, 1)}
-    ordered: dict[int, tuple[tuple[int, ...], tuple[str, ...], tuple[int, ...]]] = {}  # per component: sorted once
-
+    shape = _shape_of(blockers_of, gids_of)
     blocked: list[BlockedSession] = []
-    counts: dict[int, int] = {}
-    processes: dict[int, int] = {}
-    prepared_counts: dict[str, int] = {}
-    waiting_on_cycle: dict[int, list[int]] = {}
-    for pid in sorted(waiting):
+    workers_behind: dict[int, int] = {}  # root -> the parallel workers among the processes behind it
+    for pid in shape.order:
         row = waiting[pid]
-        component = reached[pid]
-        if id(component) not in ordered:
-            ordered[id(component)] = (tuple(sorted(component.roots)), tuple(sorted(component.gids)),
-                                      tuple(sorted(cycle_id[id(c)] for c in component.cycles)))
-        all_roots, root_gids, cycles = ordered[id(component)]
-        roots = all_roots if pid not in component.roots else tuple(r for r in all_roots if r != pid)  # a cycle's member
+        roots = shape.roots[pid]
         workers = _sorted(workers_of[pid])
-        for root in roots:
-            counts[root] = counts.get(root, 0) + 1
-            processes[root] = processes.get(root, 0) + 1 + len(workers)
-        for gid in root_gids:
-            prepared_counts[gid] = prepared_counts.get(gid, 0) + 1
-        for n in cycles:
-            if component.cycle is None or cycle_id.get(id(component)) != n:
-                waiting_on_cycle.setdefault(n, []).append(pid)
+        if workers:
+            for root in roots:
+                workers_behind[root] = workers_behind.get(root, 0) + len(workers)
         relation, ctid = lock_target(row)
         query = visible_text(row["query"])
         blocked.append(
             BlockedSession(
                 pid=pid,
-                blocked_by=_sorted(blockers_of[pid]),
+                blocked_by=shape.blocked_by[pid],
                 root_blocker=roots[0] if roots else None,
                 root_blockers=roots,
-                blocked_by_prepared=_sorted(gids_of[pid]),
-                root_prepared=root_gids,
+                blocked_by_prepared=shape.gids[pid],
+                root_prepared=shape.root_gids[pid],
                 wait_s=row["wait_s"],
                 lock_type=row["lock_type"],
                 mode=row["mode"],
@@ -177,22 +164,21 @@ def build_lock_tree(
                 query=query,
                 application=row["application_name"],
                 state=row["state"],
-                in_cycle=component.cycle is not None,
+                in_cycle=pid in shape.member_of,
                 wants=wants_of(row, relation, ctid, query),
                 holders=_sorted(holders_of[pid]),
                 holders_note=row.get("holders_note"),
                 worker_pids=workers,
-                root_cycles=cycles,
+                root_cycles=shape.root_cycles[pid],
             )
         )
     cycles_found = tuple(
-        WaitCycle(id=n, members=_in_order_of_waits(c.cycle or frozenset(), blockers_of), waiting=tuple(waiting_on_cycle.get(n, ())),
-                  wait_s=max((waiting[m]["wait_s"] for m in c.cycle or () if waiting[m]["wait_s"] is not None), default=None))
-        for n, c in enumerate(cycle_components, 1)
+        WaitCycle(id=n, members=members, waiting=waiting_on,
+                  wait_s=max((waiting[m]["wait_s"] for m in members if waiting[m]["wait_s"] is not None), default=None))
+        for n, members, waiting_on in shape.cycles
     )
-    member_of = {m: cycle.id for cycle in cycles_found for m in cycle.members}
     roots_found: list[Blocker] = []
-    for root, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+    for root, count in shape.counts:
         info = others.get(root) or waiting.get(root) or {}  # a cycle's member waits itself
         roots_found.append(
             Blocker(
@@ -202,16 +188,19 @@ def build_lock_tree(
                 xact_age_s=info.get("xact_age_s"),
                 query=visible_text(info.get("query")),
                 application=info.get("application_name"),
-                blocked_processes=processes[root],
-                cycle=member_of.get(root),
+                blocked_processes=count + workers_behind.get(root, 0),
+                cycle=shape.member_of.get(root),
             )
         )
     prepared_found = tuple(
         PreparedXact(gid=p["gid"], owner=p["owner"], database=p["database"], age_s=p["age_s"],
-                     blocked_count=prepared_counts.get(p["gid"], 0))
+                     blocked_count=shape.prepared_counts.get(p["gid"], 0))
         for p in prepared
     )
     return LockPicture(tuple(blocked), tuple(roots_found), prepared_found, app_locks, cycles_found)
+
+
+_NO_GIDS: frozenset[str] = frozenset()
 
 
 def _sorted(items: Iterable) -> tuple:
@@ -239,7 +228,7 @@ def _holders(row: dict, blockers: set[int], leader: dict[int, int]) -> set[int]:
     return {leader.get(pid, pid) for pid, mode in held if conflicts(mode, row.get("mode"))} & blockers
 
 
-def _in_order_of_waits(members: frozenset[int], blockers_of: dict[int, set[int]]) -> tuple[int, ...]:
+def _in_order_of_waits(members: frozenset[int], blockers_of: Mapping[int, AbstractSet[int]]) -> tuple[int, ...]:
     """A cycle's members from the lowest pid, each followed by the (lowest) member it waits for."""
     order: list[int] = []
     current = min(members)
@@ -355,23 +344,84 @@ def wants_of(row: dict, relation: str | None, ctid: str | None, query: str | Non
     return f"{words} on {lock_type or '?'}" + (f" of {relation}" if relation else "") + to
 
 
-# The last wait graph's roots: a lock tree changes its wait times every cycle, its shape seldom
-# (a pile-up of 16 waits is 136 edges: walking them was half of building the tree, measured).
-# Kept for the last few graphs (one per host of a fleet); each entry is never changed once made.
-_RECENT_GRAPHS: dict[tuple, dict[int, _Component]] = {}
+# The last wait graphs' shapes: a lock tree changes its wait times every cycle, its shape seldom
+# (a pile-up of 16 waits is 136 edges: walking them and sorting what they give was most of
+# building the tree, measured). Kept for the last few graphs (one per host of a fleet); each entry
+# is never changed once made.
+_RECENT_SHAPES: dict[tuple, _Shape] = {}
 _RECENT_LOCK = threading.Lock()
 
 
-def _roots_of_graph(blockers_of: dict[int, set[int]], gids_of: dict[int, set[str]]) -> dict[int, _Component]:
-    key = tuple((pid, frozenset(blockers), frozenset(gids_of[pid])) for pid, blockers in blockers_of.items())
-    reached = _RECENT_GRAPHS.get(key)
-    if reached is None:
-        reached = _roots_by_component(blockers_of, gids_of)
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """What a wait graph (each waiter's blockers and prepared transactions) says by itself, with
+    every list sorted as the picture gives it. Each mapping is keyed by waiting pid."""
+
+    order: tuple[int, ...]  # the waiting pids, in order
+    blocked_by: dict[int, tuple[int, ...]]
+    gids: dict[int, tuple[str, ...]]
+    roots: dict[int, tuple[int, ...]]  # the sessions at the root of its chains (not itself)
+    root_gids: dict[int, tuple[str, ...]]
+    root_cycles: dict[int, tuple[int, ...]]
+    counts: tuple[tuple[int, int], ...]  # (root, sessions behind it), the most first
+    prepared_counts: dict[str, int]  # gid -> sessions behind it
+    cycles: tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...]  # (id, members in order of waits, waiting on it)
+    member_of: dict[int, int]  # a cycle's member -> the cycle's id
+
+
+def _shape_of(blockers_of: dict[int, frozenset[int]], gids_of: dict[int, frozenset[str]]) -> _Shape:
+    key = (tuple(blockers_of.items()), tuple(gids_of.items()))
+    shape = _RECENT_SHAPES.get(key)
+    if shape is None:
+        shape = _shape(blockers_of, gids_of)
         with _RECENT_LOCK:  # the samplers of a fleet build their trees in their own threads
-            if len(_RECENT_GRAPHS) >= 8:
-                del _RECENT_GRAPHS[next(iter(_RECENT_GRAPHS))]
-            _RECENT_GRAPHS[key] = reached
-    return reached
+            if len(_RECENT_SHAPES) >= 8:
+                del _RECENT_SHAPES[next(iter(_RECENT_SHAPES))]
+            _RECENT_SHAPES[key] = shape
+    return shape
+
+
+def _shape(blockers_of: dict[int, frozenset[int]], gids_of: dict[int, frozenset[str]]) -> _Shape:
+    reached = _roots_by_component(blockers_of, gids_of)
+    # The wait cycles, numbered from 1 in the order of their lowest member.
+    cycle_components = sorted({id(c): c for c in reached.values() if c.cycle is not None}.values(), key=lambda c: min(c.cycle or ()))
+    cycle_id = {id(c): n for n, c in enumerate(cycle_components, 1)}
+    ordered: dict[int, tuple[tuple[int, ...], tuple[str, ...], tuple[int, ...]]] = {}  # per component: sorted once
+    order = tuple(sorted(blockers_of))
+    roots: dict[int, tuple[int, ...]] = {}
+    root_gids: dict[int, tuple[str, ...]] = {}
+    root_cycles: dict[int, tuple[int, ...]] = {}
+    counts: dict[int, int] = {}
+    prepared_counts: dict[str, int] = {}
+    waiting_on_cycle: dict[int, list[int]] = {}
+    for pid in order:
+        component = reached[pid]
+        if id(component) not in ordered:
+            ordered[id(component)] = (tuple(sorted(component.roots)), tuple(sorted(component.gids)),
+                                      tuple(sorted(cycle_id[id(c)] for c in component.cycles)))
+        all_roots, root_gids[pid], root_cycles[pid] = ordered[id(component)]
+        roots[pid] = all_roots if pid not in component.roots else tuple(r for r in all_roots if r != pid)  # a cycle's member
+        for root in roots[pid]:
+            counts[root] = counts.get(root, 0) + 1
+        for gid in root_gids[pid]:
+            prepared_counts[gid] = prepared_counts.get(gid, 0) + 1
+        for n in root_cycles[pid]:
+            if component.cycle is None or cycle_id.get(id(component)) != n:
+                waiting_on_cycle.setdefault(n, []).append(pid)
+    cycles = tuple((n, _in_order_of_waits(c.cycle or frozenset(), blockers_of), tuple(waiting_on_cycle.get(n, ())))
+                   for n, c in enumerate(cycle_components, 1))
+    return _Shape(
+        order=order,
+        blocked_by={pid: _sorted(blockers) for pid, blockers in blockers_of.items()},
+        gids={pid: _sorted(gids) for pid, gids in gids_of.items()},
+        roots=roots,
+        root_gids=root_gids,
+        root_cycles=root_cycles,
+        counts=tuple(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))),
+        prepared_counts=prepared_counts,
+        cycles=cycles,
+        member_of={m: n for n, members, _waiting in cycles for m in members},
+    )
 
 
 @dataclass(slots=True, eq=False)
@@ -384,7 +434,7 @@ class _Component:
     cycle: frozenset[int] | None  # its members, when it is a wait cycle
 
 
-def _roots_by_component(blockers_of: dict[int, set[int]], gids_of: dict[int, set[str]]) -> dict[int, _Component]:
+def _roots_by_component(blockers_of: Mapping[int, AbstractSet[int]], gids_of: Mapping[int, AbstractSet[str]]) -> dict[int, _Component]:
     """For every waiting session: the sessions, prepared transactions and wait cycles at the root
     of its chains. The waits form a graph (waiter -> blocker); its strongly connected components
     (Tarjan's algorithm, without recursion: a chain may be thousands long) come out blockers first,

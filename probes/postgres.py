@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import cache
+from operator import itemgetter
 from typing import Any, TypeAlias
 
 from psycopg import sql
@@ -26,7 +27,16 @@ from dbcore.sqlfiles import Queries
 from .config import Config
 from .elsewhere import RelationsElsewhere
 from .failures import PROBE_FAILURES, describe_error
-from .locks import MULTIXACT_MODES, LockPicture, build_lock_tree, prepared_blockers, row_locks_conflict, row_strength
+from .locks import (
+    MULTIXACT_MODES,
+    TARGET_COLUMNS,
+    LockPicture,
+    advisory_key,
+    build_lock_tree,
+    prepared_blockers,
+    row_locks_conflict,
+    row_strength,
+)
 from .model import (
     AppLock,
     CompactionGroup,
@@ -105,6 +115,77 @@ def _may_be_shared(row: dict, waiters: set[int]) -> bool:
     if any(mode == "RowShareLock" and pid not in owners for pid, mode in idle.items()):
         return True
     return bool(owners & share) and any(pid not in owners for pid in idle)
+
+
+def picture_parts(rows: Iterable[dict]) -> tuple[list[dict], dict[int, dict], list[dict], list[dict], tuple[AppLock, ...]]:
+    """locks.sql's `picture`, by kind: (the waiters, each with what its kind of wait needs from the
+    granted locks; the blockers' sessions by pid; the granted locks; the prepared transactions,
+    the oldest first; the advisory locks, the waits first). A waiter for a transaction id gets its
+    row (`row_relation_oid`, `row_page`, `row_tuple`, `row_relation`, `row_mode`: its tuple lock)
+    and, when anyone holds ROW SHARE on that table, `row_table_locks` ((pid, mode) of each ROW SHARE
+    and ROW EXCLUSIVE lock there), or else `held_tables` (the tables it holds a row-level lock on);
+    a waiter for anything but a row or a transaction gets `holders` ((pid, mode) of each granted
+    lock on what it waits for)."""
+    waiting_rows: list[dict] = []
+    others: dict[int, dict] = {}
+    granted: list[dict] = []
+    advisory: list[dict] = []
+    prepared: list[dict] = []
+    for row in rows:
+        kind = row["kind"]
+        if kind == "w":
+            if row["blocked_by"]:  # a wait that ended between pg_locks and pg_blocking_pids has none
+                waiting_rows.append(row)
+        elif kind == "s":
+            others[row["pid"]] = row
+        elif kind == "l":
+            granted.append(row)
+        elif kind == "a":
+            advisory.append(row)
+        else:
+            prepared.append({"gid": row["gid"], "owner": row["owner"], "database": row["database"], "xid": row["transactionid"],
+                             "age_s": row["xact_age_s"]})
+    of_pid: dict[int | None, list[dict]] = {}
+    on_target: dict[tuple, list[dict]] = {}
+    for lock in granted:
+        of_pid.setdefault(lock["pid"], []).append(lock)
+        on_target.setdefault(_target(lock), []).append(lock)
+    for row in waiting_rows:
+        row["row_relation_oid"] = row["row_page"] = row["row_tuple"] = row["row_relation"] = row["row_mode"] = None
+        row["row_table_locks"] = row["held_tables"] = row["holders"] = None
+        lock_type = row["lock_type"]
+        if lock_type == "transactionid":
+            mine = of_pid.get(row["pid"], ())
+            tuples = [g for g in mine if g["lock_type"] == "tuple"]
+            if tuples:
+                held = min(tuples, key=lambda g: (g["relation_oid"], g["page"], g["tuple"]))
+                row["row_relation_oid"], row["row_page"], row["row_tuple"] = held["relation_oid"], held["page"], held["tuple"]
+                row["row_relation"], row["row_mode"] = held["relation"], held["mode"]
+                table = [(g["pid"], g["mode"]) for g in on_target.get(_table_target(held), ())
+                         if g["pid"] is not None and g["mode"] in ("RowShareLock", "RowExclusiveLock")]
+                if any(mode == "RowShareLock" for _pid, mode in table):
+                    row["row_table_locks"] = table
+            else:  # an INSERT waiting on a unique key: the tables it writes, once each (no index)
+                row["held_tables"] = sorted({g["relation"] for g in mine if g["lock_type"] == "relation" and g["relkind"] in ("r", "p")
+                                             and g["mode"] in ("RowExclusiveLock", "RowShareLock") and g["relation"]}) or None
+        elif lock_type not in ("tuple", "virtualxid"):
+            row["holders"] = [(g["pid"], g["mode"]) for g in on_target.get(_target(row), ()) if g["pid"] not in (None, row["pid"])]
+    prepared.sort(key=lambda p: (-(p["age_s"] or 0.0), p["gid"]))
+    app_locks = sorted(
+        (AppLock(pid=r["pid"], resource=(advisory_key(r) or "").removeprefix("advisory ") or None, mode=r["mode"],
+                 granted=bool(r["granted"]), wait_s=r["wait_s"], application=r["application_name"], database=r["database"])
+         for r in advisory),
+        key=lambda lock: (lock.granted, lock.resource or "", lock.pid))
+    return waiting_rows, others, granted, prepared, tuple(app_locks)
+
+
+# target_of() for the picture's rows, which have every column.
+_target = itemgetter(*TARGET_COLUMNS)
+
+
+def _table_target(tuple_lock: dict) -> tuple:
+    """target_of() the table a tuple lock's row is in."""
+    return ("relation", tuple_lock["database_oid"], tuple_lock["relation_oid"], None, None, None, None, None, None, None)
 
 
 def app_locks_of(rows: Iterable[Mapping[str, Any]]) -> tuple[AppLock, ...]:
@@ -333,20 +414,10 @@ class PostgresProbes:
         # Binary results: the server sends, and psycopg reads, each value without text formatting
         # and parsing (0.1-0.15 ms of the statement in a pile-up of 16, measured).
         rows = conn.execute(self._versioned(LOCKS_SQL["picture"]), binary=True).fetchall()
-        first = rows[0]  # there is always one: a row with no pid when nobody waits
-        prepared = first["prepared"] or []
-        waiting_rows = [r for r in rows if r["pid"] is not None and r["blocked_by"]]
-        for row in waiting_rows:  # a row wait's tuple lock (locks.sql's row_lock)
-            (row["row_relation_oid"], row["row_page"], row["row_tuple"], row["row_relation"], row["row_mode"],
-             row["row_table_locks"]) = row["row_lock"] or (None,) * 6
-            if row["row_relation_oid"] is None and row["held_tables"]:  # the tables, once each (indexes are not among them)
-                row["held_tables"] = sorted(set(row["held_tables"]))
-            else:
-                row["held_tables"] = None
+        waiting_rows, others, granted, prepared, app_locks = picture_parts(rows)
         by_prepared: dict[int, set[str]] = {}
         if prepared and any(0 in r["blocked_by"] for r in waiting_rows):
-            by_prepared = prepared_blockers(waiting_rows, prepared, first["prepared_locks"] or [])
-        others = {r["pid"]: r for r in first["sessions"] or []}
+            by_prepared = prepared_blockers(waiting_rows, prepared, [g for g in granted if g["pid"] is None])
         notes = []
         if any(r["row_table_locks"] for r in waiting_rows):
             notes += self._row_lockers(conn, waiting_rows, others)
@@ -357,7 +428,7 @@ class PostgresProbes:
             notes.append("queries and states of other roles' sessions hidden: grant pg_read_all_stats to see them")
         if notes:
             self.notes["locks"] = "; ".join(dict.fromkeys(notes))
-        return build_lock_tree(waiting_rows, others, prepared, by_prepared, app_locks_of(first["applocks"] or []))
+        return build_lock_tree(waiting_rows, others, prepared, by_prepared, app_locks)
 
     def _row_lockers(self, conn: ProbeConnection, waiting_rows: list[dict], others: dict[int, dict]) -> list[str]:
         """Every locker of a row that several transactions lock (a multixact: three FOR SHARE, or

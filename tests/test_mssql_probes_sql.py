@@ -683,7 +683,8 @@ def test_the_postgresql_syntax_check_finds_it():
     for text in PG_SECTIONS.values():
         found |= set(_postgresql_syntax(text))
     examples = {"ILIKE": "SELECT 1 WHERE a ILIKE 'x'", "array": "SELECT ARRAY[1, 2]",
-                "LATERAL": "SELECT 1 FROM t LEFT JOIN LATERAL (SELECT 1) x ON true"}
+                "LATERAL": "SELECT 1 FROM t LEFT JOIN LATERAL (SELECT 1) x ON true", "ON true": "SELECT 1 FROM a JOIN b ON true",
+                "json_agg / json_build_object": "SELECT json_agg(json_build_object('a', 1))"}
     for name, text in examples.items():
         assert name in _postgresql_syntax(text), name
     assert found | set(examples) == set(POSTGRESQL_SYNTAX)
