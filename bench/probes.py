@@ -37,6 +37,7 @@ from psycopg import pq, sql
 from dbcore.database import Target, connect, for_child_process, one
 from dbcore.errors import UsageError
 from dbcore.sqlfiles import Queries
+from probes.locks import LockTrees
 from probes.postgres import PostgresProbes, open_probe_connection
 from probes.sampler import run_cycle
 from queues import schema
@@ -106,6 +107,11 @@ def run_probe_bench(
         "pg_activity_blocking_rows": pile["pg_activity_rows"] if pile else None,
         # The locks probe's p50 over pg_activity's, the rounds interleaved (issue 30: at most 0.8).
         "locks_probe_vs_pg_activity": pile["ratio"] if pile else None,
+        # The same, when the probe cannot reuse the last cycle's tree (a pile-up whose shape, not
+        # only its times, changes every cycle): timed in rounds of their own, beside pg_activity again.
+        "locks_probe_ms_p50_pileup_reshaped": pile["reshaped_p50"] if pile else None,
+        "pg_activity_blocking_ms_p50_reshaped_rounds": pile["pg_activity_reshaped_rounds_p50"] if pile else None,
+        "locks_probe_vs_pg_activity_reshaped": pile["reshaped_ratio"] if pile else None,
         # What each costs the monitored server: the CPU time of the backend that served it, per
         # cycle (/proc/PID/stat, so only where the server runs on this machine, as the embedded
         # one does; null elsewhere). The same rounds as the times above.
@@ -139,35 +145,40 @@ def _locks_pileup(target: Target, clients: int, cycles: int, say: Callable[[str]
             time.sleep(0.1)
         say(f"pile-up: {clients} pgbench clients waiting on one row")
         probes = PostgresProbes()
-        timings: list[float] = []
-        theirs: list[float] = []
-        blocked = their_rows = 0
+        reshaping = PostgresProbes()  # made to work its tree out again every cycle
         reference = pg_activity_blocking_query()
         with open_probe_connection(target) as conn, connect(target, application_name="pg_activity") as other:
             probes.server(conn)
+            reshaping.server(conn)
             for _ in range(6):  # warm, and past psycopg's prepare threshold: the steady state, as the dashboard runs it
                 probes.locks(conn)
+                reshaping.locks(conn)
+            theirs: Callable[[], int] | None = None
             if reference is not None:
+                def theirs() -> int:
+                    return len(other.execute(reference[0], reference[1], prepare=True).fetchall())
+
                 for _ in range(6):  # warm, and past psycopg's prepare threshold, as pg_activity runs it
-                    other.execute(reference[0], reference[1], prepare=True).fetchall()
+                    theirs()
             with RoundTrips(conn) as trips:
                 probes.locks(conn)
+            round_trips = trips.count
             backends = (conn.info.backend_pid, other.info.backend_pid)
             cpu_before = [backend_cpu_s(pid) for pid in backends]
-            for _ in range(cycles):
-                started = time.perf_counter()
-                result = probes.locks(conn)
-                timings.append((time.perf_counter() - started) * 1000)
-                blocked = len(result[0])
-                if reference is not None:
-                    started = time.perf_counter()
-                    their_rows = len(other.execute(reference[0], reference[1], prepare=True).fetchall())
-                    theirs.append((time.perf_counter() - started) * 1000)
-            round_trips = trips.count
+            timings, their_timings, blocked, their_rows = _alternate(lambda: len(probes.locks(conn).blocked), theirs, cycles)
             cpu = [None if before is None or (after := backend_cpu_s(pid)) is None else (after - before) * 1000 / cycles
                    for pid, before in zip(backends, cpu_before, strict=True)]
-        ours_p50 = statistics.median(timings)
-        their_p50 = statistics.median(theirs) if theirs else None
+
+            def reshaped_probe() -> int:
+                reshaping.lock_trees = LockTrees()
+                return len(reshaping.locks(conn).blocked)
+
+            # A picture that changes every cycle, in rounds of its own beside pg_activity again: the
+            # two series interleaved in one round would each warm the caches of the other's.
+            reshaped, their_reshaped, _, _ = _alternate(reshaped_probe, theirs, cycles)
+        ours_p50, reshaped_p50 = statistics.median(timings), statistics.median(reshaped)
+        their_p50 = statistics.median(their_timings) if their_timings else None
+        their_reshaped_p50 = statistics.median(their_reshaped) if their_reshaped else None
         say(f"pile-up: locks probe p50 {ours_p50:.2f} ms, {blocked} blocked seen"
             + (f"; pg_activity's blocking query p50 {their_p50:.2f} ms" if their_p50 is not None else
                "; pg_activity not installed (pip install pg_activity): no comparison"))
@@ -180,6 +191,9 @@ def _locks_pileup(target: Target, clients: int, cycles: int, say: Callable[[str]
             "pg_activity_p50": round(their_p50, 3) if their_p50 is not None else None,
             "pg_activity_rows": their_rows if reference is not None else None,
             "ratio": round(ours_p50 / their_p50, 3) if their_p50 else None,
+            "reshaped_p50": round(reshaped_p50, 3),
+            "reshaped_ratio": round(reshaped_p50 / their_reshaped_p50, 3) if their_reshaped_p50 else None,
+            "pg_activity_reshaped_rounds_p50": round(their_reshaped_p50, 3) if their_reshaped_p50 is not None else None,
             "server_cpu_ms": None if cpu[0] is None else round(cpu[0], 3),
             "pg_activity_server_cpu_ms": None if cpu[1] is None or reference is None else round(cpu[1], 3),
             "server_cpu_ratio": round(cpu[0] / cpu[1], 3) if reference is not None and cpu[0] is not None and cpu[1] else None,
@@ -193,6 +207,23 @@ def _locks_pileup(target: Target, clients: int, cycles: int, say: Callable[[str]
         admin.execute(PILEUP_SQL["drop"])
         admin.close()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _alternate(ours: Callable[[], int], theirs: Callable[[], int] | None, cycles: int) -> tuple[list[float], list[float], int, int]:
+    """`cycles` rounds of `ours()` then `theirs()`, each timed in ms: (our times, their times, what
+    the last of each returned)."""
+    mine: list[float] = []
+    other: list[float] = []
+    ours_said = theirs_said = 0
+    for _ in range(cycles):
+        started = time.perf_counter()
+        ours_said = ours()
+        mine.append((time.perf_counter() - started) * 1000)
+        if theirs is not None:
+            started = time.perf_counter()
+            theirs_said = theirs()
+            other.append((time.perf_counter() - started) * 1000)
+    return mine, other, ours_said, theirs_said
 
 
 def backend_cpu_s(pid: int) -> float | None:

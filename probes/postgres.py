@@ -31,8 +31,8 @@ from .locks import (
     MULTIXACT_MODES,
     TARGET_COLUMNS,
     LockPicture,
+    LockTrees,
     advisory_key,
-    build_lock_tree,
     prepared_blockers,
     row_locks_conflict,
     row_strength,
@@ -218,6 +218,9 @@ class PostgresProbes:
         # this one's tables whose shared rows the locks probe reads: oid -> (until, schema, table).
         self._table_names: dict[int, tuple[float, str, str]] = {}
         self.elsewhere = RelationsElsewhere()
+        # The lock tree, worked out again only when more than its times changed (bench probes
+        # replaces it to time a picture that changes every cycle).
+        self.lock_trees = LockTrees()
         self._version_num = 0
         # What a probe that worked says beside its figures (privileges that hide some, a locked
         # named queue), by probe name; and what part of it failed (a queue source), by probe name.
@@ -428,7 +431,7 @@ class PostgresProbes:
             notes.append("queries and states of other roles' sessions hidden: grant pg_read_all_stats to see them")
         if notes:
             self.notes["locks"] = "; ".join(dict.fromkeys(notes))
-        return build_lock_tree(waiting_rows, others, prepared, by_prepared, app_locks)
+        return self.lock_trees.build(waiting_rows, others, prepared, by_prepared, app_locks)
 
     def _row_lockers(self, conn: ProbeConnection, waiting_rows: list[dict], others: dict[int, dict]) -> list[str]:
         """Every locker of a row that several transactions lock (a multixact: three FOR SHARE, or

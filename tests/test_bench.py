@@ -57,6 +57,10 @@ def test_bench_probes_tiny_run(db, cli):
     assert report["pg_activity_blocking_ms_p50_pileup"] > 0
     assert abs(report["locks_probe_vs_pg_activity"]
                - report["locks_probe_ms_p50_pileup"] / report["pg_activity_blocking_ms_p50_pileup"]) < 0.01
+    # And when the probe cannot reuse the last cycle's tree, in rounds of their own beside pg_activity.
+    assert report["locks_probe_ms_p50_pileup_reshaped"] > 0 and report["pg_activity_blocking_ms_p50_reshaped_rounds"] > 0
+    assert abs(report["locks_probe_vs_pg_activity_reshaped"]
+               - report["locks_probe_ms_p50_pileup_reshaped"] / report["pg_activity_blocking_ms_p50_reshaped_rounds"]) < 0.01
     assert abs(report["ratio"] - report["cycle_ms_p50_large"] / report["cycle_ms_p50_small"]) < 0.01
     assert report["large_depth"] == 3000
     # 3000 filled, one dead-lettered; above the default window the depth is an estimate.
