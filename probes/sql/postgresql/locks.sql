@@ -31,8 +31,9 @@
 --      the waits first. pg_locks does not say whether one is the session's or the transaction's;
 --   p  a transaction prepared for two-phase commit: it keeps its locks with no session behind it
 --      until COMMIT PREPARED or ROLLBACK PREPARED.
--- Rows rather than JSON lists, and no subquery per waiter: in a pile-up of 16 UPDATEs the JSON
--- statement cost 1.3 ms of 1.75 for pg_activity's blocking query, this one 1.0 (measured; issue 30).
+-- Rows rather than JSON lists, and no subquery per waiter: in a pile-up of 16 UPDATEs, timed
+-- between runs of pg_activity's blocking query (1.58-1.83 ms), the JSON statement took 1.26-1.40
+-- ms and this one 0.96-1.11 (issue 30; docs/performance.md).
 -- A relation OID is named only in the database it belongs to. {wait_start} and {leader_pid}
 -- differ by major (dbcore/pgversions.py).
 WITH locks AS MATERIALIZED (
