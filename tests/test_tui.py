@@ -690,7 +690,7 @@ async def test_a_wait_cycle_is_shown_with_everything_waiting_on_it(db):
     with db.connect() as conn:
         conn.execute("CREATE TABLE pairs (id int PRIMARY KEY, v int)")
         conn.execute("INSERT INTO pairs VALUES (1, 0), (2, 0)")
-    from .test_probes import sessions
+    from .test_probes import sessions, start_waiting
 
     with sessions(db, "qt-cycle-a", "qt-cycle-b", "qt-cycle-c") as (a, b, c):
         for s in (a, b):  # the deadlock stays until the test ends (superuser may set this per session)
@@ -698,9 +698,11 @@ async def test_a_wait_cycle_is_shown_with_everything_waiting_on_it(db):
             s.run("BEGIN")
         a.run("UPDATE pairs SET v = 1 WHERE id = 1")
         b.run("UPDATE pairs SET v = 1 WHERE id = 2")
-        a.start("UPDATE pairs SET v = 2 WHERE id = 2")  # a waits for b
-        b.start("UPDATE pairs SET v = 2 WHERE id = 1")  # b waits for a: a cycle
-        c.start("UPDATE pairs SET v = 3 WHERE id = 1")  # c waits on the cycle
+        # Each waits before the next one starts: c's UPDATE reaching row 1 before b's would queue b
+        # behind c, a cycle of three that c's own deadlock_timeout (1 s) breaks (CI found it so).
+        start_waiting(db, a, "UPDATE pairs SET v = 2 WHERE id = 2")  # a waits for b
+        start_waiting(db, b, "UPDATE pairs SET v = 2 WHERE id = 1", a)  # b waits for a: a cycle
+        start_waiting(db, c, "UPDATE pairs SET v = 3 WHERE id = 1", a, b)  # c waits on the cycle
         app = live_app(db)
         async with app.run_test(size=(160, 40)) as pilot:
             tree = app.query_one(LocksPanel).query_one(Tree)
