@@ -36,6 +36,7 @@ from .locks import (
     prepared_blockers,
     row_locks_conflict,
     row_strength,
+    target_of,
 )
 from .model import (
     AppLock,
@@ -171,11 +172,9 @@ def picture_parts(rows: Iterable[dict]) -> tuple[list[dict], dict[int, dict], li
         elif lock_type not in ("tuple", "virtualxid"):
             row["holders"] = [(g["pid"], g["mode"]) for g in on_target.get(_target(row), ()) if g["pid"] not in (None, row["pid"])]
     prepared.sort(key=lambda p: (-(p["age_s"] or 0.0), p["gid"]))
-    app_locks = sorted(
-        (AppLock(pid=r["pid"], resource=(advisory_key(r) or "").removeprefix("advisory ") or None, mode=r["mode"],
-                 granted=bool(r["granted"]), wait_s=r["wait_s"], application=r["application_name"], database=r["database"])
-         for r in advisory),
-        key=lambda lock: (lock.granted, lock.resource or "", lock.pid))
+    app_locks = sorted(app_locks_of({**r, "resource": (advisory_key(r) or "").removeprefix("advisory ") or None, "principal": None,
+                                     "owner_type": None} for r in advisory),
+                       key=lambda lock: (lock.granted, lock.resource or "", lock.pid))
     return waiting_rows, others, granted, prepared, tuple(app_locks)
 
 
@@ -185,7 +184,7 @@ _target = itemgetter(*TARGET_COLUMNS)
 
 def _table_target(tuple_lock: dict) -> tuple:
     """target_of() the table a tuple lock's row is in."""
-    return ("relation", tuple_lock["database_oid"], tuple_lock["relation_oid"], None, None, None, None, None, None, None)
+    return target_of({"lock_type": "relation", "database_oid": tuple_lock["database_oid"], "relation_oid": tuple_lock["relation_oid"]})
 
 
 def app_locks_of(rows: Iterable[Mapping[str, Any]]) -> tuple[AppLock, ...]:
