@@ -178,10 +178,17 @@ def test_parallel_workers_waiting_behind_their_leader_are_counted(db):
                                                     "AND query = 'SELECT count(*) FROM big WHERE peek(id)'")}
             return pids if leader.pid in pids and workers and workers <= pids else None
 
-        before = wait_until(waiting_processes, timeout=15, what="the leader and its workers waiting")
-        snap = snapshot(db)
-        after = waiting_processes()
-    assert after == before, "the processes changed while the probe read them"
+        def read_between_two_equal_truths():
+            # Workers start one by one: one may still be launching when the first read sees the
+            # others waiting. A probe read only counts when the truth is the same on both sides.
+            before = waiting_processes()
+            if before is None:
+                return None
+            snap = snapshot(db)
+            return (before, snap) if waiting_processes() == before else None
+
+        before, snap = wait_until(read_between_two_equal_truths, timeout=20,
+                                  what="the leader and its workers waiting, unchanged across a probe read")
     workers = before - {leader.pid}
     roots = {b.pid: b for b in snap.blockers}
     if version >= 130000:
