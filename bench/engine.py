@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import psycopg
 
@@ -30,6 +30,7 @@ from dbcore.errors import UsageError
 from dbcore.sqlfiles import PLACEHOLDER, Queries
 from queues import schema
 from queues.handlers import parse_handler
+from queues.processes import SPAWN, ProcessPool
 from queues.table_queue import TableQueue
 from queues.worker import WorkerPool, WorkOptions
 
@@ -67,12 +68,13 @@ def _pg_array_literal(values: list[str]) -> str:
 
 class EngineBench:
     def __init__(self, target: Target, *, messages: int, single_messages: int, concurrency: int, batch: int,
-                 progress: Callable[[str], None] | None):
+                 progress: Callable[[str], None] | None, pool: str = "threads"):
         self.target = target
         self.messages = messages
         self.single_messages = single_messages
         self.concurrency = concurrency
         self.batch = batch
+        self.pool = pool  # "threads": one process; "processes": one per worker (queues/processes.py)
         self.progress = progress or (lambda _line: None)
         self.pgbench = find_pgbench()
         self.workdir = Path(tempfile.mkdtemp(prefix="queuetop-bench-"))
@@ -122,12 +124,15 @@ class EngineBench:
         self.reset(messages)
         # The clock starts once every worker is connected and has prepared its statements, as
         # pgbench's rate is "without initial connection time" and the peers' clients connect first.
-        barrier = threading.Barrier(self.concurrency + 1)
-        pool = WorkerPool(
-            self.target, BENCH_QUEUE, parse_handler("noop"),
-            WorkOptions(workers=self.concurrency, batch=batch, until_empty=True, visibility_s=VISIBILITY_S),
-            start_barrier=barrier,
-        )
+        options = WorkOptions(workers=self.concurrency, batch=batch, until_empty=True, visibility_s=VISIBILITY_S,
+                              processes=self.concurrency if self.pool == "processes" else 1)
+        barrier: Any
+        if options.processes > 1:
+            barrier = SPAWN.Barrier(self.concurrency + 1)  # every worker of every process, and the clock
+            pool: WorkerPool | ProcessPool = ProcessPool(self.target, BENCH_QUEUE, "noop", options, start_barrier=barrier)
+        else:
+            barrier = threading.Barrier(self.concurrency + 1)
+            pool = WorkerPool(self.target, BENCH_QUEUE, parse_handler("noop"), options, start_barrier=barrier)
         started: list[float] = []
 
         def clock() -> None:
@@ -280,6 +285,7 @@ def run_engine_bench(
     rounds: int = 3,
     idle_seconds: float = 10.0,
     progress: Callable[[str], None] | None = None,
+    pool: str = "threads",
 ) -> dict[str, object]:
     concurrencies = list(dict.fromkeys(concurrency))  # in order, once each
     if not concurrencies:
@@ -289,7 +295,7 @@ def run_engine_bench(
         raise UsageError(f"--messages must be at least concurrency x batch ({most * batch})")
     benches = {
         clients: EngineBench(target, messages=messages, single_messages=single_messages, concurrency=clients, batch=batch,
-                             progress=progress)
+                             progress=progress, pool=pool)
         for clients in concurrencies
     }
     first = benches[concurrencies[0]]
@@ -330,6 +336,8 @@ def run_engine_bench(
         "benchmark": "engine",
         "server_version": server_version,
         "mode": "claim",
+        # queuetop's dequeue side: "threads" (one process) or "processes" (one per worker, engine work --processes).
+        "pool": pool,
         "concurrency": concurrencies,
         "messages": messages,
         "single_messages": single_messages,

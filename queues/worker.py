@@ -131,6 +131,7 @@ class Waker:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkOptions:
     workers: int = 1
+    processes: int = 1  # the workers spread over this many processes (queues/processes.py)
     mode: str = "claim"
     max_attempts: int = 5
     visibility_s: float = 30.0
@@ -145,6 +146,8 @@ class WorkOptions:
             raise UsageError(f"invalid mode {self.mode!r}: use claim or hold-transaction")
         if not 1 <= self.workers <= 256:
             raise UsageError("--workers must be between 1 and 256")
+        if not 1 <= self.processes <= self.workers:
+            raise UsageError(f"--processes must be between 1 and --workers ({self.workers})")
         if self.max_attempts < 1:
             raise UsageError("--max-attempts must be at least 1")
         if self.visibility_s <= 0:
@@ -164,16 +167,20 @@ class WorkerPool:
     """Consumers for one queue. `run()` blocks until done; `start()`/`stop()` for embedding."""
 
     def __init__(self, target: Target, queue_name: str, handler: Handler, options: WorkOptions,
-                 *, start_barrier: threading.Barrier | None = None) -> None:
+                 *, start_barrier: Any = None, first_tick_s: float | None = None) -> None:
         # start_barrier (benchmarks): each claim-mode worker, connected and its statements
         # prepared, waits there before its first claim, so that a measurement can start once
         # every session is up, as pgbench's "without initial connection time" does.
-        self._start_barrier = start_barrier
+        self._start_barrier = start_barrier  # a threading or a multiprocessing Barrier
+        # When the first poll tick comes (a ProcessPool staggers its processes' ticks); else one interval in.
+        self._first_tick_s = first_tick_s
         self._started: set[int] = set()  # the workers past it
         self.target = target
         self.queue_name = check_name("queue", queue_name)  # it goes into application_name
         self.handler = handler
         self.options = options.validate()
+        if self.options.processes != 1:
+            raise ValueError("a WorkerPool is one process: queues.processes.ProcessPool spreads workers over several")
         self.summary = WorkSummary()
         self._waker = Waker()
         self._stop = threading.Event()
@@ -284,7 +291,8 @@ class WorkerPool:
         conn: psycopg.Connection | None = None
         assert self._stop_pipe is not None  # closed only once every thread has ended
         stop_fd = self._stop_pipe[0]
-        next_tick = time.monotonic() + interval
+        first = interval if self._first_tick_s is None or self.options.until_empty else self._first_tick_s
+        next_tick = time.monotonic() + first
         listener_failures = 0
         opened_at = 0.0
         while not self._stop.is_set():
@@ -326,8 +334,10 @@ class WorkerPool:
     def _poll(self, interval: float) -> None:
         """A dialect with no notification (SQL Server): one worker looks every `interval`
         seconds, so an idle queue costs one claim statement per interval, however many wait."""
-        while not self._stop.wait(interval):
+        wait = interval if self._first_tick_s is None or self.options.until_empty else self._first_tick_s
+        while not self._stop.wait(wait):
             self._waker.wake_one()
+            wait = interval
 
     def _work(self, index: int) -> None:
         try:

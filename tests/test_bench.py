@@ -25,6 +25,7 @@ def test_bench_engine_tiny_run_prints_all_figures(db, cli):
     (report,) = result.json_lines()
     # Both concurrencies by default, every cell of each.
     assert report["concurrency"] == [2, 8] and set(report["by_concurrency"]) == {"2", "8"}
+    assert report["pool"] == "threads"
     ratios = []
     for cells in report["by_concurrency"].values():
         for name in ("dequeue_single", "dequeue_batch", "enqueue_single", "enqueue_batch"):
@@ -37,6 +38,20 @@ def test_bench_engine_tiny_run_prints_all_figures(db, cli):
     # The bench cleans up after itself: its queue is left empty.
     with db.connect() as conn:
         assert conn.execute('SELECT count(*) FROM queuetop."q_bench.engine"').fetchone()[0] == 0
+
+
+def test_bench_engine_with_a_process_per_worker(db, cli):
+    """--pool processes: queuetop's dequeue side is `engine work --processes` with a process per
+    worker; every message of each run is processed (the bench checks it) and the JSON says which pool."""
+    result = cli(
+        "bench", "engine", "--dsn", db.dsn, "--json", "--messages", "300", "--single-messages", "30",
+        "--batch", "20", "--rounds", "1", "--idle-seconds", "0.5", "--concurrency", "3", "--pool", "processes",
+    )
+    assert result.returncode == 0, result.stderr
+    (report,) = result.json_lines()
+    assert report["pool"] == "processes" and report["concurrency"] == [3]
+    for name in ("dequeue_single", "dequeue_batch"):
+        assert report["by_concurrency"]["3"][name]["queuetop_msgs_per_s"] > 0
 
 
 def test_bench_probes_tiny_run(db, cli):

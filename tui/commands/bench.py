@@ -21,6 +21,7 @@ def cmd_bench_engine(ctx: Context) -> int:
         batch=args.batch,
         rounds=args.rounds,
         idle_seconds=args.idle_seconds,
+        pool=args.pool,
         progress=progress(args),
     )
     return report(args, result)
@@ -86,6 +87,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--rounds", type=int_between(1, 100), default=3, help="interleaved rounds, 1 to 100; medians are reported (default 3)")
     p.add_argument("--idle-seconds", type=float_between(0.1, 3600), default=10.0,
                    help="how long to watch an idle queue, 0.1 to 3600 (default 10)")
+    p.add_argument("--pool", choices=("threads", "processes"), default="threads",
+                   help="queuetop's dequeue side: one process of worker threads (default), or a process per worker "
+                        "(engine work --processes, as pgbench -j gives each client its own thread)")
 
     p = leaf(bench_sub, "probes", cmd_bench_probes,
              "a full probe cycle's cost at a small and a large queue depth, and the locks probe's under a pile-up",

@@ -51,16 +51,18 @@ def cmd_engine_enqueue(ctx: Context) -> int:
 def cmd_engine_work(ctx: Context) -> int:
     from dbcore.names import check_name
     from queues.handlers import parse_handler
-    from queues.worker import WorkerPool, WorkOptions
+    from queues.processes import run_pool
+    from queues.worker import WorkOptions
 
     args = ctx.args
     check_name("queue", args.queue)  # before it goes into a connection's application_name
     try:
-        handler = parse_handler(args.handler)
+        parse_handler(args.handler)  # each process parses it again: a bad spec fails here, once
     except UsageError as exc:
         raise UsageError(f"--handler: {exc}") from None
     options = WorkOptions(
         workers=args.workers,
+        processes=args.processes,
         mode=args.mode,
         max_attempts=args.max_attempts,
         visibility_s=args.visibility,
@@ -72,8 +74,7 @@ def cmd_engine_work(ctx: Context) -> int:
     ).validate()
     with ctx.engine_session("work"):
         pass  # fail fast (exit 2) on a missing schema before threads start
-    pool = WorkerPool(ctx.target, args.queue, handler, options)
-    summary = pool.run()
+    summary = run_pool(ctx.target, args.queue, args.handler, options)
     emit(summary.as_dict())
     if args.until_empty and summary.dead:
         # The queue is empty, but not because every message was processed: a script that drains
@@ -174,6 +175,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     p = leaf(engine_sub, "work", cmd_engine_work, "consume a queue with a pool of workers", writes=True)
     p.add_argument("queue")
     p.add_argument("--workers", type=int_between(1, 256), default=1, help="maximum degree of parallelism, 1 to 256 (default 1)")
+    p.add_argument("--processes", type=int_between(1, 256), default=1,
+                   help="spread the workers over this many processes, 1 to --workers (default 1: threads in one process; "
+                        "more when single-message claims in many threads are bound by Python's interpreter lock)")
     p.add_argument("--handler", default="noop", help="noop | sleep:S | fail:P | crash:P | a,b | module:function (default noop)")
     p.add_argument("--until-empty", action="store_true", help="stop when the queue holds no ready or in-flight message")
     p.add_argument("--duration", type=positive_float, default=None, help="stop after this many seconds")
