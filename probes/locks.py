@@ -5,7 +5,6 @@ and what each session waits on, named as the application would name it."""
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -95,6 +94,9 @@ def build_lock_tree(
     return _tree(waiting_rows, others, prepared, by_prepared or {}).picture(waiting_rows, others, prepared, app_locks)
 
 
+RECENT_SHAPES = 8  # wait graphs a host's LockTrees remembers
+
+
 class LockTrees:
     """build_lock_tree for one host's pictures, cycle after cycle. A pile-up keeps its shape while
     its waits grow: when a picture holds all that the last one held but its times (wait_s,
@@ -103,6 +105,10 @@ class LockTrees:
 
     def __init__(self) -> None:
         self._last: tuple[tuple, _Tree] | None = None
+        # The last few wait graphs' shapes: when the picture changes but its graph is one of them
+        # (a pile-up of 16 waits is 136 edges: walking them and sorting what they give was most of
+        # working out the tree, measured), only the rest is worked out again.
+        self._shapes: dict[tuple, _Shape] = {}
 
     def build(self, waiting_rows: list[dict], others: dict[int, dict], prepared: list[dict],
               by_prepared: dict[int, set[str]], app_locks: tuple[AppLock, ...]) -> LockPicture:
@@ -111,7 +117,7 @@ class LockTrees:
         if self._last is not None and self._last[0] == key:
             tree = self._last[1]
         else:
-            tree = _tree(waiting_rows, others, prepared, by_prepared)
+            tree = _tree(waiting_rows, others, prepared, by_prepared, self._shapes)
             self._last = (key, tree)
         return tree.picture(waiting_rows, others, prepared, app_locks)
 
@@ -152,7 +158,8 @@ class _Tree:
         return LockPicture(blocked, roots, prepared_found, app_locks, cycles)
 
 
-def _tree(waiting_rows: list[dict], others: dict[int, dict], prepared: list[dict], by_prepared: dict[int, set[str]]) -> _Tree:
+def _tree(waiting_rows: list[dict], others: dict[int, dict], prepared: list[dict], by_prepared: dict[int, set[str]],
+          shapes: dict[tuple, _Shape] | None = None) -> _Tree:
     # A parallel worker's leader (PostgreSQL 13+); most pictures have none, and then a pid is its own.
     leader = {r["pid"]: r["leader_pid"] for r in waiting_rows if r.get("leader_pid") not in (None, r["pid"])}
     leader.update({pid: r["leader_pid"] for pid, r in others.items() if r.get("leader_pid") not in (None, pid)})
@@ -195,7 +202,7 @@ def _tree(waiting_rows: list[dict], others: dict[int, dict], prepared: list[dict
         if row.get("lock_type") == "tuple" and row.get("relation_oid") is not None:
             holders_of[pid] |= row_holders.get((row["relation_oid"], row.get("page"), row.get("tuple")), set()) - {pid}
 
-    shape = _shape_of(blockers_of, gids_of)
+    shape = _shape_of(blockers_of, gids_of, shapes)
     blocked: list[tuple[int, dict[str, Any]]] = []
     workers_behind: dict[int, int] = {}  # root -> the parallel workers among the processes behind it
     for pid in shape.order:
@@ -396,14 +403,6 @@ def wants_of(row: dict, relation: str | None, ctid: str | None, query: str | Non
     return f"{words} on {lock_type or '?'}" + (f" of {relation}" if relation else "") + to
 
 
-# The last wait graphs' shapes: a lock tree changes its wait times every cycle, its shape seldom
-# (a pile-up of 16 waits is 136 edges: walking them and sorting what they give was most of
-# building the tree, measured). Kept for the last few graphs (one per host of a fleet); each entry
-# is never changed once made.
-_RECENT_SHAPES: dict[tuple, _Shape] = {}
-_RECENT_LOCK = threading.Lock()
-
-
 @dataclass(frozen=True, slots=True)
 class _Shape:
     """What a wait graph (each waiter's blockers and prepared transactions) says by itself, with
@@ -421,15 +420,18 @@ class _Shape:
     member_of: dict[int, int]  # a cycle's member -> the cycle's id
 
 
-def _shape_of(blockers_of: dict[int, frozenset[int]], gids_of: dict[int, frozenset[str]]) -> _Shape:
+def _shape_of(blockers_of: dict[int, frozenset[int]], gids_of: dict[int, frozenset[str]],
+              shapes: dict[tuple, _Shape] | None) -> _Shape:
+    """The wait graph's shape, from `shapes` (a host's last few: LockTrees') when it is there."""
+    if shapes is None:
+        return _shape(blockers_of, gids_of)
     key = (tuple(blockers_of.items()), tuple(gids_of.items()))
-    shape = _RECENT_SHAPES.get(key)
+    shape = shapes.get(key)
     if shape is None:
         shape = _shape(blockers_of, gids_of)
-        with _RECENT_LOCK:  # the samplers of a fleet build their trees in their own threads
-            if len(_RECENT_SHAPES) >= 8:
-                del _RECENT_SHAPES[next(iter(_RECENT_SHAPES))]
-            _RECENT_SHAPES[key] = shape
+        if len(shapes) >= RECENT_SHAPES:
+            del shapes[next(iter(shapes))]
+        shapes[key] = shape
     return shape
 
 

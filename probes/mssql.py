@@ -28,7 +28,7 @@ from dbcore.sqlfiles import Queries
 
 from .config import Config
 from .failures import PROBE_FAILURES, describe_error
-from .locks import LockPicture, build_lock_tree
+from .locks import LockPicture
 from .model import Connections, QueueSample, ServerInfo
 from .postgres import CONNECTIONS_SQL, PostgresProbes, ProbeConnection, SessionPicture, app_locks_of, json_value
 
@@ -122,5 +122,5 @@ class MssqlProbes(PostgresProbes):
                 by_prepared.setdefault(pid, set()).add(entry["gid"])
         mentioned = {pid for row in waiting_rows for pid in row["blocked_by"] if pid} - {r["pid"] for r in waiting_rows}
         others = {r["pid"]: r for r in conn.execute(MSSQL_LOCKS_SQL["sessions"], {"pids": sorted(mentioned)})} if mentioned else {}
-        return build_lock_tree(waiting_rows, others, prepared, by_prepared, app_locks_of(conn.execute(MSSQL_LOCKS_SQL["applocks"])))
+        return self.lock_trees.build(waiting_rows, others, prepared, by_prepared, app_locks_of(conn.execute(MSSQL_LOCKS_SQL["applocks"])))
 

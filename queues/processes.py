@@ -161,6 +161,9 @@ class ProcessPool:
         self._young_deaths: dict[int, int] = {}  # in a row, per process
         self._errors: list[str] = []
         self.restarts = 0
+        # When the last process reported that its pool ended (time.perf_counter): the work's end,
+        # before the interpreters' own exits (a benchmark's clock stops there).
+        self.last_done: float | None = None
         # Each process's counts (processed, retried, dead, stale acks), kept across its restarts.
         self._counters = SPAWN.RawArray("q", self.options.processes * len(_FIELDS))
 
@@ -266,6 +269,7 @@ class ProcessPool:
             logging.getLogger(name).log(level, "%s", message)
         elif kind == "done":
             child.finished = True
+            self.last_done = time.perf_counter()
         elif kind == "error":
             child.finished = True
             self._errors.append(item[1])
