@@ -68,13 +68,14 @@ def _pg_array_literal(values: list[str]) -> str:
 
 class EngineBench:
     def __init__(self, target: Target, *, messages: int, single_messages: int, concurrency: int, batch: int,
-                 progress: Callable[[str], None] | None, pool: str = "threads"):
+                 progress: Callable[[str], None] | None, pool: str = "threads", prefetch: bool = False):
         self.target = target
         self.messages = messages
         self.single_messages = single_messages
         self.concurrency = concurrency
         self.batch = batch
         self.pool = pool  # "threads": one process; "processes": one per worker (queues/processes.py)
+        self.prefetch = prefetch
         self.progress = progress or (lambda _line: None)
         self.pgbench = find_pgbench()
         self.workdir = Path(tempfile.mkdtemp(prefix="queuetop-bench-"))
@@ -125,7 +126,7 @@ class EngineBench:
         # The clock starts once every worker is connected and has prepared its statements, as
         # pgbench's rate is "without initial connection time" and the peers' clients connect first.
         options = WorkOptions(workers=self.concurrency, batch=batch, until_empty=True, visibility_s=VISIBILITY_S,
-                              processes=self.concurrency if self.pool == "processes" else 1)
+                              processes=self.concurrency if self.pool == "processes" else 1, prefetch=self.prefetch)
         barrier: Any
         if options.processes > 1:
             barrier = SPAWN.Barrier(self.concurrency + 1)  # every worker of every process, and the clock
@@ -289,6 +290,7 @@ def run_engine_bench(
     idle_seconds: float = 10.0,
     progress: Callable[[str], None] | None = None,
     pool: str = "threads",
+    prefetch: bool = False,
 ) -> dict[str, object]:
     concurrencies = list(dict.fromkeys(concurrency))  # in order, once each
     if not concurrencies:
@@ -298,7 +300,7 @@ def run_engine_bench(
         raise UsageError(f"--messages must be at least concurrency x batch ({most * batch})")
     benches = {
         clients: EngineBench(target, messages=messages, single_messages=single_messages, concurrency=clients, batch=batch,
-                             progress=progress, pool=pool)
+                             progress=progress, pool=pool, prefetch=prefetch)
         for clients in concurrencies
     }
     first = benches[concurrencies[0]]
@@ -341,6 +343,7 @@ def run_engine_bench(
         "mode": "claim",
         # queuetop's dequeue side: "threads" (one process) or "processes" (one per worker, engine work --processes).
         "pool": pool,
+        "prefetch": prefetch,  # queuetop's workers claim ahead (engine work --prefetch)
         "concurrency": concurrencies,
         "messages": messages,
         "single_messages": single_messages,

@@ -26,7 +26,9 @@ Three things go further than pgbench's one-statement-at-a-time loop can (issue 3
 from __future__ import annotations
 
 import select
+from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import partial
 from itertools import repeat
 
@@ -68,7 +70,8 @@ class HotPath:
             self._params[query_name] = params
         # The last batch claimed, and its ids as the server sent them (a binary bigint[]): acked
         # whole, as a batch usually is, it sends them back as they came, with no work per message.
-        self._last_batch: tuple[list[Message], bytes] | None = None
+        # Two: with --prefetch, the next batch is claimed before this one is acked.
+        self._last_batches: deque[tuple[list[Message], bytes]] = deque(maxlen=2)
 
     def _check(self, result: pq.abc.PGresult, expected: pq.ExecStatus) -> pq.abc.PGresult:
         return check_result(self._pg, result, expected, self._encoding)
@@ -101,7 +104,7 @@ class HotPath:
         # Each Message made by tuple.__new__ over zip (no Python call per message: 0.23 against
         # 0.52 µs a message for Message(...) in a comprehension, measured).
         messages = list(map(_new_message, zip(ids, attempts, enqueued_ats, bodies, repeat(token))))
-        self._last_batch = (messages, result.get_value(0, 0) or b"")
+        self._last_batches.append((messages, result.get_value(0, 0) or b""))
         return messages
 
     def _ack_args(self, messages: Sequence[Message]) -> tuple[str, list[bytes], list[int] | None]:
@@ -114,8 +117,9 @@ class HotPath:
             values = {"id": b"%d" % messages[0].id, "token": token}
             return "ack_one", [values[name] for name in self._params["ack_one"]], None
         names = self._params["ack_batch"]
-        if self._last_batch is not None and messages is self._last_batch[0]:  # the whole batch: its ids as they came
-            values = {"ids": self._last_batch[1], "token": token}
+        ids = next((ids for claimed, ids in self._last_batches if claimed is messages), None)
+        if ids is not None:  # the whole batch: its ids as they came
+            values = {"ids": ids, "token": token}
             return "ack_batch", [values[name] for name in names], [BINARY if name == "ids" else 0 for name in names]
         values = {"ids": b"{%s}" % b",".join([b"%d" % m.id for m in messages]), "token": token}
         return "ack_batch", [values[name] for name in names], None
@@ -135,15 +139,26 @@ class HotPath:
         order, as when they are sent one by one. Returns (how many acks held, the new claim)."""
         if not messages:
             return 0, self.claim(visibility_s=visibility_s, batch=batch)
-        ack_name, ack_params, ack_formats = self._ack_args(messages)
-        claim_name, claim_params, token = self._claim_args(visibility_s, batch)
-        acked, claimed = self._pipeline(((ack_name, ack_params, ack_formats), (claim_name, claim_params, None)))
-        acked_count = self._check(acked, pq.ExecStatus.COMMAND_OK).command_tuples or 0
-        return acked_count, self._claimed(self._check(claimed, pq.ExecStatus.TUPLES_OK), batch, token)
+        return self.receive(self.send(messages, visibility_s=visibility_s, batch=batch))
 
-    def _pipeline(self, statements: Sequence[tuple[str, list[bytes], list[int] | None]]) -> list[pq.abc.PGresult]:
-        """Send the prepared `statements`, each behind a Sync, and wait for all their results
-        (in select(), which lets other threads run); one result per statement."""
+    def send(self, messages: Sequence[Message], *, visibility_s: float, batch: int = 1) -> Sent:
+        """Send the ack of `messages` (when there are any) and the next claim, and return without
+        waiting for them: the server works on them while the caller handles what it holds.
+        Nothing else may run on the connection until `receive(sent)`."""
+        statements = [self._ack_args(messages)] if messages else []
+        claim_name, claim_params, token = self._claim_args(visibility_s, batch)
+        statements.append((claim_name, claim_params, None))
+        self._send(statements)
+        return Sent(token, batch, bool(messages))
+
+    def receive(self, sent: Sent) -> tuple[int, list[Message]]:
+        """What `send` sent: (how many acks held, the new claim)."""
+        results = self._receive(2 if sent.acks else 1)
+        acked = (self._check(results[0], pq.ExecStatus.COMMAND_OK).command_tuples or 0) if sent.acks else 0
+        return acked, self._claimed(self._check(results[-1], pq.ExecStatus.TUPLES_OK), sent.batch, sent.token)
+
+    def _send(self, statements: Sequence[tuple[str, list[bytes], list[int] | None]]) -> None:
+        """Send the prepared `statements` in pipeline mode, each behind a Sync."""
         pg = self._pg
         pg.enter_pipeline_mode()
         try:
@@ -153,9 +168,21 @@ class HotPath:
             fd = pg.socket
             while pg.flush():  # the connection is non-blocking: 1 while something is left to send
                 select.select([], [fd], [])
+        except BaseException as exc:
+            self._leave_pipeline()
+            if isinstance(exc, psycopg.Error) or not isinstance(exc, Exception):
+                raise
+            raise self._lost(exc) from exc
+
+    def _receive(self, statements: int) -> list[pq.abc.PGresult]:
+        """Wait (in select(), which lets other threads run) for the results of the `statements`
+        sent; one result per statement."""
+        pg = self._pg
+        try:
+            fd = pg.socket
             results: list[pq.abc.PGresult] = []
             syncs = 0
-            while syncs < len(statements):
+            while syncs < statements:
                 if pg.is_busy():
                     select.select([fd], [], [])
                     pg.consume_input()
@@ -169,13 +196,29 @@ class HotPath:
                     results.append(result)
         except psycopg.Error:
             raise
-        except Exception as exc:  # libpq lost the connection in between: as exec_prepared would say it
-            raise psycopg.OperationalError(str(exc) or self._pg.get_error_message(self._encoding)) from exc
+        except Exception as exc:
+            raise self._lost(exc) from exc
         finally:
-            if pg.pipeline_status != pq.PipelineStatus.OFF:
-                try:
-                    pg.exit_pipeline_mode()  # fails only where results are left: the connection is lost
-                except psycopg.Error:
-                    pass
+            self._leave_pipeline()
         return results
+
+    def _lost(self, exc: Exception) -> psycopg.OperationalError:
+        """libpq lost the connection in between: as exec_prepared would say it."""
+        return psycopg.OperationalError(str(exc) or self._pg.get_error_message(self._encoding))
+
+    def _leave_pipeline(self) -> None:
+        if self._pg.pipeline_status != pq.PipelineStatus.OFF:
+            try:
+                self._pg.exit_pipeline_mode()  # fails only where results are left: the connection is lost
+            except psycopg.Error:
+                pass
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """A claim (and maybe an ack) on its way: what `HotPath.receive` needs to read it."""
+
+    token: int
+    batch: int
+    acks: bool
 

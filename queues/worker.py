@@ -140,6 +140,9 @@ class WorkOptions:
     duration_s: float | None = None
     poll_interval_s: float = 5.0
     retry_delay_s: float = 0.0  # back-off before a failed message is retried (doubles per attempt)
+    # Claim mode: claim the next messages (with the ack of the last) before handling those in hand,
+    # so that the server's work overlaps the handler's (see _prefetch_loop).
+    prefetch: bool = False
 
     def validate(self) -> WorkOptions:
         if self.mode not in MODES:
@@ -160,6 +163,8 @@ class WorkOptions:
             raise UsageError("--poll-interval must be positive")
         if self.retry_delay_s < 0:
             raise UsageError("--retry-delay must not be negative")
+        if self.prefetch and self.mode != "claim":
+            raise UsageError("--prefetch is for claim mode (hold-transaction holds its messages in an open transaction)")
         return self
 
 
@@ -404,6 +409,9 @@ class WorkerPool:
             self._started.add(index)  # once: not again after a reconnection
             with contextlib.suppress(threading.BrokenBarrierError):
                 self._start_barrier.wait(timeout=60)
+        if opts.prefetch and isinstance(hot, HotPath) and pipeline is not None:
+            self._prefetch_loop(hot, cur, index)
+            return
         succeeded: list[Message] = []
         while True:
             if self._stop.is_set():
@@ -427,36 +435,93 @@ class WorkerPool:
                 self._waker.wake_all()  # probably more where these came from
             succeeded = self._handle(cur, messages)
 
+    def _prefetch_loop(self, hot: HotPath, cur: Any, index: int) -> None:
+        """The claim loop with one claim ahead: the ack of the messages handled last and the claim
+        of the next go out (one round trip, hotpath.py) before the handler runs on those in hand,
+        and are read back after it. The server claims while the worker handles: a worker's own
+        time per message leaves the critical path. Every guarantee is the plain loop's (tokens,
+        visibility, retries, dead letters: settled once the connection is free again); the cost
+        is a batch held hidden while the one before it is handled, and a stop that finishes the
+        batch claimed ahead too."""
+        opts = self.options
+        current: list[Message] = []  # claimed, to be handled
+        done: list[Message] = []  # handled and succeeded, not yet acked (one claim's)
+        while True:
+            if not current:
+                if self._stop.is_set():
+                    acked = hot.ack(done)
+                    self.summary.add(processed=acked, stale_acks=len(done) - acked)
+                    return
+                seen = self._waker.generation()
+                self._poll_counts[index] += 1
+                acked, current = hot.ack_and_claim(done, visibility_s=opts.visibility_s, batch=opts.batch)
+                self.summary.add(processed=acked, stale_acks=len(done) - acked)
+                done = []
+                if not current:
+                    if not self._idle(cur, seen):
+                        return
+                    continue
+            if len(current) == opts.batch:
+                self._waker.wake_all()  # probably more where these came from
+            if self._stop.is_set():  # finish what is in hand, claim nothing more
+                finished = self._handle(cur, current)
+                for messages in (done, finished):
+                    acked = hot.ack(messages)
+                    self.summary.add(processed=acked, stale_acks=len(messages) - acked)
+                return
+            seen = self._waker.generation()
+            self._poll_counts[index] += 1
+            sent = hot.send(done, visibility_s=opts.visibility_s, batch=opts.batch)
+            failures = self._run_handler(current)
+            acked, claimed = hot.receive(sent)
+            self.summary.add(processed=acked, stale_acks=len(done) - acked)
+            done, current = self._settle(cur, current, failures), claimed
+            if not current:  # the queue looked empty: ack what was handled, then wait as the plain loop does
+                acked = hot.ack(done)
+                self.summary.add(processed=acked, stale_acks=len(done) - acked)
+                done = []
+                if not self._idle(cur, seen):
+                    return
+
     def _handle(self, cur: Executor, messages: list[Message]) -> list[Message]:
         """Run the handler on each claimed message; returns those to ack: all of them unless some
         failed or were given up on (a batch of 100 then costs no list built message by message:
         the worker's own time per message is what separates it from pgbench on the same SQL)."""
-        queue, opts, handler = self._queue, self.options, self.handler
-        assert queue is not None
-        settled: set[int] = set()  # retried or dead-lettered here: not acked
+        return self._settle(cur, messages, self._run_handler(messages))
+
+    def _run_handler(self, messages: list[Message]) -> list[tuple[Message, str, bool]]:
+        """Run the handler on each message, touching no connection (with --prefetch the next
+        claim is on its way meanwhile); returns the failures: (message, error, given up on)."""
+        max_attempts, handler = self.options.max_attempts, self.handler
+        failures: list[tuple[Message, str, bool]] = []
         for message in messages:
-            if message.attempts > opts.max_attempts:
+            if message.attempts > max_attempts:
                 # Claimed more often than allowed: earlier attempts never reported back
                 # (the worker crashed or overran its visibility). Stop the crash loop.
-                reason = (
-                    f"gave up after {message.attempts - 1} attempts that never completed "
-                    "(worker crashed or visibility expired)"
-                )
-                self._dead_or_stale(cur, message, reason)
-                settled.add(message.id)
+                failures.append((message, f"gave up after {message.attempts - 1} attempts that never completed "
+                                          "(worker crashed or visibility expired)", True))
                 continue
             try:
                 handler(message)
             except Exception as exc:
-                error = f"{type(exc).__name__}: {exc}"
-                if message.attempts >= opts.max_attempts:
-                    self._dead_or_stale(cur, message, error)
-                elif queue.release_for_retry(cur, message, error, delay_s=self._retry_delay(message.attempts)):
-                    self.summary.add(retried=1)
-                else:
-                    self.summary.add(stale_acks=1)
-                settled.add(message.id)
-        return messages if not settled else [m for m in messages if m.id not in settled]
+                failures.append((message, f"{type(exc).__name__}: {exc}", False))
+        return failures
+
+    def _settle(self, cur: Executor, messages: list[Message], failures: list[tuple[Message, str, bool]]) -> list[Message]:
+        """Retry or dead-letter the failures; returns the messages to ack."""
+        if not failures:
+            return messages
+        queue, max_attempts = self._queue, self.options.max_attempts
+        assert queue is not None
+        for message, error, given_up in failures:
+            if given_up or message.attempts >= max_attempts:
+                self._dead_or_stale(cur, message, error)
+            elif queue.release_for_retry(cur, message, error, delay_s=self._retry_delay(message.attempts)):
+                self.summary.add(retried=1)
+            else:
+                self.summary.add(stale_acks=1)
+        settled = {message.id for message, _, _ in failures}
+        return [m for m in messages if m.id not in settled]
 
     def _dead_or_stale(self, conn: Executor, message: Message, error: str) -> None:
         assert self._queue is not None

@@ -25,7 +25,7 @@ def test_bench_engine_tiny_run_prints_all_figures(db, cli):
     (report,) = result.json_lines()
     # Both concurrencies by default, every cell of each.
     assert report["concurrency"] == [2, 8] and set(report["by_concurrency"]) == {"2", "8"}
-    assert report["pool"] == "threads"
+    assert report["pool"] == "threads" and report["prefetch"] is False
     ratios = []
     for cells in report["by_concurrency"].values():
         for name in ("dequeue_single", "dequeue_batch", "enqueue_single", "enqueue_batch"):
@@ -40,16 +40,17 @@ def test_bench_engine_tiny_run_prints_all_figures(db, cli):
         assert conn.execute('SELECT count(*) FROM queuetop."q_bench.engine"').fetchone()[0] == 0
 
 
-def test_bench_engine_with_a_process_per_worker(db, cli):
-    """--pool processes: queuetop's dequeue side is `engine work --processes` with a process per
-    worker; every message of each run is processed (the bench checks it) and the JSON says which pool."""
+def test_bench_engine_with_a_process_per_worker_claiming_ahead(db, cli):
+    """--pool processes --prefetch: queuetop's dequeue side is `engine work --processes --prefetch`
+    with a process per worker; every message of each run is processed (the bench checks it) and
+    the JSON says how the pool ran."""
     result = cli(
         "bench", "engine", "--dsn", db.dsn, "--json", "--messages", "300", "--single-messages", "30",
-        "--batch", "20", "--rounds", "1", "--idle-seconds", "0.5", "--concurrency", "3", "--pool", "processes",
+        "--batch", "20", "--rounds", "1", "--idle-seconds", "0.5", "--concurrency", "3", "--pool", "processes", "--prefetch",
     )
     assert result.returncode == 0, result.stderr
     (report,) = result.json_lines()
-    assert report["pool"] == "processes" and report["concurrency"] == [3]
+    assert report["pool"] == "processes" and report["prefetch"] is True and report["concurrency"] == [3]
     for name in ("dequeue_single", "dequeue_batch"):
         assert report["by_concurrency"]["3"][name]["queuetop_msgs_per_s"] > 0
 

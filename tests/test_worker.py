@@ -17,6 +17,7 @@ from contextlib import contextmanager
 import pytest
 
 from bench.engine import queue_scans
+from dbcore.errors import UsageError
 from queues.handlers import parse_handler
 from queues.table_queue import TableQueue
 from queues.worker import WorkerPool, WorkOptions
@@ -64,11 +65,16 @@ class Recorder:
 
 
 @pytest.mark.matrix
-@pytest.mark.parametrize(("mode", "batch"), [("claim", 1), ("claim", 16), ("hold-transaction", 1), ("hold-transaction", 8)])
-def test_many_workers_process_every_message_exactly_once(db, mode, batch):
+@pytest.mark.parametrize(("mode", "batch", "prefetch"), [
+    ("claim", 1, False), ("claim", 16, False), ("hold-transaction", 1, False), ("hold-transaction", 8, False),
+    ("claim", 1, True), ("claim", 16, True),
+])
+def test_many_workers_process_every_message_exactly_once(db, mode, batch, prefetch):
     fill(db, "jobs", 1500)
     recorder = Recorder()
-    pool = WorkerPool(db.target, "jobs", recorder, WorkOptions(workers=8, mode=mode, batch=batch, until_empty=True))
+    # With --prefetch, 4 workers: single-message claims pipeline (and so prefetch) with 4 threads at most.
+    options = WorkOptions(workers=4 if prefetch else 8, mode=mode, batch=batch, until_empty=True, prefetch=prefetch)
+    pool = WorkerPool(db.target, "jobs", recorder, options)
     summary = pool.run()
     counts = Counter(recorder.ids)
     assert len(counts) == 1500 and set(counts.values()) == {1}
@@ -77,19 +83,21 @@ def test_many_workers_process_every_message_exactly_once(db, mode, batch):
         assert TableQueue.open(conn, "jobs").counts(conn).depth == 0
 
 
-def test_single_worker_processes_in_fifo_order(db):
+@pytest.mark.parametrize(("batch", "prefetch"), [(5, False), (5, True), (1, True)])
+def test_single_worker_processes_in_fifo_order(db, batch, prefetch):
     fill(db, "jobs", 300)
     recorder = Recorder()
-    WorkerPool(db.target, "jobs", recorder, WorkOptions(workers=1, until_empty=True, batch=5)).run()
+    WorkerPool(db.target, "jobs", recorder, WorkOptions(workers=1, until_empty=True, batch=batch, prefetch=prefetch)).run()
     assert recorder.ids == list(range(1, 301))
 
 
 @pytest.mark.matrix
-@pytest.mark.parametrize("mode", ["claim", "hold-transaction"])
-def test_failures_are_retried_then_dead_lettered(db, mode):
+@pytest.mark.parametrize(("mode", "prefetch"), [("claim", False), ("hold-transaction", False), ("claim", True)])
+def test_failures_are_retried_then_dead_lettered(db, mode, prefetch):
     fill(db, "jobs", 40)
     summary = WorkerPool(
-        db.target, "jobs", parse_handler("fail:1"), WorkOptions(workers=4, mode=mode, max_attempts=3, until_empty=True)
+        db.target, "jobs", parse_handler("fail:1"),
+        WorkOptions(workers=4, mode=mode, max_attempts=3, until_empty=True, prefetch=prefetch),
     ).run()
     assert summary.as_dict() == {"processed": 0, "retried": 80, "dead": 40, "stale_acks": 0}
     with db.connect() as conn:
@@ -97,6 +105,36 @@ def test_failures_are_retried_then_dead_lettered(db, mode):
     assert len(rows) == 40
     assert {r[0] for r in rows} == {3}
     assert all(r[1].startswith("HandlerFailure: fail:1.0 handler failed") for r in rows)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_a_prefetching_pool_stops_with_nothing_left_claimed(db, batch):
+    """--prefetch claims the next messages while those in hand are handled: a stop finishes both
+    and acks them, so nothing stays hidden until its visibility ends."""
+    fill(db, "jobs", 200)
+    recorder = Recorder()
+
+    def slow(message):
+        recorder(message)
+        threading.Event().wait(0.02)  # the handler's own work, during which the next claim is out
+
+    pool = WorkerPool(db.target, "jobs", slow, WorkOptions(workers=2, batch=batch, prefetch=True, visibility_s=600))
+    with running(pool):
+        wait_until(lambda: len(recorder.ids) >= 10, timeout=20, what="some messages handled")
+        with db.connect() as conn:
+            queue = TableQueue.open(conn, "jobs")
+            # Each worker holds what it handles and what it claimed ahead (a claim, as the server sees it).
+            wait_until(lambda: queue.counts(conn).in_flight > 2 * batch, timeout=20, what="claims ahead of the handler")
+    with db.connect() as conn:
+        counts = TableQueue.open(conn, "jobs").counts(conn)
+    assert counts.in_flight == 0  # every claimed message handled and acked before the pool ended
+    assert counts.depth == 200 - len(recorder.ids) and len(set(recorder.ids)) == len(recorder.ids)
+    assert pool.summary.processed == len(recorder.ids)
+
+
+def test_prefetch_is_for_claim_mode(db):
+    with pytest.raises(UsageError, match="--prefetch is for claim mode"):
+        WorkOptions(mode="hold-transaction", prefetch=True).validate()
 
 
 def test_without_notification_an_idle_pool_polls_once_per_interval_and_claims_through_plain_statements(db, monkeypatch):

@@ -22,6 +22,7 @@ def cmd_bench_engine(ctx: Context) -> int:
         rounds=args.rounds,
         idle_seconds=args.idle_seconds,
         pool=args.pool,
+        prefetch=args.prefetch,
         progress=progress(args),
     )
     return report(args, result)
@@ -90,6 +91,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--pool", choices=("threads", "processes"), default="threads",
                    help="queuetop's dequeue side: one process of worker threads (default), or a process per worker "
                         "(engine work --processes, as pgbench -j gives each client its own thread)")
+    p.add_argument("--prefetch", action="store_true",
+                   help="queuetop's workers claim ahead (engine work --prefetch): the server claims while the worker handles")
 
     p = leaf(bench_sub, "probes", cmd_bench_probes,
              "a full probe cycle's cost at a small and a large queue depth, and the locks probe's under a pile-up",

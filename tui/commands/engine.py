@@ -71,6 +71,7 @@ def cmd_engine_work(ctx: Context) -> int:
         duration_s=args.duration,
         poll_interval_s=args.poll_interval,
         retry_delay_s=args.retry_delay,
+        prefetch=args.prefetch,
     ).validate()
     with ctx.engine_session("work"):
         pass  # fail fast (exit 2) on a missing schema before threads start
@@ -192,6 +193,9 @@ def register(commands: argparse._SubParsersAction) -> None:
                    help="seconds between fallback polls of an idle queue, 0.01 to 3600 (default 5)")
     p.add_argument("--retry-delay", type=float_between(0, 3600), default=0.0,
                    help="back-off before a retry, doubling per attempt up to an hour; 0 to 3600 (default 0)")
+    p.add_argument("--prefetch", action="store_true",
+                   help="claim mode: claim the next messages while the handler works on those in hand "
+                        "(the server's work overlaps the handler's; one more batch held per worker)")
 
     p = leaf(engine_sub, "compact", cmd_engine_compact, "fold pending status deltas into aggregates now (prints a JSON summary)",
              writes=True)
