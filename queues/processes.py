@@ -44,8 +44,9 @@ from dbcore.errors import OperationFailed, first_line
 from dbcore.names import check_name
 
 from .handlers import parse_handler
+from .poolparts import RECONNECT_CAP_S, WorkOptions, WorkSummary, reconnect_delay
 from .table_queue import TableQueue
-from .worker import RECONNECT_CAP_S, WorkerPool, WorkOptions, WorkSummary, reconnect_delay
+from .worker import WorkerPool
 
 log = logging.getLogger("queuetop.worker")
 
