@@ -64,6 +64,7 @@ class _Plan:
     handler: str
     options: WorkOptions  # its share of the workers, processes=1
     first_tick_s: float
+    log_level: int  # the parent's: records it would drop are not sent
 
 
 _FIELDS = ("processed", "retried", "dead", "stale_acks")
@@ -91,7 +92,7 @@ class _PipeLog(logging.Handler):
     """A child's log records, sent to the parent as (level, logger name, message)."""
 
     def __init__(self, send: Callable[[object], None]) -> None:
-        super().__init__(logging.INFO)
+        super().__init__()
         self._send = send
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -109,7 +110,7 @@ def _child(plan: _Plan, pipe: Connection, barrier: Any, counters: Any, index: in
 
     root = logging.getLogger()
     root.handlers[:] = [_PipeLog(send)]
-    root.setLevel(logging.INFO)
+    root.setLevel(plan.log_level)
     try:
         pool = WorkerPool(plan.target, plan.queue_name, parse_handler(plan.handler), plan.options,
                           start_barrier=barrier, first_tick_s=plan.first_tick_s)
@@ -180,7 +181,8 @@ class ProcessPool:
     def _plan(self, index: int) -> _Plan:
         opts, p = self.options, self.options.processes
         share = replace(opts, workers=self.shares()[index], processes=1, poll_interval_s=opts.poll_interval_s * p)
-        return _Plan(self.target, self.queue_name, self.handler, share, first_tick_s=opts.poll_interval_s * (index + 1))
+        return _Plan(self.target, self.queue_name, self.handler, share, first_tick_s=opts.poll_interval_s * (index + 1),
+                     log_level=logging.getLogger("queuetop.worker").getEffectiveLevel())
 
     def _start(self, index: int) -> None:
         mine, theirs = SPAWN.Pipe()
