@@ -28,9 +28,10 @@ from dbcore.sqlfiles import Queries
 
 from .config import Config
 from .failures import PROBE_FAILURES, describe_error
+from .lockrows import app_locks_of
 from .locks import LockPicture
 from .model import Connections, QueueSample, ServerInfo
-from .postgres import CONNECTIONS_SQL, PostgresProbes, ProbeConnection, SessionPicture, app_locks_of, json_value
+from .postgres import CONNECTIONS_SQL, PostgresProbes, ProbeConnection, SessionPicture, json_value
 
 # SQL Server's own sections of the probes' files (ghost records; what the login may see; the version store).
 MSSQL_QUEUES_SQL = Queries("probes", "queues.sql", dialect="mssql")

@@ -158,7 +158,7 @@ class BlockedSession:
     database: str | None = None  # the database of the lock it waits for
     row: str | None = None  # the row's ctid "(page,tuple)", where it can be known
     # What its statement wants, from its own point of view: "to update a row of p6 (0,1)",
-    # "ACCESS EXCLUSIVE on t10 to TRUNCATE" (probes/locks.py's wants_of); lock_type and mode stay
+    # "ACCESS EXCLUSIVE on t10 to TRUNCATE" (probes/locklabels.py's wants_of); lock_type and mode stay
     # as the server says them, for detail.
     wants: str | None = None
     # The sessions holding what it wants (every member of a shared row lock, read from the row's

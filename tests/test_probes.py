@@ -496,7 +496,7 @@ def test_a_queue_exactly_as_deep_as_the_window_is_exact(db):
 
 def test_advisory_keys_are_listed_as_the_application_passed_them(db):
     """pg_locks stores both forms of advisory key unsigned and split in two: the probe puts them
-    back together, signed, as probes.locks.advisory_key names them in the lock tree."""
+    back together, signed, as probes.locklabels.advisory_key names them in the lock tree."""
     with db.connect(application_name="qt-advisory") as holder:
         holder.execute("SELECT pg_advisory_lock(-5), pg_advisory_lock(1099511627779), pg_advisory_lock(1, -2),"
                        " pg_advisory_lock(-2147483648, 2147483647)")
