@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import json
-import secrets
+import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -56,8 +56,11 @@ def parse_json_body(text: str) -> str:
 
 
 def new_claim_token() -> int:
-    """A random positive bigint: the claim that ack and retry must present."""
-    return secrets.randbits(63) or 1
+    """A random positive bigint: the claim that ack and retry must present. It tells one claim
+    from another, it guards nothing (whoever can read the table reads the tokens), so it comes
+    from `random`, reseeded in a forked child, not from the system's generator: a system call
+    per claim (1.26 -> 0.1 µs, measured)."""
+    return random.getrandbits(63) or 1
 
 
 class Message(NamedTuple):
