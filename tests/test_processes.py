@@ -67,9 +67,11 @@ def test_processes_share_a_queue_exactly_once(db, tmp_path, monkeypatch):
 
 
 def test_a_killed_process_is_replaced_and_its_messages_come_back(db, tmp_path, monkeypatch, caplog):
-    ids = fill(db, "jobs", 40)
+    # 300 messages of 30 ms: 9 s for one worker alone, so that the other, however slow its
+    # process is to start on a busy machine, finds some left.
+    ids = fill(db, "jobs", 300)
     monkeypatch.setenv("QT_RECORD_DIR", str(tmp_path))
-    monkeypatch.setenv("QT_RECORD_WORK_S", "0.05")  # a kill lands, most often, between the record and the ack
+    monkeypatch.setenv("QT_RECORD_WORK_S", "0.03")  # a kill lands, most often, between the record and the ack
     options = WorkOptions(workers=2, processes=2, until_empty=True, visibility_s=1.0)
     pool = ProcessPool(db.target, "jobs", "tests.recorder:record", options)
     result: list[object] = []
@@ -86,7 +88,7 @@ def test_a_killed_process_is_replaced_and_its_messages_come_back(db, tmp_path, m
     records = read_records(tmp_path)
     assert {r[0] for r in records} == set(ids)  # nothing lost
     # Acked once each (the dead process's unacked message was claimed again and acked by another).
-    assert summary.processed == 40, summary
+    assert summary.processed == 300, summary
     twice = [i for i, n in Counter(r[0] for r in records).items() if n > 1]
     assert len(twice) <= 1  # the victim ran one worker: at most the message in its hands
     for message_id in twice:  # first by the victim, then again once its visibility ended
