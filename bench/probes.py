@@ -107,9 +107,9 @@ def run_probe_bench(
         "pg_activity_blocking_rows": pile["pg_activity_rows"] if pile else None,
         # The locks probe's p50 over pg_activity's, the rounds interleaved (issue 30: at most 0.8).
         "locks_probe_vs_pg_activity": pile["ratio"] if pile else None,
-        # The same, when the probe cannot reuse the last cycle's tree (a pile-up whose shape, not
-        # only its times, changes every cycle; the wait graph's roots stay cached while the graph
-        # is the same, as in this pile-up): timed in rounds of their own, beside pg_activity again.
+        # The same, when the probe cannot reuse anything of the last cycles (a new LockTrees each
+        # cycle: the tree and its wait graph worked out anew): timed in rounds of their own,
+        # beside pg_activity again.
         "locks_probe_ms_p50_pileup_reshaped": pile["reshaped_p50"] if pile else None,
         "pg_activity_blocking_ms_p50_reshaped_rounds": pile["pg_activity_reshaped_rounds_p50"] if pile else None,
         "locks_probe_vs_pg_activity_reshaped": pile["reshaped_ratio"] if pile else None,

@@ -5,7 +5,9 @@ processes.py spreads them over processes)."""
 from __future__ import annotations
 
 import random
+import signal
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from dbcore.errors import UsageError
@@ -17,6 +19,25 @@ UNTIL_EMPTY_POLL_S = 0.2  # when draining, other sessions' commits (no notificat
 # through wakes the others, so a pool resumes within one capped back-off of the database's return.
 RECONNECT_FIRST_S = 0.5
 RECONNECT_CAP_S = 10.0
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def on_stop_signals(stop: Callable[[], None]) -> Callable[[], None]:
+    """SIGINT and SIGTERM call `stop` (in the main thread only: elsewhere nothing is installed);
+    returns what puts the previous handlers back."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, lambda *_: stop())
+
+    def restore() -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+    return restore
 
 
 def reconnect_delay(failures: int) -> float:

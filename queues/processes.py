@@ -44,13 +44,12 @@ from dbcore.errors import OperationFailed, first_line
 from dbcore.names import check_name
 
 from .handlers import parse_handler
-from .poolparts import RECONNECT_CAP_S, WorkOptions, WorkSummary, reconnect_delay
+from .poolparts import RECONNECT_CAP_S, STOP_SIGNALS, WorkOptions, WorkSummary, on_stop_signals, reconnect_delay
 from .table_queue import TableQueue
 from .worker import WorkerPool
 
 log = logging.getLogger("queuetop.worker")
 
-_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 YOUNG_S = 5.0  # a process that dies younger than this is started again after a back-off
 SPAWN = multiprocessing.get_context("spawn")  # a fresh interpreter: safe whatever threads the parent runs
 
@@ -118,9 +117,8 @@ def _child(plan: _Plan, pipe: Connection, barrier: Any, counters: Any, index: in
         send(("error", first_line(exc)))
         return
     pool.summary = _SharedSummary(counters, index)
-    for sig in _SIGNALS:
-        signal.signal(sig, lambda *_: pool.stop())
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)
+    on_stop_signals(pool.stop)  # before the signals blocked since the start are let through
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
     def lifeline() -> None:  # "stop" from the parent, or the parent gone: stop as SIGTERM would
         with contextlib.suppress(EOFError, OSError):
@@ -189,13 +187,16 @@ class ProcessPool:
         process = SPAWN.Process(target=_child, args=(self._plan(index), theirs, self._barrier, self._counters, index),
                                    name=f"work:{self.queue_name}:p{index}", daemon=True)
         # The child inherits the blocked signals through exec, until it has its handlers.
-        previous = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         try:
             process.start()
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)
         theirs.close()
         self._children[index] = _Child(index, process, mine, time.monotonic())
+
+    def _request_stop(self) -> None:
+        self._stop_requested = True
 
     def stop(self) -> None:
         """Ask every process to finish the messages in hand and exit."""
@@ -208,7 +209,7 @@ class ProcessPool:
         # A queue that is not there fails here, as WorkerPool.start's does, before any process starts.
         with open_session(self.target, application_name=f"queuetop-work:{self.options.mode}:{self.queue_name}") as conn:
             TableQueue.open(conn, self.queue_name)
-        restore = self._install_signal_handlers()
+        restore = on_stop_signals(self._request_stop)
         deadline = None if self.options.duration_s is None else time.monotonic() + self.options.duration_s
         # multiprocessing starts its resource tracker with the first process, and unblocks SIGINT
         # and SIGTERM after it: started first, it cannot undo the block that _start puts around a child.
@@ -295,22 +296,6 @@ class ProcessPool:
                     "ends; starting another%s", child.index, self.queue_name, how,
                     f" in {delay:.1f} s" if delay else "")
         self._due[child.index] = time.monotonic() + delay
-
-    def _install_signal_handlers(self) -> Callable[[], None]:
-        if threading.current_thread() is not threading.main_thread():
-            return lambda: None
-        previous = {sig: signal.getsignal(sig) for sig in _SIGNALS}
-        def requested(*_: object) -> None:
-            self._stop_requested = True
-
-        for sig in _SIGNALS:
-            signal.signal(sig, requested)
-
-        def restore() -> None:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-
-        return restore
 
 
 def run_pool(target: Target, queue_name: str, handler: str, options: WorkOptions) -> WorkSummary:

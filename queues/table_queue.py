@@ -59,7 +59,7 @@ def new_claim_token() -> int:
     """A random positive bigint: the claim that ack and retry must present. It tells one claim
     from another, it guards nothing (whoever can read the table reads the tokens), so it comes
     from `random`, reseeded in a forked child, not from the system's generator: a system call
-    per claim (1.26 -> 0.1 µs, measured)."""
+    per claim (1.26 -> 0.21 µs, measured)."""
     return random.getrandbits(63) or 1
 
 

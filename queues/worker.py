@@ -13,10 +13,8 @@ import contextlib
 import logging
 import os
 import select
-import signal
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -29,7 +27,17 @@ from dbcore.names import check_name
 from .handlers import Handler
 from .hotpath import HotPath
 from .link import ConnectionState
-from .poolparts import MODES, RECONNECT_CAP_S, RECONNECT_FIRST_S, UNTIL_EMPTY_POLL_S, Waker, WorkOptions, WorkSummary, reconnect_delay
+from .poolparts import (
+    MODES,
+    RECONNECT_CAP_S,
+    RECONNECT_FIRST_S,
+    UNTIL_EMPTY_POLL_S,
+    Waker,
+    WorkOptions,
+    WorkSummary,
+    on_stop_signals,
+    reconnect_delay,
+)
 from .schema import ENGINE_SQL
 from .table_queue import Message, TableQueue
 
@@ -140,7 +148,7 @@ class WorkerPool:
     def run(self) -> WorkSummary:
         """Work until --until-empty finds the queue empty, --duration passes, or SIGINT/SIGTERM."""
         self.start()
-        restore = self._install_signal_handlers()
+        restore = on_stop_signals(self.stop)
         try:
             deadline = None if self.options.duration_s is None else time.monotonic() + self.options.duration_s
             while self.running and not self._stop.is_set():
@@ -155,19 +163,6 @@ class WorkerPool:
         if self._errors:
             raise OperationFailed(self._errors[0])
         return self.summary
-
-    def _install_signal_handlers(self) -> Callable[[], None]:
-        if threading.current_thread() is not threading.main_thread():
-            return lambda: None
-        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-        for sig in previous:
-            signal.signal(sig, lambda *_: self.stop())
-
-        def restore() -> None:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-
-        return restore
 
     def _app_name(self, role: str) -> str:
         # The dashboard ties sessions to queues through this name.
@@ -302,8 +297,7 @@ class WorkerPool:
         succeeded: list[Message] = []
         while True:
             if self._stop.is_set():
-                acked = hot.ack(succeeded)
-                self.summary.add(processed=acked, stale_acks=len(succeeded) - acked)
+                self._count_acks(succeeded, hot.ack(succeeded))
                 return
             seen = self._waker.generation()
             self._poll_counts[index] += 1
@@ -312,7 +306,7 @@ class WorkerPool:
             else:
                 acked = hot.ack(succeeded)
                 messages = hot.claim(visibility_s=opts.visibility_s, batch=opts.batch)
-            self.summary.add(processed=acked, stale_acks=len(succeeded) - acked)
+            self._count_acks(succeeded, acked)
             succeeded = []
             if not messages:
                 if not self._idle(cur, seen):
@@ -336,13 +330,12 @@ class WorkerPool:
         while True:
             if not current:
                 if self._stop.is_set():
-                    acked = hot.ack(done)
-                    self.summary.add(processed=acked, stale_acks=len(done) - acked)
+                    self._count_acks(done, hot.ack(done))
                     return
                 seen = self._waker.generation()
                 self._poll_counts[index] += 1
                 acked, current = hot.ack_and_claim(done, visibility_s=opts.visibility_s, batch=opts.batch)
-                self.summary.add(processed=acked, stale_acks=len(done) - acked)
+                self._count_acks(done, acked)
                 done = []
                 if not current:
                     if not self._idle(cur, seen):
@@ -353,22 +346,24 @@ class WorkerPool:
             if self._stop.is_set():  # finish what is in hand, claim nothing more
                 finished = self._handle(cur, current)
                 for messages in (done, finished):
-                    acked = hot.ack(messages)
-                    self.summary.add(processed=acked, stale_acks=len(messages) - acked)
+                    self._count_acks(messages, hot.ack(messages))
                 return
             seen = self._waker.generation()
             self._poll_counts[index] += 1
             sent = hot.send(done, visibility_s=opts.visibility_s, batch=opts.batch)
             failures = self._run_handler(current)
             acked, claimed = hot.receive(sent)
-            self.summary.add(processed=acked, stale_acks=len(done) - acked)
+            self._count_acks(done, acked)
             done, current = self._settle(cur, current, failures), claimed
             if not current:  # the queue looked empty: ack what was handled, then wait as the plain loop does
-                acked = hot.ack(done)
-                self.summary.add(processed=acked, stale_acks=len(done) - acked)
+                self._count_acks(done, hot.ack(done))
                 done = []
                 if not self._idle(cur, seen):
                     return
+
+    def _count_acks(self, messages: list[Message], acked: int) -> None:
+        """An ack of `messages` held for `acked` of them: the others' claims had been lost."""
+        self.summary.add(processed=acked, stale_acks=len(messages) - acked)
 
     def _handle(self, cur: Executor, messages: list[Message]) -> list[Message]:
         """Run the handler on each claimed message; returns those to ack: all of them unless some
