@@ -29,3 +29,21 @@ def describe_error(exc: Exception) -> str:
 # What a probe statement's failure can be, in any dialect: a lost connection too (psycopg's is a
 # psycopg.Error; SQL Server's a ConnectionFailed, after which its session reopens for the next probe).
 PROBE_FAILURES = (psycopg.Error, DatabaseRefused, MissingPrivilege, ConnectionFailed)
+
+
+class NotAsDeclared(LookupError):
+    """What a declaration names (a table, a dead-letter table, a column) is not in the database,
+    not what the declaration says (a column that is no timestamp) or not readable by this role:
+    that queue's failure, said on its row, never the probe's."""
+
+
+def describe_failure(exc: Exception) -> str:
+    """One line for anything a probe, a queue source or a queue raised: a statement's failure as
+    describe_error says it, a declaration's name not found as it is, and whatever else (a fault of
+    queuetop's own) as an internal error with its type, so the part that failed is unknown with a
+    reason while the rest goes on."""
+    if isinstance(exc, PROBE_FAILURES):
+        return describe_error(exc)
+    if isinstance(exc, NotAsDeclared):
+        return first_line(exc)
+    return f"internal error: {type(exc).__name__}: {first_line(exc)}"

@@ -24,7 +24,7 @@ from dbcore.sqlfiles import Queries
 
 from .config import Config
 from .elsewhere import RelationsElsewhere
-from .failures import PROBE_FAILURES, describe_error
+from .failures import PROBE_FAILURES, describe_error, describe_failure
 from .locklabels import MULTIXACT_MODES, row_locks_conflict, row_strength
 from .lockrows import may_be_shared, picture_parts
 from .locks import LockPicture, LockTrees, prepared_blockers
@@ -154,13 +154,13 @@ class PostgresProbes:
                     if detection is None:
                         continue
                     figures.extend((source, f) for f in source.qualified(source.sample(conn, detection)))
-                except PROBE_FAILURES as exc:
-                    problems.append(f"{source.label}: {describe_error(exc)}")
+                except Exception as exc:  # a source's failure, whatever it is, is its own: the others go on
+                    problems.append(f"{source.label}: {describe_failure(exc)}")
                     if source.name not in unread:
                         unread.append(source.name)
         if unread:
             self.unread["queues"] = tuple(unread)
-        notes = [f"{f.name}: {note}" for _source, f in figures for note in f.notes]
+        notes = [*self.sources.out_of_reach, *(f"{f.name}: {note}" for _source, f in figures for note in f.notes)]
         problems.extend(f"{f.name}: {f.error}" for _source, f in figures if f.error)
         if problems:
             self.errors["queues"] = "; ".join(problems)

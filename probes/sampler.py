@@ -32,7 +32,7 @@ from dbcore.pgversions import UnsupportedServer
 
 from .config import Config
 from .diagnosis import Diagnoser
-from .failures import PROBE_FAILURES, describe_error
+from .failures import PROBE_FAILURES, describe_error, describe_failure
 from .locks import LockPicture
 from .model import Connections, ProbeStatus, ServerInfo, Snapshot
 from .postgres import (
@@ -61,7 +61,9 @@ MAX_PROBE_SESSIONS = 2
 
 
 def run_probe(probes: PostgresProbes, name: str, conn: ProbeConnection) -> tuple[ProbeStatus, object]:
-    """One probe, timed; its failure is its status, not an exception."""
+    """One probe, timed; its failure is its status, not an exception: whatever it raised (a fault
+    of queuetop's own too, said as an internal error), it is unknown with that reason and the other
+    probes go on, in a snapshot, the dashboard and the exporter alike."""
     started = time.perf_counter()
     for pending in (probes.notes, probes.errors, probes.unread):
         pending.pop(name, None)
@@ -74,6 +76,9 @@ def run_probe(probes: PostgresProbes, name: str, conn: ProbeConnection) -> tuple
         unread = probes.unread.pop(name, ())
     except PROBE_FAILURES as exc:
         result, error, unread = None, describe_error(exc), ("all",)
+    except Exception as exc:
+        log.debug("probe %s failed", name, exc_info=True)  # its status says why; the traceback is for --debug logs
+        result, error, unread = None, describe_failure(exc), ("all",)
     return ProbeStatus(elapsed_ms=(time.perf_counter() - started) * 1000, error=error, notes=notes, unread=unread), result
 
 
@@ -149,7 +154,12 @@ def run_cycle(target: Target, config: Config | None = None, *, probes: PostgresP
         if conn is None:
             session.close()
     snapshot = compose(server, results, {"connected": True}, host, sessions_in_order=probes.SESSIONS_IN_ORDER)
-    return (diagnoser or Diagnoser()).diagnose(snapshot)
+    try:
+        return (diagnoser or Diagnoser()).diagnose(snapshot)
+    except Exception as exc:  # a verdict that cannot be judged must not stop the figures (as Sampler._emit)
+        log.warning("queue verdicts failed: %s", describe_failure(exc))
+        log.debug("queue verdicts failed", exc_info=True)
+        return snapshot
 
 
 
@@ -341,6 +351,9 @@ class Sampler:
                     log.warning("lost the database: %s; retrying", reason)
                 self._last_error = reason
                 result = (unreachable_status(reason), None)
+            except Exception as exc:  # anything else (the server's own probe refused): this probe unknown, the round goes on
+                log.debug("probe %s failed", name, exc_info=True)
+                result = (ProbeStatus(elapsed_ms=0.0, error=describe_failure(exc), unread=("all",)), None)
             with self._lock:
                 self._results[name] = result
         finally:

@@ -299,7 +299,7 @@ def test_a_hostile_schema_name_is_quoted_everywhere(db, schema):
     assert set(only) == {"mail"} and only["mail"].ready == 2
 
 
-def test_a_schema_the_role_may_not_use_is_not_looked_into(db):
+def test_a_schema_the_role_may_not_use_is_not_looked_into_and_said(db):
     procrastinate_install(db, "jobs", ready=1, scheduled=0, failed=0)
     procrastinate_install(db, "open", ready=1, scheduled=0, failed=0)
     role = f"qt_usage_{db.name}"
@@ -311,9 +311,13 @@ def test_a_schema_the_role_may_not_use_is_not_looked_into(db):
         limited = resolve_target(db.server.uri(db.name, role))
         assert limited is not None
         snap = run_cycle(limited)
-        # "jobs" is there but out of reach (no USAGE): not looked into, no error either.
+        # "jobs" is there but out of reach (no USAGE): not looked into, no error either; but said
+        # (issue 43: a note, not silence), what the role sees beside it being right.
         assert set(rows_of(snap, "procrastinate")) == {"open.mail"}
         assert snap.probes["queues"].error is None
+        notes = snap.probes["queues"].notes or ""
+        assert "procrastinate in schema jobs: its queues are unknown: this role has no USAGE privilege on schema jobs" in notes
+        assert "schema open" not in notes
     finally:
         with db.connect() as conn:
             conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))

@@ -67,6 +67,8 @@ class SourceSet:
         self.fixed = {cls.name: cls(config) for cls in self.classes if not cls.signature}
         self.installed: dict[tuple[str, str], QueueSource] = {}  # (source name, schema) -> instance
         self.tables_asked: set[str] = set()  # what the other sources' detect() asked the last time
+        # This cycle's installs in a schema the role may not use: a note each (Install.out_of_reach).
+        self.out_of_reach: list[str] = []
 
     def __iter__(self) -> Iterator[QueueSource]:
         """The sources as of the last cycle, in the order their rows are shown."""
@@ -86,11 +88,13 @@ class SourceSet:
         """This cycle's sources, each with its install (None: a source that detects itself), after
         one catalog statement for all of them (every library's signature in every schema, and the
         tables the other sources asked about the last time, answering has_table meanwhile). A
-        library's instance is the last cycle's while its install is there; one that went is dropped."""
+        library's instance is the last cycle's while its install is there; one that went is dropped.
+        An install in a schema the role may not use is no source: `out_of_reach` says it is there."""
         installs, known = find_installs(conn, self.classes, self.tables_asked)
         by_source: dict[str, list[Install]] = {}
+        self.out_of_reach = [install.out_of_reach for install in installs if not install.usable and self.wanted(install)]
         for install in installs:
-            if self.wanted(install):
+            if install.usable and self.wanted(install):
                 by_source.setdefault(install.source, []).append(install)
         found: list[tuple[QueueSource, Install | None]] = []
         installed: dict[tuple[str, str], QueueSource] = {}

@@ -108,6 +108,14 @@ class Install:
     schema: str
     extras: frozenset[str] = frozenset()
     extensions: tuple[tuple[str, str], ...] = ()
+    usable: bool = True  # the role has USAGE on the schema: else nothing of it can be read
+
+    @property
+    def out_of_reach(self) -> str:
+        """The note for an install in a schema the role may not use: its queues are unknown."""
+        schema = sql.Identifier(self.schema).as_string(None)
+        return (f"{self.source} in schema {self.schema}: its queues are unknown: this role has no USAGE privilege on "
+                f"schema {self.schema} (GRANT USAGE ON SCHEMA {schema} and SELECT on its tables to it)")
 
     def extension_version(self, name: str) -> str | None:
         return dict(self.extensions).get(name)
@@ -141,10 +149,10 @@ def _signature_parameters(classes: Iterable[type[QueueSource]]) -> dict[str, lis
 def find_installs(conn: ProbeConnection, classes: Iterable[type[QueueSource]],
                   tables: Iterable[str] = ()) -> tuple[list[Install], dict[str, bool]]:
     """Every install of the libraries among `classes` (the sources with a signature) in any schema
-    the role may use, and whether each relation named in `tables` is there (has_table's question),
-    in one catalog statement. Without a library to look for (SQL Server's sources), the tables
-    alone, in one statement (none when there are none). Installs come in `classes`' order, then
-    by schema name."""
+    (one the role may not use too, marked not `usable`), and whether each relation named in
+    `tables` is there (has_table's question), in one catalog statement. Without a library to look
+    for (SQL Server's sources), the tables alone, in one statement (none when there are none).
+    Installs come in `classes`' order, then by schema name."""
     libraries = [cls for cls in classes if cls.signature]
     names = sorted(set(tables))
     valid = [name for name in names if is_relation_name(name)]
@@ -157,7 +165,8 @@ def find_installs(conn: ProbeConnection, classes: Iterable[type[QueueSource]],
                 known[row["relation"]] = bool(row["present"])
             else:
                 installs.append(Install(source=row["source"], schema=row["schema"], extras=frozenset(row["extras"] or ()),
-                                        extensions=tuple(sorted((row["extensions"] or {}).items()))))
+                                        extensions=tuple(sorted((row["extensions"] or {}).items())),
+                                        usable=bool(row["usable"])))
         rank = {cls.name: index for index, cls in enumerate(libraries)}
         installs.sort(key=lambda i: (rank[i.source], i.schema))
     elif valid:
@@ -248,7 +257,7 @@ class QueueSource:
         if not self.signature:
             raise NotImplementedError
         installs, _ = find_installs(conn, [type(self)])
-        install = next((i for i in installs if i.schema == self.schema), None)
+        install = next((i for i in installs if i.schema == self.schema and i.usable), None)
         return self.detected(conn, install) if install is not None else None
 
     def detected(self, conn: ProbeConnection, install: Install) -> Detection | None:

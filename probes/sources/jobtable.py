@@ -21,17 +21,17 @@ or under `cap` rows is read now through its index, at most `cap` + 1 rows: exact
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-import psycopg
 from psycopg import sql
 
 from dbcore.database import one
 from dbcore.sqlfiles import Queries
 
 from ..configmodel import DeclaredQueue
-from ..failures import describe_error
+from ..failures import PROBE_FAILURES, NotAsDeclared, describe_failure
 from .base import QueueDetails, QueueFigures
 from .plans import Estimates, too_dear
 from .resolved import ResolvedTable, resolve
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from ..session import ProbeConnection
 
 JOBTABLE_SQL = Queries("probes", "sources/jobtable.sql")
+log = logging.getLogger("queuetop.probes")
 COUNT_CAP = 10_000  # a figure of at most this many rows is exact: a state's bounded read takes one more
 MAX_QUEUES = 200  # distinct queues of one shared table
 # A queue of a shared table with no registry (Procrastinate's) exists while it holds an unfinished
@@ -99,14 +100,10 @@ class JobTable:
     def sample(self, conn: ProbeConnection, queues: list[str] | None = None) -> list[QueueFigures]:
         """One QueueFigures per queue: the configured `queue`, every queue of a shared table that
         holds an unfinished row and every one a library's registry names (`queues`), or the whole
-        table."""
+        table. Whatever fails (the table, its dead-letter table or a column not there, no privilege,
+        a statement refused or timed out, a fault of queuetop's own) fails this table's queues
+        alone: each unknown, its error saying what, while the other tables and sources go on."""
         d = self.declared
-        try:
-            table = self.resolved(conn)
-        except LookupError as exc:
-            return [QueueFigures(name=d.name, table=d.table, error=str(exc.args[0]))]
-        if not table.can_select:
-            return [QueueFigures(name=d.name, table=table.qualified, error=f"no SELECT privilege on {table.qualified}")]
         wanted: list[str | None] | None
         if d.queue_column is None and self.group is None:
             wanted = [None]
@@ -115,14 +112,27 @@ class JobTable:
         else:
             wanted = list(queues) if queues is not None else None
         try:
-            facts = self.facts(conn)
-            view = self.tally.advance(conn, table, self._tally_statement(conn, table), self._params(), facts.pages)
-            self._read_oldest = {}
-            exact = {} if view.fresh else self._exact_reads(conn, table, view)
-            dead_letters = self._dead_letters_by_queue(conn) if d.dead_letter_table else None
-        except psycopg.Error as exc:
-            return [QueueFigures(name=self._name(q) or table.qualified, table=table.qualified, error=describe(exc))
-                    for q in wanted or [None]]
+            return self._sample(conn, wanted)
+        except Exception as exc:
+            if not isinstance(exc, (*PROBE_FAILURES, NotAsDeclared)):
+                log.debug("sampling %s failed", d.table, exc_info=True)
+            return self._unknown(wanted, describe_failure(exc))
+
+    def _unknown(self, wanted: list[str | None] | None, error: str) -> list[QueueFigures]:
+        """The queues of this table, every figure unknown, and why."""
+        table = self._resolved.qualified if self._resolved is not None else self.declared.table
+        return [QueueFigures(name=self._name(q) or table, table=table, error=error) for q in wanted or [None]]
+
+    def _sample(self, conn: ProbeConnection, wanted: list[str | None] | None) -> list[QueueFigures]:
+        d = self.declared
+        table = self.resolved(conn)
+        if not table.can_select:
+            return self._unknown(wanted, f"no SELECT privilege on {table.qualified}")
+        facts = self.facts(conn)
+        view = self.tally.advance(conn, table, self._tally_statement(conn, table), self._params(), facts.pages)
+        self._read_oldest = {}
+        exact = {} if view.fresh else self._exact_reads(conn, table, view)
+        dead_letters = self._dead_letters_by_queue(conn) if d.dead_letter_table else None
         out = self._assemble(conn, table, view, exact, wanted, dead_letters)
         for figures in out:
             self._add_notes(figures, table, facts.live)
@@ -371,6 +381,9 @@ class JobTable:
         """The dead-letter table's rows by queue (None: all of them, a table with no queue
         column), the age of their count and whether it is an estimate."""
         jobs = self._dead_letter_jobs(conn)
+        dead_letters = jobs.resolved(conn)
+        if not dead_letters.can_select:
+            raise NotAsDeclared(f"no SELECT privilege on dead_letter_table {dead_letters.qualified}")
         by_group, estimated, _view = jobs.counts(conn)
         counts = {group: round(c["dead"]) for group, c in by_group.items()}
         if jobs.resolved(conn).queue_type is None:
@@ -437,8 +450,8 @@ class JobTable:
                                               queue_column=queue_column), cap=self.cap, constant_class="dead",
                                 chunk_pages=self.tally.chunk_pages)
                 try:
-                    jobs.resolved(conn)
-                except LookupError:  # no queue column there: the whole table is this queue's
+                    jobs._resolved = resolve(conn, jobs.declared, "dead_letter_table")
+                except NotAsDeclared:  # no queue column there: the whole table is this queue's
                     if queue_column is None:
                         raise
                     continue
@@ -484,5 +497,3 @@ def _older(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else max(a, b)
 
 
-def describe(exc: psycopg.Error | LookupError) -> str:
-    return describe_error(exc) if isinstance(exc, psycopg.Error) else str(exc.args[0])

@@ -11,6 +11,7 @@ from psycopg import sql
 from dbcore.sqlfiles import Queries
 
 from ..configmodel import DeclaredQueue
+from ..failures import NotAsDeclared
 from .base import Identifier, is_relation_name
 
 if TYPE_CHECKING:
@@ -38,22 +39,23 @@ class ResolvedTable:
     state_queue_indexed: bool  # an index leads with (state_column, queue_column): a skip scan per state
 
 
-def resolve(conn: ProbeConnection, declared: DeclaredQueue) -> ResolvedTable:
-    """Look the table and every configured column up in the catalog; LookupError says what is
-    missing. Nothing configured is ever put into SQL as text."""
+def resolve(conn: ProbeConnection, declared: DeclaredQueue, what: str = "table") -> ResolvedTable:
+    """Look the table and every configured column up in the catalog; NotAsDeclared (a LookupError)
+    says what is missing, `what` naming the table as the declaration does (`dead_letter_table`).
+    Nothing configured is ever put into SQL as text."""
     # Not a relation's name at all: not found, without asking (to_regclass raises on it before 16).
     row = conn.execute(JOBTABLE_SQL["resolve"], {"table": declared.table}).fetchone() if is_relation_name(declared.table) else None
     if row is None:
-        raise LookupError(f"table {declared.table!r} not found (or not a table or view)")
+        raise NotAsDeclared(f"{what} {declared.table!r} not found (or not a table or view)")
     columns = {r["name"]: r for r in conn.execute(JOBTABLE_SQL["columns"], {"relid": row["relid"]})}
 
     def column(key: str, value: str | None, types: tuple[str, ...] = ()) -> sql.Composable:
         if value is None:
             return sql.Literal(None)
         if value not in columns:
-            raise LookupError(f"{declared.name}: {key} column {value!r} not in {declared.table}")
+            raise NotAsDeclared(f"{key} column {value!r} not in {what} {declared.table}")
         if types and not str(columns[value]["type"]).startswith(types):
-            raise LookupError(f"{declared.name}: {key} column {value!r} is {columns[value]['type']}, not a timestamp")
+            raise NotAsDeclared(f"{key} column {value!r} of {declared.table} is {columns[value]['type']}, not a timestamp")
         return Identifier(value)
 
     def type_of(value: str | None) -> sql.Composable | None:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
+from rich.text import Text
 from textual.app import App
 from textual.binding import Binding, BindingType
 from textual.notifications import SeverityLevel
@@ -236,6 +237,10 @@ class HostActions:
             return
         host = self.hosts.shown
         if host.controls is None:
+            if host.prepare is not None:  # off when last looked at (no schema yet): looked at again now
+                self.app.run_worker(partial(self._check_engine, host, binding_id, selected), name="_check_engine",
+                                    group="engine-check", exclusive=True, thread=True)
+                return
             self.app.notify(host.controls_off or "engine controls need a database", severity="warning")
             return
 
@@ -260,6 +265,20 @@ class HostActions:
 
         self.app.push_screen(PromptScreen(title, placeholder, prefill(host.snapshot, binding_id, default or "", selected)),
                              submitted)
+
+    def _check_engine(self, host: Host, binding_id: str, selected: Callable[[str], str | None]) -> None:
+        """In a thread: whether the engine can work on the host now (its schema installed since the
+        dashboard started, say); then the key goes on as pressed, or says why it cannot."""
+        self.hosts.prepare(self.hosts.all.index(host))
+
+        def then() -> None:
+            if host.controls is not None:
+                if self.hosts.shown is host:  # still the host the key was pressed on
+                    self.engine(binding_id, selected)
+            else:
+                self.app.notify(host.controls_off or "engine controls need a database", severity="warning")
+
+        self.app.call_from_thread(then)
 
     def _run(self, host: Host, binding_id: str, text: str, create: bool = False) -> None:
         self.app.run_worker(partial(self._run_engine_action, host, binding_id, text, create), name="_run_engine_action",
@@ -363,12 +382,20 @@ class HostActions:
 def _queue_details(backend, source: str, name: str, current: Callable[[], QueueSample | None] | None = None,
                    hint: Callable[[QueueSample], str | None] | None = None) -> list:
     """The verdict on the queue (as the latest sample has it) at the top, with where its key goes
-    (`hint`), then its rows."""
-    out = queue_renderables(backend.queue_details(source, name))
+    (`hint`), then its rows. A queue whose figures are unknown says why first (its declaration names
+    a table or column that is not there, a privilege is missing), and its rows where they can be read."""
     queue = current() if current is not None else None
+    unknown = ([Text(f"unknown: {fmt.one_line(queue.error, 400)}", style="bold red")]
+               if queue is not None and queue.error and queue.depth is None else [])
+    try:
+        out = queue_renderables(backend.queue_details(source, name))
+    except Exception as exc:
+        if not unknown:
+            raise  # the details screen says it could not load them
+        out = [Text(f"its rows could not be read: {fmt.one_line(str(exc), 200)}", style="red")]
     if queue is None or queue.diagnosis is None:
-        return out
-    return [verdict_renderable(queue, hint(queue) if hint is not None else None), *out]
+        return [*unknown, *out]
+    return [*unknown, verdict_renderable(queue, hint(queue) if hint is not None else None), *out]
 
 
 # -- from a queue's verdict to what holds it up (v) -------------------------------------------

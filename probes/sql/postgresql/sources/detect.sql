@@ -10,13 +10,16 @@
 --
 -- Catalog reads only, through the catalog's own indexes (pg_class by relname, pg_proc by proname,
 -- pg_attribute by (attrelid, attname)): its cost grows with the number of relations of those
--- names, not with any table's rows. A schema counts when the role has USAGE on it (else nothing
--- in it can be read); the engine's own schema (queuetop) and the system's are never a library's.
+-- names, not with any table's rows. The catalog shows every schema's objects to every role: an
+-- install in a schema the role has no USAGE on is found too, marked not `usable` (nothing in it
+-- can be read: the probe says so rather than show nothing); the engine's own schema (queuetop)
+-- and the system's are never a library's.
 -- Schema names are returned as the catalog has them: the code quotes them (sql.Identifier).
 
 -- name: installs
--- One row per (source, schema) whose signature is complete: the extras found there, and the
--- extensions whose objects live in that schema (PGMQ's version, when it is installed as one).
+-- One row per (source, schema) whose signature is complete: the extras found there, the
+-- extensions whose objects live in that schema (PGMQ's version, when it is installed as one), and
+-- whether the role may use that schema.
 -- Then one row per relation name in `tables` (what the other sources' detect() asked for the
 -- last time, as to_regclass reads a name), with whether it is there: the engine's own tables.
 WITH wanted AS (
@@ -50,7 +53,7 @@ WITH wanted AS (
     WHERE n.nspname NOT IN ('queuetop', 'pg_catalog', 'information_schema')
       AND n.nspname !~ '^pg_(toast|temp_)'
     GROUP BY r.source, o.nsp, needed.objects
-    HAVING count(*) = needed.objects AND has_schema_privilege(o.nsp, 'USAGE')
+    HAVING count(*) = needed.objects
 ), found AS (
     -- There, every part that is whole (a column: one probe of pg_attribute's (attrelid, attname)
     -- index).
@@ -70,9 +73,9 @@ WITH wanted AS (
 SELECT c.source, n.nspname::text AS schema, coalesce(c.extras, '{}'::text[]) AS extras,
        (SELECT coalesce(jsonb_object_agg(e.extname, e.extversion), '{}'::jsonb)
         FROM pg_extension e WHERE e.extnamespace = n.oid) AS extensions,
-       NULL::text AS relation, NULL::boolean AS present
+       has_schema_privilege(c.nsp, 'USAGE') AS usable, NULL::text AS relation, NULL::boolean AS present
 FROM complete c
 JOIN pg_namespace n ON n.oid = c.nsp
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, t.name, to_regclass(t.name) IS NOT NULL
+SELECT NULL, NULL, NULL, NULL, NULL, t.name, to_regclass(t.name) IS NOT NULL
 FROM unnest(%(tables)s::text[]) AS t(name);
