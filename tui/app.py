@@ -22,8 +22,6 @@ from queues import schema
 
 
 def run_dashboard(ctx) -> int:
-    from queues.control import EngineControls
-    from queues.demo import Demo
     from tui.dashboard import QueuetopApp
 
     args = ctx.args
@@ -35,25 +33,9 @@ def run_dashboard(ctx) -> int:
     _log_to_file()
     targets = ctx.targets(config)
     if len(targets) == 1:
-        # One database: its engine controls (and the embedded server's demo) are found before the
-        # dashboard opens.
         name, target = targets[0]
-        controls = demo = None
-        controls_off = None
-        if args.read_only:
-            _refuse_unsupported(target)
-        elif not (target.embedded or args.engine):
-            # Someone else's database: the engine and demo keys write to it, so they wait for
-            # --engine. It is reached first, as with them (a wrong DSN is one line, exit 2).
-            engine_ready, controls_off = engine_usable(target)
-            controls_off = ENGINE_OFF if engine_ready else controls_off
-        else:
-            engine_ready, controls_off = engine_usable(target)
-            if engine_ready:
-                controls = EngineControls(target)
-                if target.embedded and not args.no_demo:
-                    demo = Demo(controls)
-        hosts = [_host_spec(name, target, config, interval, controls=controls, demo=demo, controls_off=controls_off)]
+        hosts = [single_host(name, target, config, interval, read_only=args.read_only, engine=args.engine,
+                             demo=not args.no_demo)]
     else:
         hosts = [_host(name, target, config, interval, args.read_only, args.engine) for name, target in targets]
     run_app(QueuetopApp(hosts=hosts, read_only=args.read_only, keymap=config.keys), debug=getattr(args, "debug", False))
@@ -62,6 +44,41 @@ def run_dashboard(ctx) -> int:
 
 # What an engine key says on a database other than the embedded one, without --engine.
 ENGINE_OFF = "engine controls are off on this database: start queuetop with --engine to drive the reference engine here"
+OFF = "engine controls are off: "
+
+
+def single_host(name: str, target, config, interval: float, *, read_only: bool = False, engine: bool = False,
+                demo: bool = True):
+    """The one database of a dashboard: its engine controls (and the embedded server's demo) are
+    found before the dashboard opens, so that a wrong DSN is one line, exit 2, as with them.
+
+    Engine controls are on for the embedded server and, with --engine, for any other database;
+    without --engine there, a key says to start with it (and what else is missing). Where they may
+    be on but the schema is not usable yet, each engine key checks again when pressed (`prepare`):
+    a dashboard started before `queuetop engine init` drives the engine after it."""
+    from queues.control import EngineControls
+    from queues.demo import Demo
+
+    if read_only:
+        _refuse_unsupported(target)
+        return _host_spec(name, target, config, interval)
+    if not (target.embedded or engine):
+        # Someone else's database: the engine and demo keys write to it, so they wait for --engine.
+        ready, why = engine_usable(target)
+        return _host_spec(name, target, config, interval, controls_off=engine_off(None if ready else why))
+    # Created now (no database is touched): the relays' fork server must start while stderr is a real file.
+    controls = EngineControls(target)
+    ready, why = engine_usable(target)
+    if ready:
+        return _host_spec(name, target, config, interval, controls=controls,
+                          demo=Demo(controls) if target.embedded and demo else None)
+    return _host_spec(name, target, config, interval, controls_off=why, prepare=_engine_check(target, controls))
+
+
+def engine_off(why: str | None) -> str:
+    """What an engine key says on a database other than the embedded one, without --engine: to
+    start with it, and `why` the controls would be off even then (no schema), if so."""
+    return ENGINE_OFF if why is None else f"{ENGINE_OFF}; and {why.removeprefix(OFF)}"
 
 
 class DashboardFailed(QueuetopError):
@@ -106,13 +123,19 @@ def _host(name: str, target, config, interval: float, read_only: bool, engine: b
     if not (target.embedded or engine):
         return _host_spec(name, target, config, interval, controls_off=ENGINE_OFF)
     # Created now (no database is touched): the relays' fork server must start while stderr is a real file.
-    controls = EngineControls(target)
+    return _host_spec(name, target, config, interval, controls_off="engine controls: checking the database…",
+                      prepare=_engine_check(target, EngineControls(target)))
+
+
+def _engine_check(target, controls):
+    """A host's `prepare`: its controls if the engine can work there now, else None and why. Run
+    once the dashboard runs, and again by an engine key pressed while the controls are off."""
 
     def prepare() -> tuple[object, str | None]:
         ready, off = engine_usable(target)
         return (controls if ready else None), off
 
-    return _host_spec(name, target, config, interval, controls_off="engine controls: checking the database…", prepare=prepare)
+    return prepare
 
 
 def engine_usable(target) -> tuple[bool, str | None]:
@@ -122,7 +145,8 @@ def engine_usable(target) -> tuple[bool, str | None]:
     try:
         with open_session(target, application_name="queuetop-cli:dashboard") as conn:
             if not one(conn.execute(schema.ENGINE_SQL["schema_present"]))[0]:
-                return False, "engine controls are off: the queuetop schema is not installed (queuetop engine init)"
+                return False, (f"{OFF}the queuetop schema is not installed in this database: install it with "
+                               "`queuetop engine init`")
             return True, None
     except (psycopg_errors.InsufficientPrivilege, MissingPrivilege) as exc:  # PostgreSQL's, SQL Server's (translated)
         return False, f"engine controls are off: this role may not use the queuetop schema ({first_line(exc)})"
