@@ -130,6 +130,10 @@ def _locks_pileup(target: Target, clients: int, cycles: int, say: Callable[[str]
     workdir = Path(tempfile.mkdtemp(prefix="queuetop-pileup-"))
     process = None
     try:
+        most, free = one(admin.execute(PILEUP_SQL["room"]))
+        if free < clients + 4:
+            raise UsageError(f"--pileup {clients} needs {clients + 4} free connections; the server has {free} "
+                             f"(max_connections {most}): raise it, or ask for fewer")
         admin.execute(PILEUP_SQL["create"])
         holder.execute(PILEUP_SQL["hold"])  # the transaction stays open: the row is held
         script = workdir / "update.sql"

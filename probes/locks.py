@@ -391,6 +391,12 @@ def _roots_by_component(blockers_of: Mapping[int, AbstractSet[int]], gids_of: Ma
     pile-up (each waiter of a row lock waits for all the waiters queued ahead of it). A component
     of more than one session is a wait cycle: its members are roots (ending one ends the wait),
     of one another and of everything behind them."""
+    acyclic = _roots_without_cycles(blockers_of, gids_of)
+    return acyclic if acyclic is not None else _roots_in_general(blockers_of, gids_of)
+
+
+def _roots_in_general(blockers_of: Mapping[int, AbstractSet[int]], gids_of: Mapping[int, AbstractSet[str]]) -> dict[int, _Component]:
+    """_roots_by_component by Tarjan's algorithm: any wait graph, cycles included, a step per wait."""
     # The roots are unions, so the order in which the graph is walked changes nothing.
     waiting = blockers_of
     edges = {pid: [b for b in blockers if b in waiting] for pid, blockers in blockers_of.items()}
@@ -456,3 +462,56 @@ def _roots_by_component(blockers_of: Mapping[int, AbstractSet[int]], gids_of: Ma
                                 component.cycles += [c for c in before.cycles if c not in component.cycles]
                 results.append(component)
     return {pid: results[component_of[pid]] for pid in waiting}
+
+
+def _roots_without_cycles(blockers_of: Mapping[int, AbstractSet[int]],
+                          gids_of: Mapping[int, AbstractSet[str]]) -> dict[int, _Component] | None:
+    """_roots_by_component's answer for a wait graph without cycles (almost every one: the server
+    breaks a deadlock within deadlock_timeout), in set operations rather than a step per wait: a
+    pile-up on one row is as many waits as pairs of its sessions (each waits, in pg_blocking_pids'
+    words, for every one queued ahead of it), 20,000 at 200 waiters, two million at 2,000. Each
+    session's roots are its blockers that do not wait, and the roots of those that do, worked out
+    first (depth first, blockers before their waiters; the sessions taken fewest waits first, so
+    that a pile-up is worked out in its queue's order without a step down). Sessions whose roots
+    are the same share one _Component. None when a cycle is met: the general algorithm then."""
+    waiting = set(blockers_of)
+    ahead = {pid: (blockers if isinstance(blockers, frozenset) else frozenset(blockers)) & waiting
+             for pid, blockers in blockers_of.items()}
+    done: dict[int, _Component] = {}
+    resolved: set[int] = set()
+    entered: set[int] = set()
+    shared: dict[tuple[frozenset[int], frozenset[str]], _Component] = {}
+    def work_out(pid: int) -> None:
+        roots = set(blockers_of[pid]) - waiting
+        gids = set(gids_of[pid])
+        for part in set(map(done.__getitem__, ahead[pid])):  # the distinct components: few
+            roots |= part.roots
+            gids |= part.gids
+        key = (frozenset(roots), frozenset(gids))
+        component = shared.get(key)
+        if component is None:
+            component = shared[key] = _Component(roots=roots, gids=gids, cycles=[], cycle=None)
+        done[pid] = component
+        resolved.add(pid)
+
+    for start in sorted(blockers_of, key=lambda pid: len(ahead[pid])):
+        if start in entered:
+            continue
+        stack: list[tuple[int, bool]] = [(start, False)]  # (pid, its blockers entered already)
+        while stack:
+            pid, expanded = stack.pop()
+            if expanded:
+                if not ahead[pid] <= resolved:
+                    return None  # one of them is still being worked out, below it: a cycle
+                work_out(pid)
+                continue
+            if pid in entered:
+                continue  # met again before it was worked out: its own entry below does it
+            entered.add(pid)
+            missing = ahead[pid] - resolved
+            if not missing:  # (a pile-up taken in its queue's order: always)
+                work_out(pid)
+                continue
+            stack.append((pid, True))
+            stack.extend((blocker, False) for blocker in missing)
+    return done

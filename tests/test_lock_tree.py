@@ -88,3 +88,52 @@ def test_what_else_changes_is_seen_at_once():
     rows.append(_row(3, [2, 1, 90], "tuple", 0.1))  # and one more queued behind
     seen = build()
     assert [b.pid for b in seen.blocked] == [1, 2, 3] and seen.blockers[0].blocked_count == 3
+
+
+@st.composite
+def wait_graphs(draw):
+    """Waiters and their blockers (other waiters, sessions that do not wait, prepared transactions):
+    chains, shared blockers, pile-ups (each waiter blocked by every one ahead of it) and cycles."""
+    pids = draw(st.lists(st.integers(1, 40), min_size=1, max_size=25, unique=True))
+    blockers_of = {}
+    for n, pid in enumerate(pids):
+        if draw(st.booleans()):  # a pile-up's waiter: every one queued ahead of it, and the holder
+            chosen = [*pids[:n], 100]
+        else:
+            chosen = draw(st.lists(st.sampled_from([*pids, 100, 101, 102]), max_size=4, unique=True))
+        blockers_of[pid] = frozenset(b for b in chosen if b != pid)
+    gids_of = {pid: frozenset(draw(st.lists(st.sampled_from(["g1", "g2"]), max_size=1))) for pid in pids}
+    return blockers_of, gids_of
+
+
+@settings(max_examples=400, deadline=None)
+@given(wait_graphs())
+def test_the_quick_roots_of_a_graph_without_cycles_are_tarjans(graph):
+    """A pile-up's waits are as many as pairs of its sessions: the roots are worked out in set
+    operations when the graph has no cycle, and must then be exactly what Tarjan's algorithm says
+    (roots, prepared transactions, no cycles); with a cycle the quick way gives up."""
+    from probes.locks import _roots_in_general, _roots_without_cycles
+
+    blockers_of, gids_of = graph
+    quick, general = _roots_without_cycles(blockers_of, gids_of), _roots_in_general(blockers_of, gids_of)
+    has_cycle = any(c.cycle is not None for c in general.values())
+    if has_cycle:
+        assert quick is None
+        return
+    assert quick is not None
+    for pid in blockers_of:
+        assert quick[pid].roots == general[pid].roots and quick[pid].gids == general[pid].gids, pid
+        assert quick[pid].cycle is None and quick[pid].cycles == []
+
+
+def test_a_pile_up_of_two_thousand_is_worked_out_without_a_step_per_wait():
+    """2,000 sessions on one row as the server reports them (1,999,000 waits): one root for all,
+    each blocked by all queued ahead of it, and the picture holds every one of them."""
+    holder, pids = 100_000, list(range(1, 2001))
+    rows = [_row(pid, [holder] if n == 0 else pids[:n], "transactionid" if n == 0 else "tuple", 1.0) for n, pid in enumerate(pids)]
+    others = {holder: {"pid": holder, "leader_pid": None, "state": "idle in transaction", "xact_age_s": 9.0,
+                       "query": "BEGIN", "application_name": "holder"}}
+    picture = build_lock_tree(rows, others)
+    assert len(picture.blocked) == 2000 and {b.root_blockers for b in picture.blocked} == {(holder,)}
+    assert [(r.pid, r.blocked_count) for r in picture.blockers] == [(holder, 2000)]
+    assert next(b for b in picture.blocked if b.pid == 2000).blocked_by == tuple(range(1, 2000))

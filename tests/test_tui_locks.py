@@ -86,13 +86,13 @@ def words(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip()
 
 
-# (What the tree says by nesting goes unsaid: 1001, under the row's holder 1000, just wants the
-# row; 1002, under 1001 which it queues behind, names the holder.)
+# (What the tree says by nesting goes unsaid: 1001 and 1002, under the row's holder 1000, just want
+# the row, and 1002 says whom it queues behind; 2003, under its row's holder 2001, queues behind 2002.)
 SYNTHETIC_EXPLANATIONS = (
     "1001 waits 12.5s wants to update a row of accounts (0,7)",
-    "1002 waits 3.0s wants to update a row of accounts (0,7) held by 1000",
+    "1002 waits 3.0s wants to update a row of accounts (0,7) queued behind 1001",
     "1003 waits 12.5s wants ACCESS EXCLUSIVE on ledger_entries to TRUNCATE",
-    "2003 waits 12.5s wants to update a row of accounts (0,8) held by 2001",
+    "2003 waits 12.5s wants to update a row of accounts (0,8) queued behind 2002",
     "2001 waits 0.4s wants to update a row of accounts (0,9) held by 2002",
     f"wants to update a row of payments (0,1) held by prepared '{GID}'",
     "no session: COMMIT or ROLLBACK PREPARED",
@@ -111,7 +111,9 @@ def assert_whole(tree: Tree, lines: list[tuple[int, str]], explanations, sources
     for depth, text in lines:
         assert cell_len(text) <= label_width(width, depth), (depth, text, width)
     said = words(" ".join(text for _depth, text in lines))
-    assert "queued behind" not in said  # each queues behind the session it is shown under
+    # Each session once: under what it waits for, never again under each one queued ahead of it.
+    starts = [m.group(1) for _depth, text in lines if (m := re.match(r"(\d+) (waits|idle|active)", text))]
+    assert len(starts) == len(set(starts)), starts
     for explanation in explanations:
         assert explanation in said, (explanation, lines)
     for _depth, text in lines:

@@ -4,6 +4,10 @@ Synthetic snapshots (500 sessions, most of them blocked in deep chains, and 50 q
 the real app running headless. Reported: the p50/p95 time to apply one snapshot to the widgets,
 the same until the screen has been refreshed, and the process's CPU share while the app idles
 with one snapshot per second (everything it does between samples: timers, countdowns, repaint).
+
+The pile-up case (issue 43): 2,000 sessions waiting on one row as PostgreSQL reports them (each
+blocked by every one queued ahead of it: two million waits) beside a chain 50 deep, their waits
+growing every snapshot; the same p50/p95, and the time a key takes to be answered meanwhile.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import threading
 import time
 
 from .dashboard import QueuetopApp
-from .sample import SampleSource, sample_snapshot
+from .sample import SampleSource, pileup_snapshot, sample_snapshot
 
 WARM_UP_S = 15.0
 
@@ -43,9 +47,51 @@ class _TimedSource(SampleSource):
 
 
 def run_tui_bench(*, warm_up_s: float = WARM_UP_S, sessions: int = 500, queues: int = 50, snapshots: int = 60, idle_seconds: float = 10.0,
-                  size: tuple[int, int] = (100, 30)) -> dict[str, object]:
+                  size: tuple[int, int] = (100, 30), pileup: int = 2000, chain: int = 50) -> dict[str, object]:
     frames = [sample_snapshot(queues=queues, sessions=sessions, tree_depth=8, step=n) for n in range(snapshots)]
-    return asyncio.run(_bench(frames, idle_seconds, warm_up_s, size, sessions, queues))
+    result = asyncio.run(_bench(frames, idle_seconds, warm_up_s, size, sessions, queues))
+    if pileup:
+        result.update(asyncio.run(_pileup(pileup, chain, snapshots, size)))
+    return result
+
+
+async def _pileup(waiters: int, chain: int, snapshots: int, size: tuple[int, int]) -> dict[str, object]:
+    """A pile-up's snapshots applied and drawn (wall time, and the process's CPU time, which the
+    wait for the screen's next frame does not count), each followed by a key (the Locks tree's
+    cursor moved down) whose answer is timed: what an operator's key waits for meanwhile."""
+    frames = [pileup_snapshot(waiters=waiters, chain=chain, step=n) for n in range(snapshots)]
+    app = QueuetopApp(lambda sink: SampleSource(sink, frames[:1]))
+    apply_ms, settled_ms, settled_cpu_ms, key_ms = [], [], [], []
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        app.query_one("#locks-tree").focus()
+        for frame in frames:
+            started, cpu = time.perf_counter(), time.process_time()
+            app.apply_snapshot(frame)
+            apply_ms.append((time.perf_counter() - started) * 1000)
+            await pilot.pause()
+            settled_ms.append((time.perf_counter() - started) * 1000)
+            settled_cpu_ms.append((time.process_time() - cpu) * 1000)
+            started = time.perf_counter()
+            await pilot.press("down")
+            key_ms.append((time.perf_counter() - started) * 1000)
+        tree_lines = app.query_one("#locks-tree").last_line + 1
+    return {
+        "pileup_waiters": waiters,
+        "pileup_chain": chain,
+        "pileup_waits": sum(len(b.blocked_by) for b in frames[0].blocked),
+        "pileup_tree_lines": tree_lines,
+        "pileup_apply_ms_p50": round(statistics.median(apply_ms), 3),
+        "pileup_apply_ms_p95": _p95(apply_ms),
+        "pileup_apply_and_draw_ms_p50": round(statistics.median(settled_ms), 3),
+        "pileup_apply_and_draw_ms_p95": _p95(settled_ms),
+        "pileup_apply_and_draw_cpu_ms_p95": _p95(settled_cpu_ms),
+        "pileup_key_ms_p95": _p95(key_ms),
+    }
+
+
+def _p95(values: list[float]) -> float:
+    return round(statistics.quantiles(values, n=20)[-1] if len(values) > 1 else values[0], 3)
 
 
 async def _bench(frames, idle_seconds, warm_up_s, size, sessions, queues) -> dict[str, object]:

@@ -81,10 +81,11 @@ def sparkline(values: list[float], width: int = 12) -> str:
 
 # A queue's verdict (probes/diagnosis.py) as the Queues column and the details say it.
 VERDICT_STYLES = {"healthy": "green", "blocked": "bold red", "no-consumers": "bold red", "failing": "bold red",
-                  "bloat": "bold yellow", "saturated": "bold yellow"}
+                  "bloat": "bold yellow", "saturated": "bold yellow", "not-judged": "dim"}
 # At most 7 cells, as wide as the column's header: at 80 columns the verdict takes Delayed's place
-# and the rates stay (the code in full, and why, in the details).
-VERDICT_WORDS = {"healthy": "ok", "no-consumers": "starved", "saturated": "behind"}
+# and the rates stay (the code in full, and why, in the details). Not judged (one sample, figures
+# not read) is "unknown", as every figure that is not known: never a calm "ok".
+VERDICT_WORDS = {"healthy": "ok", "no-consumers": "starved", "saturated": "behind", "not-judged": "unknown"}
 
 
 def verdict_word(code: str) -> str:
@@ -179,12 +180,16 @@ def lock_target(b: BlockedSession, here: str | None, *, with_row: bool = True) -
     return inert(text)
 
 
-def wait_phrase(b: BlockedSession, here: str | None, *, parent: int | None = None) -> str:
+def wait_phrase(b: BlockedSession, here: str | None, *, parent: int | None = None, most: int | None = None,
+                queued: bool = True) -> str:
     """A waiting session's wait as a DBA says it, from its own point of view: "wants to update a
     row of p6 (0,1) held by 4242", "wants ACCESS SHARE on t10 to SELECT queued behind 4243".
     Holders are those holding what it wants (every locker of a shared row); the others it waits
     behind only queue ahead of it. `parent`: the session the lock tree shows it under, which the
-    tree says already (left out). A recording from before `wants` says what it waits on. Inert."""
+    tree says already (left out). `most`: name at most this many of those it queues behind, and
+    count the rest (the 200th waiter of a pile-up queues behind 199); `queued=False` leaves them
+    out (a group of waiters, each queued behind others). A recording from before `wants` says
+    what it waits on. Inert."""
     if b.wants:
         text = f"wants {b.wants}"
         if b.database and here and b.database != here:
@@ -192,11 +197,12 @@ def wait_phrase(b: BlockedSession, here: str | None, *, parent: int | None = Non
     else:
         text = f"waits on {lock_target(b, here)}"
     held = [str(p) for p in b.holders if p != parent] + [f"prepared {gid!r}" for gid in b.blocked_by_prepared]
-    queued = [str(p) for p in b.blocked_by if p not in b.holders and p != parent]
+    ahead = [str(p) for p in b.blocked_by if p not in b.holders and p != parent] if queued else []
     if held:
         text += f" held by {', '.join(held)}"
-    if queued and (b.wants or held):
-        text += f"{',' if held else ''} queued behind {', '.join(queued)}"
+    if ahead and (b.wants or held):
+        named = ", ".join(ahead) if most is None or len(ahead) <= most else f"{', '.join(ahead[:most])} and {len(ahead) - most:,} more"
+        text += f"{',' if held else ''} queued behind {named}"
     return inert(text)
 
 

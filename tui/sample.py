@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from functools import cache
 
 from probes.model import (
     BlockedSession,
@@ -35,8 +37,6 @@ def sample_snapshot(*, queues: int = 4, sessions: int = 12, tree_depth: int = 3,
     snapshot = _sample_snapshot(queues=queues, sessions=sessions, tree_depth=tree_depth, step=step)
     if not long_names:
         return snapshot
-    from dataclasses import replace
-
     return replace(
         snapshot,
         queues=tuple(replace(q, name=f"{q.name}.{'billing-reconciliation-export-'}{i:02d}".ljust(48, "x")[:48])
@@ -171,7 +171,57 @@ def _session_samples(blockers: list[Blocker], blocked: list[BlockedSession], ste
     rows.append(SessionSample(pid=42, database=None, user=None, application="", client=None,
                               backend_type="autovacuum launcher", state=None, xact_age_s=None, query_age_s=None,
                               wait_event_type="Activity", wait_event="AutoVacuumMain", query=""))
-    return tuple(rows)
+    # queuetop's own probe session (the Sessions list hides it, and the launcher, until A).
+    rows.append(SessionSample(pid=43, database="app", user="postgres", application="queuetop-probe", client="local",
+                              backend_type="client backend", state="active", xact_age_s=None, query_age_s=None,
+                              wait_event_type=None, wait_event=None, query="SELECT pid, state FROM pg_stat_activity"))
+    # Each backend started an hour before the sample (its pid's seconds apart): the same session
+    # from one step to the next, its identity (pid, backend_start) unchanged.
+    return tuple(replace(row, backend_start=TAKEN_AT - timedelta(hours=1, seconds=row.pid)) for row in rows)
+
+
+@cache
+def _queued_ahead(first: int, waiters: int) -> list[tuple[int, ...]]:
+    """Each pile-up waiter's blockers as pg_blocking_pids names them (every one queued ahead),
+    made once for every step's snapshot: a pile-up of 2,000 holds two million of them."""
+    pids = tuple(range(first, first + waiters))
+    return [pids[:k] for k in range(waiters)]
+
+
+def pileup_snapshot(*, waiters: int = 2000, chain: int = 50, step: int = 0) -> Snapshot:
+    """The worst minute: `waiters` sessions updating one row behind an idle-in-transaction holder,
+    as PostgreSQL reports them (the first waits for the holder's transaction id; each other
+    queues on the row's tuple lock, and pg_blocking_pids names every one queued ahead of it: as
+    many waits as pairs), beside a chain `chain` deep (each session waiting for the row the one
+    before it updated), on the sample's other panels. `step` moves the waits on."""
+    base = _sample_snapshot(queues=4, sessions=12, tree_depth=3, step=step)
+    holder, first = 50_000, 50_001
+    pids = list(range(first, first + waiters))
+    query = "UPDATE accounts SET balance = balance - 1 WHERE id = 7"
+    queued = _queued_ahead(first, waiters)
+    blocked: list[BlockedSession] = []
+    for k, pid in enumerate(pids):
+        blocked.append(BlockedSession(
+            pid=pid, blocked_by=(holder,) if k == 0 else queued[k], root_blocker=holder, root_blockers=(holder,),
+            wait_s=float(step + waiters - k) / 10, lock_type="transactionid" if k == 0 else "tuple",
+            mode="ShareLock" if k == 0 else "ExclusiveLock", relation="accounts", row="(0,7)", database="app", query=query,
+            application="checkout", state="active", wants="to update a row of accounts (0,7)", holders=(holder,)))
+    chain_root = 60_000
+    for depth in range(1, chain + 1):
+        pid = chain_root + depth
+        blocked.append(BlockedSession(
+            pid=pid, blocked_by=(pid - 1,), root_blocker=chain_root, root_blockers=(chain_root,), wait_s=float(step + chain - depth),
+            lock_type="transactionid", mode="ShareLock", relation="ledger", row=f"(3,{depth})", database="app",
+            query=f"UPDATE ledger SET total = total + 1 WHERE id IN ({depth}, {depth + 1})", application="ledger-sync",
+            state="active", wants=f"to update a row of ledger (3,{depth})", holders=(pid - 1,)))
+    blockers = (
+        Blocker(pid=holder, blocked_count=waiters, blocked_processes=waiters, state="idle in transaction",
+                xact_age_s=300.0 + step, query=query, application="admin-console"),
+        Blocker(pid=chain_root, blocked_count=chain, blocked_processes=chain, state="idle in transaction",
+                xact_age_s=200.0 + step, query="UPDATE ledger SET total = 0 WHERE id = 1", application="ledger-sync"),
+    )
+    return replace(base, blocked=tuple(blocked), blockers=blockers,
+                   sessions=_session_samples(list(blockers), blocked, step)[:500], sessions_total=waiters + chain + 6)
 
 
 class SampleSource:

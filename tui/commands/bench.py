@@ -67,7 +67,7 @@ def cmd_bench_tui(ctx: Context) -> int:
     args = ctx.args
     result = run_tui_bench(
         sessions=args.sessions, queues=args.queues, snapshots=args.snapshots,
-        idle_seconds=args.idle_seconds, warm_up_s=args.warm_up,
+        idle_seconds=args.idle_seconds, warm_up_s=args.warm_up, pileup=args.pileup, chain=args.chain,
     )
     return report(args, result)
 
@@ -104,8 +104,9 @@ def register(commands: argparse._SubParsersAction) -> None:
                    help="idle sessions held open meanwhile, 0 to 1000 (default 50)")
     p.add_argument("--cycles", type=int_between(1, 10_000), default=50,
                    help="timed cycles per depth, 1 to 10000; p50/p95 reported (default 50)")
-    p.add_argument("--pileup", type=int_between(0, 1000), default=16,
-                   help="pgbench sessions waiting on one held row while the locks probe is timed; 0 skips it (default 16)")
+    p.add_argument("--pileup", type=int_between(0, 5000), default=16,
+                   help="pgbench sessions waiting on one held row while the locks probe is timed, 0 to 5000 (the server's "
+                        "max_connections must leave room for them); 0 skips it (default 16)")
 
     p = leaf(bench_sub, "sources", cmd_bench_sources,
              "the queue libraries' probe cost at a small and a large size, against their own monitoring calls",
@@ -138,3 +139,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                    help="how long to measure idle CPU, 0.1 to 3600 (default 10)")
     p.add_argument("--warm-up", type=float_between(0, 3600), default=15.0,
                    help="seconds before measuring idle CPU, 0 to 3600 (default 15)")
+    p.add_argument("--pileup", type=int_between(0, 10_000), default=2000,
+                   help="sessions waiting on one row in the pile-up case, 0 to 10000; 0 skips it (default 2000)")
+    p.add_argument("--chain", type=int_between(0, 1000), default=50,
+                   help="the pile-up case's chain of sessions each waiting for the one before, 0 to 1000 (default 50)")

@@ -17,3 +17,9 @@ SELECT count(*) AS n FROM pg_stat_activity WHERE application_name = 'queuetop-be
 
 -- name: drop
 DROP TABLE IF EXISTS public.queuetop_bench_pileup;
+
+-- name: room
+-- The connections a pile-up may still open: max_connections less the reserved ones and those open.
+SELECT current_setting('max_connections')::int AS max_connections,
+       current_setting('max_connections')::int - current_setting('superuser_reserved_connections')::int
+       - (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')::int AS free;

@@ -10,7 +10,7 @@ from probes.model import BlockedSession, Blocker, PreparedXact
 
 from ... import format as fmt
 from ..keyed_table import RowsShown, rows_shown
-from .base import CULPRIT_STATES, CUT, FIGURE, SHORT_STATES, WORDS, wrap_segments
+from .base import CULPRIT_STATES, CUT, FIGURE, SHORT_STATES, WORDS, fit_segments, wrap_segments
 
 
 def label_width(tree_width: int, depth: int) -> int:
@@ -48,6 +48,10 @@ def prepared_label(p: PreparedXact, tree_width: int) -> list[Text]:
     ], label_width(tree_width, 1), label_width(tree_width, 2))
 
 
+# Those a waiting session queues behind, named in its label before they are counted instead.
+QUEUED_NAMED = 3
+
+
 def blocked_label(b: BlockedSession, depth: int, tree_width: int, here: str | None, parent: int | None = None) -> list[Text]:
     """A waiting session at `depth`: how long it waits, what its statement wants and who holds
     it (fmt.wait_phrase; `parent`, the session it is shown under, goes without saying), its
@@ -55,11 +59,35 @@ def blocked_label(b: BlockedSession, depth: int, tree_width: int, here: str | No
     dashboard watches, named only when the lock is in another)."""
     return wrap_segments([
         (f"{b.pid} ", "bold", FIGURE), (f"waits {fmt.seconds(b.wait_s)}".ljust(WAIT_CELLS), "red", FIGURE),
-        (f"  {fmt.wait_phrase(b, here, parent=parent)}", "magenta", WORDS),
+        (f"  {fmt.wait_phrase(b, here, parent=parent, most=QUEUED_NAMED)}", "magenta", WORDS),
         (f"  +{len(b.worker_pids)} parallel worker{'s' if len(b.worker_pids) > 1 else ''}" if b.worker_pids else "", "yellow", FIGURE),
         (f"  {b.application or '-'}", "cyan", CUT),
         (f"  {fmt.one_line(b.query, 200)}", "", CUT),
     ], label_width(tree_width, depth), label_width(tree_width, depth + 1))
+
+
+def group_label(members: list[BlockedSession], depth: int, tree_width: int, here: str | None, parent: int | None = None) -> list[Text]:
+    """Identical waiters under one node (lock_layout.py): how many, their waits from the
+    shortest to the longest, what each wants and who holds it, their application and statement;
+    opened, each is listed."""
+    waits = [b.wait_s for b in members if b.wait_s is not None]
+    span = f"{fmt.seconds(min(waits))}–{fmt.seconds(max(waits))}" if waits else fmt.seconds(None)
+    workers = sum(len(b.worker_pids) for b in members)
+    first = members[0]
+    return wrap_segments([
+        (f"{len(members):,} sessions ", "bold red", FIGURE), (f"wait {span}", "red", FIGURE),
+        (f"  {fmt.wait_phrase(first, here, parent=parent, queued=False)}", "magenta", WORDS),
+        (f"  +{workers} parallel worker{'s' if workers > 1 else ''}" if workers else "", "yellow", FIGURE),
+        (f"  {first.application or '-'}", "cyan", CUT),
+        (f"  {fmt.one_line(first.query, 200)}", "", CUT),
+    ], label_width(tree_width, depth), label_width(tree_width, depth + 1))
+
+
+def members_label(pids: tuple[int, ...], depth: int, tree_width: int) -> Text:
+    """The line under a group that lists its sessions when opened: their count, and as many of
+    their pids as fit."""
+    return fit_segments([(f"the {len(pids):,} sessions", "bold", False),
+                         (f": {', '.join(map(str, pids))}", "dim", True)], label_width(tree_width, depth))
 
 
 class LockTree(Tree[int]):

@@ -10,24 +10,8 @@ from probes.model import BlockedSession, Snapshot
 
 from ... import format as fmt
 from .base import FIGURE, WORDS, Panel, fit_segments, matches_filter, wrap_segments
-from .lock_tree import LockTree, blocked_label, blocker_label, label_width, prepared_label
-
-
-def _wait_cycles(blocked: tuple[BlockedSession, ...]) -> list[list[int]]:
-    """The sessions in wait cycles, one list per cycle, each in the order of its waits."""
-    members = {b.pid: b for b in blocked if b.in_cycle}
-    cycles: list[list[int]] = []
-    seen: set[int] = set()
-    for start in sorted(members):
-        if start in seen:
-            continue
-        order, current = [], start
-        while current in members and current not in order:
-            order.append(current)
-            current = next((p for p in sorted(members[current].blocked_by) if p in members), start)
-        seen.update(order)
-        cycles.append(order)
-    return cycles
+from .lock_layout import Key, Layout, Node, lay_out
+from .lock_tree import LockTree, blocked_label, blocker_label, group_label, label_width, members_label, prepared_label
 
 
 def _deadlock_countdown(snapshot: Snapshot, members: list[BlockedSession]) -> str:
@@ -49,15 +33,24 @@ UNFITTED = 10_000
 
 
 class LocksPanel(Panel):
-    """The blocking tree: root blocker → the sessions it blocks → ... Rebuilt only when the tree's
-    shape changes; otherwise labels (wait times) are refreshed in place."""
+    """The blocking tree: root blocker → the sessions it blocks → ... (laid out by lock_layout.py:
+    each session once, identical waiters grouped). Rebuilt only when the tree's shape changes;
+    otherwise labels (wait times) are refreshed in place. The cursor stays on the node it was on
+    (a session, a group, a prepared transaction) whatever moves around it; when its session ends,
+    the tree says so."""
 
     def __init__(self) -> None:
         super().__init__("Locks", id="locks")
         self._shape: tuple = ()
-        self._tree_nodes: dict[tuple, TreeNode[int]] = {}
-        self._more_nodes: dict[tuple, list[TreeNode[int]]] = {}  # a node's wrapped lines: its first children
-        self._lines: dict[tuple, tuple[object, list[Text]]] = {}  # the frozen sample each label shows, and its lines
+        self._tree_nodes: dict[Key, TreeNode[int]] = {}
+        self._more_nodes: dict[Key, list[TreeNode[int]]] = {}  # a node's wrapped lines: its first children
+        self._lines: dict[Key, tuple[object, list[Text]]] = {}  # the facts each label shows, and its lines
+        self._key_of: dict[int, Key] = {}  # id(tree node) -> its key (a wrapped line: its node's)
+        self._shown: dict[Key, list[Text]] = {}  # the lines each node shows now
+        self._layout: Layout | None = None
+        self._opened: set[Key] = set()  # the groups whose sessions are listed (opened by the user)
+        self._listed: dict[Key, tuple] = {}  # an opened group -> the sessions listed under it (and their lines)
+        self._ended: int | None = None  # the session the cursor was on, which has ended since
         self._last_facts: tuple | None = None
         self._snapshot: Snapshot | None = None
         self._filter_text = ""
@@ -80,153 +73,232 @@ class LocksPanel(Panel):
         tree.guide_depth = 2
         yield tree
 
+    # -- the labels ---------------------------------------------------------------------------
+
+    def _facts(self, node: Node) -> object:
+        """What a node's label shows: its label is made again only when this changes."""
+        layout = self._layout
+        assert layout is not None
+        kind, ident = node.key[0], node.key[1]
+        if kind == "c":
+            return tuple(layout.blocked[m] for m in layout.cycles[ident])  # the members' waits: the countdown
+        if kind == "p":
+            return layout.prepared[ident]
+        if kind == "g":
+            members = [layout.blocked[m] for m in node.members]
+            waits = [b.wait_s for b in members if b.wait_s is not None]
+            return (node.members, min(waits, default=None), max(waits, default=None),
+                    sum(len(b.worker_pids) for b in members), members[0], node.depth, node.under)
+        if kind == "m":
+            return (node.members, node.depth)
+        if node.depth == 1 and ident in layout.roots:
+            return layout.roots[ident]
+        return (layout.blocked.get(ident), node.depth, node.under)
+
+    def _label(self, node: Node, width: int) -> list[Text]:
+        layout, snapshot = self._layout, self._snapshot
+        assert layout is not None and snapshot is not None
+        kind, ident = node.key[0], node.key[1]
+        here = snapshot.server.database
+        if kind == "c":
+            members = layout.cycles[ident]
+            return wrap_segments([
+                ("wait cycle ", "bold red", FIGURE), (" → ".join(map(str, [*members, members[0]])), "bold", WORDS),
+                (f"  {_deadlock_countdown(snapshot, [layout.blocked[m] for m in members])}", "yellow", WORDS),
+            ], label_width(width, 1), label_width(width, 2))
+        if kind == "p":
+            return prepared_label(layout.prepared[ident], width)
+        if kind == "g":
+            return group_label([layout.blocked[m] for m in node.members], node.depth, width, here, node.under)
+        if kind == "m":
+            return [members_label(node.members, node.depth, width)]
+        if node.depth == 1 and ident in layout.roots:
+            return blocker_label(layout.roots[ident], width)
+        return blocked_label(layout.blocked[ident], node.depth, width, here, node.under)
+
+    def _lines_of(self, node: Node, width: int) -> list[Text]:
+        facts = self._facts(node)
+        kept = self._lines.get(node.key)
+        if kept is not None and kept[0] == facts:
+            return kept[1]
+        lines = self._label(node, width)
+        self._lines[node.key] = (facts, lines)
+        return lines
+
+    # -- the tree -----------------------------------------------------------------------------
+
     def show(self, snapshot: Snapshot, filter_text: str = "") -> None:
         self._snapshot, self._filter_text = snapshot, filter_text
         if not self._fitted_to and not self.zoomed and not self.query_one(LockTree).size.width:
             return  # never laid out yet: its first resize builds the tree, fitted to its width
-        facts = (snapshot.blocked, snapshot.blockers, snapshot.prepared_xacts, snapshot.app_locks, filter_text)
+        facts = (snapshot.blocked, snapshot.blockers, snapshot.prepared_xacts, snapshot.app_locks, snapshot.cycles, filter_text)
         if facts == self._last_facts:
             return  # the same tree: nothing to rebuild or relabel
         self._last_facts = facts
         tree = self.query_one(LockTree)
-        blocked = {b.pid: b for b in snapshot.blocked}
-        roots = {r.pid: r for r in snapshot.blockers}
-        prepared = {f"prepared:{p.gid}": p for p in snapshot.prepared_xacts if p.blocked_count}
-        # Who waits under whom: a session (pid) or a prepared transaction ("prepared:<gid>").
-        children: dict[object, list[int]] = {}
-        for b in blocked.values():
-            for parent in b.blocked_by:
-                children.setdefault(parent, []).append(b.pid)
-            for gid in b.blocked_by_prepared:
-                children.setdefault(f"prepared:{gid}", []).append(b.pid)
-
-        def waiters_match(node: object, *fields: object) -> bool:
-            return matches_filter(filter_text, *fields, *[blocked[c].application for c in children.get(node, []) if c in blocked])
-
-        # A wait cycle's members are roots of one another and of all behind them: shown once, under
-        # their cycle (a recording from before cycles were an object of their own: found here).
-        found_cycles = [list(c.members) for c in snapshot.cycles] or _wait_cycles(snapshot.blocked)
-        in_cycles = {m for members in found_cycles for m in members}
-        visible_roots: list[object] = [pid for pid in roots if pid not in in_cycles
-                                       and waiters_match(pid, roots[pid].application, roots[pid].query)]
-        visible_roots += [key for key, p in prepared.items() if waiters_match(key, p.gid, p.owner, p.database)]
-        cycles = {f"cycle:{n}": members for n, members in enumerate(found_cycles, 1)
-                  if all(m in blocked for m in members)
-                  and any(matches_filter(filter_text, blocked[m].application, blocked[m].query) for m in members)}
-
+        layout = self._layout = lay_out(snapshot, lambda *fields: matches_filter(filter_text, *fields))
         # Each label fitted to the width, over more lines where an explanation needs them; zoomed,
         # on one line (the tree scrolls sideways instead).
         width = self._fitted_to = self._label_width()
+        nodes = list(_with_member_lists(layout.nodes))
+        lines_of = {node.key: self._lines_of(node, width) for node in nodes}
+        opened = [node for node in nodes if node.key[0] == "m" and node.key in self._opened]
+        keep = set(lines_of) | {("s", pid) for node in opened for pid in node.members}
+        self._lines = {key: lines for key, lines in self._lines.items() if key in keep}  # (forget what is no longer shown)
+        shape = tuple((node.key, node.parent, len(lines_of[node.key])) for node in nodes)
+        root_label = fit_segments(self._summary(snapshot, layout, width), width - 2)
+        if root_label.plain != str(tree.root.label):
+            tree.root.set_label(root_label)
+        if shape != self._shape:
+            cursor = self._cursor_key()
+            tree.root.remove_children()
+            self._tree_nodes, self._more_nodes, self._key_of, self._listed, self._shown = {}, {}, {}, {}, {}
+            parents = layout.parents
+            for node in nodes:
+                under = tree.root if node.parent is None else self._tree_nodes[node.parent]
+                label, *more = lines_of[node.key]
+                data = node.key[1] if node.key[0] == "s" else None  # a session: C, K and Enter act on it
+                if node.key[0] == "m":  # a group's sessions, listed when it is opened
+                    added = under.add(label, data=None, expand=False, allow_expand=True)
+                elif node.parent is None or node.key in parents or more or node.key[0] == "g":
+                    added = under.add(label, data=data, expand=True)
+                else:  # a session nobody waits on, whose label is one line: a leaf, no ▼ that would open nothing
+                    added = under.add_leaf(label, data=data)
+                self._remember(node.key, added, [added.add_leaf(line, data=data) for line in more], lines_of[node.key])
+            for node in opened:
+                self._list_members(node, width)
+                self._tree_nodes[node.key].expand()
+            tree.root.expand()
+            self._shape = shape
+            self._restore_cursor(cursor)
+            self.call_after_refresh(tree.report_rows)
+        else:
+            # Only labels whose facts changed are set: each set_label repaints.
+            for node in nodes:
+                if self._shown.get(node.key) is not lines_of[node.key]:
+                    self._relabel(node.key, lines_of[node.key])
+            for node in opened:
+                self._list_members(node, width)
 
-        def label_cycle(key: str) -> list[Text]:
-            members = cycles[key]
-            return wrap_segments([
-                ("wait cycle ", "bold red", FIGURE), (" → ".join(map(str, [*members, members[0]])), "bold", WORDS),
-                (f"  {_deadlock_countdown(snapshot, [blocked[m] for m in members])}", "yellow", WORDS),
-            ], label_width(width, 1), label_width(width, 2))
-
-        def sample_of(path: tuple) -> object:
-            """What a node's label shows: its label is rebuilt only when this changes."""
-            node = path[-1]
-            if isinstance(node, str) and node.startswith("cycle:"):
-                return tuple(blocked[m] for m in cycles[node])  # the members' waits: the countdown
-            if isinstance(node, str):
-                return prepared[node]
-            return roots[node] if len(path) == 1 and node in roots else blocked.get(node)
-
-        def label_of(path: tuple) -> list[Text]:
-            node = path[-1]
-            if isinstance(node, str):
-                return label_cycle(node) if node.startswith("cycle:") else prepared_label(prepared[node], width)
-            if len(path) == 1 and node in roots:
-                return blocker_label(roots[node], width)
-            parent = path[-2] if len(path) > 1 and isinstance(path[-2], int) else None
-            return blocked_label(blocked[node], len(path), width, snapshot.server.database, parent)
-
-        # Shape: which node hangs under which path. Labels change every tick; the shape rarely.
-        paths: list[tuple] = []
-
-        def walk(path: tuple, skip: frozenset = frozenset()) -> None:
-            paths.append(path)
-            for child in sorted(children.get(path[-1], [])):
-                if child not in path and child not in skip and len(path) < 12:
-                    walk((*path, child), skip)
-
-        for root in visible_roots:
-            walk((root,))
-        for key, members in cycles.items():
-            # The cycle, then each member with whatever waits on it (its fellow members are
-            # listed once, beside it, not under it).
-            paths.append((key,))
-            for member in members:
-                walk((key, member), frozenset(members))
-        # Each node's lines: its label, then (as its first children) the lines its explanation
-        # wrapped onto. Built only for what changed: a label's facts are its sample.
-        lines_of: dict[tuple, list[Text]] = {}
-        for path in paths:
-            sample = sample_of(path)
-            kept = self._lines.get(path)
-            lines_of[path] = kept[1] if kept is not None and kept[0] == sample else label_of(path)
-        shape = tuple((path, len(lines_of[path])) for path in paths)
-        count = len(blocked)
-        # The summary, fitted like every line: each count whole or left out.
-        summary = [(f"{count} blocked session(s)", "bold red", False)]
-        if cycles:  # the rarest and worst first
-            summary.append((f", {len(cycles)} wait cycle(s)", "bold red", False))
-        if prepared:
-            summary.append((f", {len(prepared)} prepared transaction(s)", "bold red", False))
-        summary.append((f", {len([pid for pid in roots if pid not in in_cycles])} root blocker(s)", "bold red", False))
+    def _summary(self, snapshot: Snapshot, layout: Layout, width: int) -> list[tuple[str, str, bool]]:
+        """The root's line: what the tree holds, each count whole or left out."""
+        count = len(snapshot.blocked)
+        summary = []
+        if self._ended is not None:
+            summary.append((f"session {self._ended} ended · ", "bold yellow", False))
+        summary.append((f"{count} blocked session(s)", "bold red", False))
+        if layout.cycles:  # the rarest and worst first
+            summary.append((f", {len(layout.cycles)} wait cycle(s)", "bold red", False))
+        if layout.prepared:
+            summary.append((f", {len(layout.prepared)} prepared transaction(s)", "bold red", False))
+        summary.append((f", {len(layout.roots)} root blocker(s)", "bold red", False))
         if not count:
+            summary = summary[:1] if self._ended is not None else []
             # "None blocked" only when the probe read the locks: a failed probe (no privilege, a
             # lock timeout) or none run (a replay before the host's recording) knows nothing.
             status = snapshot.probes.get("locks")
             if status is None:
-                summary = [("locks not sampled", "dim", False)]
+                summary.append(("locks not sampled", "dim", False))
             elif status.error:
-                summary = [("blocked sessions unknown: ", "bold yellow", False),
-                           (fmt.one_line(status.error, 200), "yellow", True)]
+                summary += [("blocked sessions unknown: ", "bold yellow", False), (fmt.one_line(status.error, 200), "yellow", True)]
             else:
-                summary = [("no blocked sessions", "green", False)]
+                summary.append(("no blocked sessions", "green", False))
         # Application locks held (advisory locks; sp_getapplock's): seen before anyone waits.
-        held = [a for a in snapshot.app_locks if a.granted and matches_filter(filter_text, a.resource, a.application)]
+        held = [a for a in snapshot.app_locks if a.granted and matches_filter(self._filter_text, a.resource, a.application)]
         if held:
             held_said = f", {len(held)} app lock{'' if len(held) == 1 else 's'} held"
-            if summary[0][0] == "no blocked sessions" and len(summary[0][0]) + len(held_said) > width - 2:
-                summary[0] = ("none blocked", "green", False)  # the shorter words, so that the count stays whole
+            said = "".join(text for text, _style, _cut in summary)
+            if said.endswith("no blocked sessions") and len(said) + len(held_said) > width - 2:
+                summary[-1] = ("none blocked", "green", False)  # the shorter words, so that the count stays whole
             summary.append((held_said, "", False))
             names = ", ".join(f"{a.resource} by {a.pid}" for a in held[:5]) + (", …" if len(held) > 5 else "")
             summary.append((f": {names}", "dim", True))
-        root_label = fit_segments(summary, width - 2)
-        if root_label.plain != str(tree.root.label):
-            tree.root.set_label(root_label)
-        if shape != self._shape:
-            tree.root.remove_children()
-            self._tree_nodes = {}
-            self._more_nodes = {}
-            self._lines = {}
-            parents = {path[:-1] for path in paths}
-            for path in paths:
-                under = tree.root if len(path) == 1 else self._tree_nodes[path[:-1]]
-                label, *more = lines_of[path]
-                data = path[-1] if isinstance(path[-1], int) else None  # a session: c, k and Enter act on it
-                # A session nobody waits on, whose label is one line, is a leaf: no ▼ that would open nothing.
-                node = under.add(label, data=data, expand=True) if path in parents or more else under.add_leaf(label, data=data)
-                self._tree_nodes[path] = node
-                self._more_nodes[path] = [node.add_leaf(line, data=data) for line in more]
-                self._lines[path] = (sample_of(path), lines_of[path])
-            tree.root.expand()
-            self._shape = shape
-            self.call_after_refresh(tree.report_rows)
-        else:
-            # Only labels whose facts changed are set: each set_label repaints.
-            for path, node in self._tree_nodes.items():
-                sample = sample_of(path)
-                if self._lines.get(path, (None,))[0] != sample:
-                    label, *more = lines_of[path]
-                    node.set_label(label)
-                    for extra, line in zip(self._more_nodes[path], more, strict=True):
-                        extra.set_label(line)
-                    self._lines[path] = (sample, lines_of[path])
+        return summary
+
+    def _remember(self, key: Key, node: TreeNode[int], more: list[TreeNode[int]], lines: list[Text]) -> None:
+        self._tree_nodes[key], self._more_nodes[key], self._shown[key] = node, more, lines
+        for each in (node, *more):
+            self._key_of[id(each)] = key
+
+    def _relabel(self, key: Key, lines: list[Text]) -> None:
+        label, *more = lines
+        self._tree_nodes[key].set_label(label)
+        for extra, line in zip(self._more_nodes[key], more, strict=True):
+            extra.set_label(line)
+        self._shown[key] = lines
+
+    def _list_members(self, node: Node, width: int) -> None:
+        """A group's sessions under its list node (when opened), each labelled as a session."""
+        layout = self._layout
+        assert layout is not None
+        group = self._tree_nodes[node.key]
+        depth = node.depth + 1
+        members = [Node(("s", pid), node.key, depth, node.under) for pid in node.members]
+        lines_of = {m.key: self._lines_of(m, width) for m in members}
+        shape = tuple((m.key, len(lines_of[m.key])) for m in members)
+        if self._listed.get(node.key) != shape:
+            for gone in [k for k, n in self._tree_nodes.items() if n.parent is group]:
+                self._forget(gone)
+            group.remove_children()
+            for m in members:
+                label, *more = lines_of[m.key]
+                pid = m.key[1]
+                added = group.add(label, data=pid, expand=True) if more else group.add_leaf(label, data=pid)
+                self._remember(m.key, added, [added.add_leaf(line, data=pid) for line in more], lines_of[m.key])
+            self._listed[node.key] = shape
+            return
+        for m in members:
+            if self._shown.get(m.key) is not lines_of[m.key]:
+                self._relabel(m.key, lines_of[m.key])
+
+    def _forget(self, key: Key) -> None:
+        self._shown.pop(key, None)
+        for each in (self._tree_nodes.pop(key, None), *self._more_nodes.pop(key, [])):
+            if each is not None:
+                self._key_of.pop(id(each), None)
+
+    def on_tree_node_expanded(self, event: Tree.NodeExpanded) -> None:
+        key = self._key_of.get(id(event.node))
+        if key is None or key[0] != "m" or key in self._opened or self._layout is None:
+            return
+        self._opened.add(key)
+        node = next((n for n in _with_member_lists(self._layout.nodes) if n.key == key), None)
+        if node is not None:
+            self._list_members(node, self._fitted_to or self._label_width())
+
+    def on_tree_node_collapsed(self, event: Tree.NodeCollapsed) -> None:
+        key = self._key_of.get(id(event.node))
+        if key is not None and key[0] == "m":
+            self._opened.discard(key)
+
+    def on_tree_node_highlighted(self, event: Tree.NodeHighlighted) -> None:
+        if self._ended is not None and event.node is not self.query_one(LockTree).root and self._snapshot is not None:
+            self._ended = None  # the operator moved on: the notice has been read
+            self._last_facts = None
+            self.show(self._snapshot, self._filter_text)
+
+    # -- the cursor: a node, not a line ---------------------------------------------------------
+
+    def _cursor_key(self) -> Key | None:
+        node = self.query_one(LockTree).cursor_node
+        return None if node is None else self._key_of.get(id(node))
+
+    def _restore_cursor(self, key: Key | None) -> None:
+        """Put the cursor back on the node `key` after the tree was built again (its line may
+        have moved); on the group that now holds its session; or, when its session ended, on the
+        root, whose line says so."""
+        if key is None:
+            return
+        tree = self.query_one(LockTree)
+        _ = tree.last_line  # the lines built: each node's line is known
+        target = self._tree_nodes.get(key)
+        if target is None and key[0] == "s" and self._layout is not None:
+            group = next((n.key for n in _with_member_lists(self._layout.nodes) if n.key[0] == "m" and key[1] in n.members), None)
+            target = self._tree_nodes.get(group) if group is not None else None
+            if target is None and key[1] not in self._layout.blocked and key[1] not in self._layout.roots and self._snapshot is not None:
+                self._ended = key[1]
+                tree.root.set_label(fit_segments(self._summary(self._snapshot, self._layout, self._fitted_to), self._fitted_to - 2))
+        tree.move_cursor(target if target is not None else tree.root)
 
     def zoom_changed(self, zoomed: bool) -> None:
         self.on_resize()  # whole labels zoomed, fitted ones back
@@ -235,7 +307,7 @@ class LocksPanel(Panel):
 
     def on_resize(self) -> None:
         # The labels are fitted to the width: fit them again, if it changed (a taller panel
-        # changes none; a tree of 5,000 waiters took seconds to build again, measured).
+        # changes none).
         if self._snapshot is not None and self._fitted_to != self._label_width():
             self._last_facts, self._lines = None, {}
             self.show(self._snapshot, self._filter_text)
@@ -249,14 +321,31 @@ class LocksPanel(Panel):
         return None if node is None else node.data
 
     def select_pid(self, pid: int) -> bool:
-        """Put the tree's cursor on session `pid` (where C, K and Enter act), on its highest node
-        (a root blocker's root), focused; False when the tree does not show it (ended, filtered out)."""
-        found = [path for path in self._tree_nodes if path[-1] == pid]
-        if not found:
-            return False
-        node = self._tree_nodes[min(found, key=len)]
+        """Put the tree's cursor on session `pid` (where C, K and Enter act), focused, opening the
+        group that holds it; False when the tree does not show it (ended, filtered out)."""
         tree = self.query_one(LockTree)
+        key = ("s", pid)
+        if key not in self._tree_nodes and self._layout is not None:
+            group = next((n for n in _with_member_lists(self._layout.nodes) if n.key[0] == "m" and pid in n.members), None)
+            if group is None or group.key not in self._tree_nodes:
+                return False
+            self._opened.add(group.key)
+            self._list_members(group, self._fitted_to or self._label_width())
+            self._tree_nodes[group.key].expand()
+        node = self._tree_nodes.get(key)
+        if node is None:
+            return False
         _ = tree.last_line  # the lines built (a rebuilt tree's are built when drawn): the node's line is known
         tree.move_cursor(node)
         tree.focus()
         return tree.cursor_node is node
+
+
+def _with_member_lists(nodes: tuple[Node, ...]) -> list[Node]:
+    """The layout's nodes, each group followed by the node that lists its sessions when opened."""
+    out: list[Node] = []
+    for node in nodes:
+        out.append(node)
+        if node.key[0] == "g":
+            out.append(Node(("m", node.key), node.key, node.depth + 1, node.under, node.members))
+    return out
