@@ -104,6 +104,8 @@ def wants_of(row: dict, relation: str | None, ctid: str | None, query: str | Non
     if lock_type == "advisory":
         key = (relation or "").removeprefix("advisory ")
         return f"advisory lock {key}" + (" (shared)" if mode == "ShareLock" else "")
+    if lock_type == "safe snapshot":  # no lock: a READ ONLY DEFERRABLE transaction's start
+        return "a safe snapshot (SERIALIZABLE READ ONLY DEFERRABLE)"
     if lock_type == "virtualxid":
         return f"transaction {row.get('virtualxid') or '?'} to end" + (f" ({statement})" if statement else "")
     words = MODE_WORDS.get(mode or "", mode or "a lock")

@@ -276,7 +276,7 @@ def _holders(row: dict, blockers: set[int], leader: dict[int, int]) -> set[int]:
     (locks.sql's `holders`). A tuple lock's waiter gets its row's lockers from the row's first
     waiter (build_lock_tree)."""
     lock_type = row.get("lock_type")
-    if lock_type in ("transactionid", "virtualxid"):
+    if lock_type in ("transactionid", "virtualxid", "safe snapshot"):
         return set(blockers)
     if lock_type == "tuple":
         return set()

@@ -129,7 +129,7 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Con
     socket_dir = str(server.get_postmaster_info().socket_dir)
     with psycopg.connect(admin_uri, autocommit=True) as conn:
         # Room for concurrency tests and prepared transactions; a password-only role for the wrong-password test.
-        conn.execute("ALTER SYSTEM SET max_connections = 200")
+        conn.execute("ALTER SYSTEM SET max_connections = 300")  # a 200-waiter pile-up beside the probes (test_pileup.py)
         conn.execute("ALTER SYSTEM SET max_prepared_transactions = 20")  # the prepared-transaction lock tests
         conn.execute(
             sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(sql.Identifier(PASSWORD_ROLE), sql.Literal(PASSWORD))

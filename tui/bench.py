@@ -18,6 +18,8 @@ import statistics
 import threading
 import time
 
+from textual.widgets import Tree
+
 from .dashboard import QueuetopApp
 from .sample import SampleSource, pileup_snapshot, sample_snapshot
 
@@ -75,7 +77,7 @@ async def _pileup(waiters: int, chain: int, snapshots: int, size: tuple[int, int
             started = time.perf_counter()
             await pilot.press("down")
             key_ms.append((time.perf_counter() - started) * 1000)
-        tree_lines = app.query_one("#locks-tree").last_line + 1
+        tree_lines = app.query_one("#locks-tree", Tree).last_line + 1
     return {
         "pileup_waiters": waiters,
         "pileup_chain": chain,

@@ -198,7 +198,9 @@ def wait_phrase(b: BlockedSession, here: str | None, *, parent: int | None = Non
         text = f"waits on {lock_target(b, here)}"
     held = [str(p) for p in b.holders if p != parent] + [f"prepared {gid!r}" for gid in b.blocked_by_prepared]
     ahead = [str(p) for p in b.blocked_by if p not in b.holders and p != parent] if queued else []
-    if held:
+    if held and b.lock_type == "safe snapshot":  # the serializable transactions it waits out
+        text += f" until {', '.join(held)} end{'s' if len(held) == 1 else ''}"
+    elif held:
         text += f" held by {', '.join(held)}"
     if ahead and (b.wants or held):
         named = ", ".join(ahead) if most is None or len(ahead) <= most else f"{', '.join(ahead[:most])} and {len(ahead) - most:,} more"

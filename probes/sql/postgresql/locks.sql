@@ -13,6 +13,8 @@
 -- Everything the locks probe shows, in one statement, as rows of five kinds (`kind`), each kind
 -- filling the columns it needs and leaving the others NULL:
 --   w  a waiting session: the lock it waits for, what pg_blocking_pids says blocks it, its session;
+--      or a transaction waiting for a safe snapshot (lock type `safe snapshot`: no lock, its
+--      blockers from pg_safe_snapshot_blocking_pids);
 --   s  a session named as a blocker that does not wait itself (a root, or a holder a waiter waits
 --      behind): its state, transaction age and query;
 --   l  a granted lock that says who holds what a waiter wants (probes/postgres.py reads them):
@@ -46,13 +48,21 @@ WITH locks AS MATERIALIZED (
     SELECT oid FROM pg_database WHERE datname = current_database()
 ), activity AS MATERIALIZED (
     -- The sessions, read once (pg_stat_activity's function, without the view's joins).
-    SELECT a.pid, {leader_pid} AS leader_pid, a.datid, a.state, a.query, a.application_name, a.xact_start, a.state_change
+    SELECT a.pid, {leader_pid} AS leader_pid, a.datid, a.state, a.query, a.application_name, a.xact_start, a.state_change,
+           a.wait_event
     FROM pg_stat_get_activity(NULL) a
 ), waiting AS MATERIALIZED (
     -- pg_blocking_pids once per waiter: every later reference reads this.
     SELECT l.*, pg_blocking_pids(l.pid) AS blocked_by
     FROM locks l
     WHERE NOT l.granted AND l.pid <> pg_backend_pid()
+), safe_waiting AS MATERIALIZED (
+    -- A SERIALIZABLE READ ONLY DEFERRABLE transaction waiting for a safe snapshot holds no lock and
+    -- waits for none: it waits (wait event SafeSnapshot) for the read-write serializable
+    -- transactions that were running when it began, which pg_safe_snapshot_blocking_pids names.
+    SELECT a.pid, pg_safe_snapshot_blocking_pids(a.pid) AS blocked_by
+    FROM activity a
+    WHERE a.wait_event = 'SafeSnapshot' AND a.pid <> pg_backend_pid()
 ), row_waiters AS (
     SELECT array_agg(w.pid) AS pids FROM waiting w WHERE w.locktype = 'transactionid'
 )
@@ -70,11 +80,21 @@ SELECT 'w' AS kind, l.pid, a.leader_pid, l.blocked_by, l.locktype AS lock_type, 
 FROM waiting l
 LEFT JOIN activity a ON a.pid = l.pid
 UNION ALL
+SELECT 'w', s.pid, a.leader_pid, s.blocked_by, 'safe snapshot', NULL, a.datid, (SELECT d.datname FROM pg_database d WHERE d.oid = a.datid),
+       NULL, NULL,
+       NULL::"char", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, false,
+       extract(epoch FROM now() - a.state_change)::float8, extract(epoch FROM now() - a.xact_start)::float8,
+       a.state, a.query, a.application_name, NULL, NULL
+FROM safe_waiting s
+JOIN activity a ON a.pid = s.pid
+UNION ALL
 SELECT 's', a.pid, a.leader_pid, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        NULL, extract(epoch FROM now() - a.xact_start)::float8, a.state, a.query, a.application_name, NULL, NULL
 FROM activity a
-WHERE EXISTS (SELECT FROM waiting w WHERE a.pid = ANY (w.blocked_by))
+WHERE (EXISTS (SELECT FROM waiting w WHERE a.pid = ANY (w.blocked_by))
+       OR EXISTS (SELECT FROM safe_waiting s WHERE a.pid = ANY (s.blocked_by)))
   AND NOT a.pid = ANY (coalesce((SELECT array_agg(w.pid) FROM waiting w WHERE cardinality(w.blocked_by) > 0), '{}'))
+  AND NOT a.pid = ANY (coalesce((SELECT array_agg(s.pid) FROM safe_waiting s WHERE cardinality(s.blocked_by) > 0), '{}'))
 UNION ALL
 SELECT 'l', l.pid, NULL, NULL, l.locktype, l.mode, l.database, NULL, l.relation,
        CASE WHEN l.relation IS NOT NULL AND l.database IN (0, (SELECT oid FROM here)) THEN l.relation::regclass::text END,

@@ -131,11 +131,14 @@ class LocksPanel(Panel):
         self._snapshot, self._filter_text = snapshot, filter_text
         if not self._fitted_to and not self.zoomed and not self.query_one(LockTree).size.width:
             return  # never laid out yet: its first resize builds the tree, fitted to its width
-        facts = (snapshot.blocked, snapshot.blockers, snapshot.prepared_xacts, snapshot.app_locks, snapshot.cycles, filter_text)
+        facts = (snapshot.blocked, snapshot.blockers, snapshot.prepared_xacts, snapshot.app_locks, snapshot.cycles, filter_text,
+                 self._ended is not None and self._cursor_key() is None)
         if facts == self._last_facts:
             return  # the same tree: nothing to rebuild or relabel
         self._last_facts = facts
         tree = self.query_one(LockTree)
+        if self._ended is not None and self._cursor_key() is not None:
+            self._ended = None  # the operator moved the cursor on since: the notice was read
         layout = self._layout = lay_out(snapshot, lambda *fields: matches_filter(filter_text, *fields))
         # Each label fitted to the width, over more lines where an explanation needs them; zoomed,
         # on one line (the tree scrolls sideways instead).
@@ -270,12 +273,6 @@ class LocksPanel(Panel):
         key = self._key_of.get(id(event.node))
         if key is not None and key[0] == "m":
             self._opened.discard(key)
-
-    def on_tree_node_highlighted(self, event: Tree.NodeHighlighted) -> None:
-        if self._ended is not None and event.node is not self.query_one(LockTree).root and self._snapshot is not None:
-            self._ended = None  # the operator moved on: the notice has been read
-            self._last_facts = None
-            self.show(self._snapshot, self._filter_text)
 
     # -- the cursor: a node, not a line ---------------------------------------------------------
 

@@ -1,0 +1,153 @@
+"""The worst minute on a real server (issue 43): 200 sessions updating one row behind an idle
+holder, beside a chain ten deep; a READ ONLY DEFERRABLE transaction waiting for a safe snapshot.
+The probe's picture is checked against the server's own truth (pg_blocking_pids,
+pg_safe_snapshot_blocking_pids), read right before and right after it; the dashboard, sampling
+the same server, draws the pile-up as one group, keeps answering keys and keeps its cursor on
+the session it was on while the chain around it ends."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from contextlib import contextmanager
+
+import pytest
+from textual.widgets import Tree
+
+from bench.engine import find_pgbench
+from probes.sampler import run_cycle
+
+from .conftest import wait_until
+from .test_probes import sessions, start_waiting
+from .test_tui import live_app, settle
+
+PILE = 200
+CHAIN = 10
+PILE_APP = "qt-pile-waiter"
+
+
+def truth(db) -> dict[int, set[int]]:
+    """Every session of the test's database waiting for a lock or a safe snapshot, with the
+    sessions the server says block it."""
+    with db.connect() as conn:
+        rows = conn.execute(
+            "SELECT pid, CASE WHEN wait_event = 'SafeSnapshot' THEN pg_safe_snapshot_blocking_pids(pid) ELSE pg_blocking_pids(pid) END "
+            "FROM pg_stat_activity WHERE datname = current_database() AND (wait_event_type = 'Lock' OR wait_event = 'SafeSnapshot')"
+        ).fetchall()
+    return {pid: set(blockers) for pid, blockers in rows if blockers}
+
+
+@contextmanager
+def pile_up(db, holder, clients: int):
+    """`holder` keeps row 1 of `pile` in an open transaction; `clients` pgbench sessions update it."""
+    holder.run("BEGIN")
+    holder.run("UPDATE pile SET v = v + 1 WHERE id = 1")
+    with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as f:
+        f.write("UPDATE pile SET v = v + 1 WHERE id = 1;\n")
+    path = f.name
+    process = subprocess.Popen([find_pgbench(), "-n", "-f", path, "-c", str(clients), "-j", "4", "-T", "600", db.dsn],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "PGAPPNAME": PILE_APP})
+    try:
+        waiting = "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND wait_event_type = 'Lock'"
+        with db.connect() as conn:
+            wait_until(lambda: conn.execute(waiting, (PILE_APP,)).fetchone()[0] == clients, timeout=60,
+                       what=f"{clients} pgbench sessions waiting")
+        yield
+    finally:
+        process.kill()
+        process.wait(10)
+        os.unlink(path)
+
+
+def test_a_pile_up_of_200_and_a_chain_of_10_as_the_server_says_them(db):
+    with db.connect() as conn:
+        conn.execute("CREATE TABLE pile (id int PRIMARY KEY, v bigint NOT NULL DEFAULT 0)")
+        conn.execute("INSERT INTO pile SELECT g, 0 FROM generate_series(1, 20) g")
+    names = ["qt-pile-holder", *(f"qt-chain-{n}" for n in range(CHAIN + 1))]
+    with sessions(db, *names) as (holder, *chain), pile_up(db, holder, PILE):
+        # The chain: chain[0] holds row 2; chain[n] holds row n + 2, then waits for row n + 1.
+        for n, s in enumerate(chain):
+            s.run("BEGIN")
+            s.run("UPDATE pile SET v = 1 WHERE id = %s", (n + 2,))
+        for n, s in enumerate(chain[1:], 1):
+            start_waiting(db, s, f"UPDATE pile SET v = 2 WHERE id = {n + 1}", *chain[1:n])
+        before = truth(db)
+        snapshot = run_cycle(db.target)
+        after = truth(db)
+        assert before == after and len(before) == PILE + CHAIN  # nothing moved while the probe read
+        seen = {b.pid: set(b.blocked_by) for b in snapshot.blocked}
+        assert seen == before
+        roots = {r.pid: r.blocked_count for r in snapshot.blockers}
+        assert roots == {holder.pid: PILE, chain[0].pid: CHAIN}
+        pile_pids = {pid for pid in before if pid not in {s.pid for s in chain}}
+        assert {b.pid for b in snapshot.blocked if b.root_blockers == (holder.pid,)} == pile_pids
+        document = snapshot.to_json()
+        assert {b["pid"] for b in document["blocked"]} == set(before)  # every pid in the JSON
+
+
+async def test_the_dashboard_in_a_pile_up_groups_it_answers_keys_and_keeps_its_cursor(db):
+    from tui.widgets.panels import LocksPanel
+
+    with db.connect() as conn:
+        conn.execute("CREATE TABLE pile (id int PRIMARY KEY, v bigint NOT NULL DEFAULT 0)")
+        conn.execute("INSERT INTO pile SELECT g, 0 FROM generate_series(1, 20) g")
+    names = ["qt-pile-holder", *(f"qt-chain-{n}" for n in range(CHAIN + 1))]
+    with sessions(db, *names) as (holder, *chain), pile_up(db, holder, PILE):
+        for n, s in enumerate(chain):
+            s.run("BEGIN")
+            s.run("UPDATE pile SET v = 1 WHERE id = %s", (n + 2,))
+        for n, s in enumerate(chain[1:], 1):
+            start_waiting(db, s, f"UPDATE pile SET v = 2 WHERE id = {n + 1}", *chain[1:n])
+        app = live_app(db)
+        async with app.run_test(size=(100, 30)) as pilot:
+            panel = app.query_one(LocksPanel)
+            tree = panel.query_one(Tree)
+
+            def holder_node():
+                return next((n for n in tree.root.children if n.data == holder.pid), None)
+
+            await settle(pilot, app, lambda: (node := holder_node()) is not None
+                         and any(str(c.label).startswith(f"{PILE} sessions") for c in node.children), "the pile-up as one group", 1500)
+            # Keys are answered while the pile-up is sampled.
+            await pilot.press("question_mark")
+            await settle(pilot, app, lambda: type(app.screen).__name__ == "HelpScreen", "the help, at once", 100)
+            await pilot.press("escape")
+            # The cursor on the chain's sixth session stays there while its tail ends and the tree is built again.
+            target = chain[6].pid
+            await settle(pilot, app, lambda: panel.select_pid(target), "the chain's session selected", 500)
+            with db.connect() as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", (chain[CHAIN].pid,))
+            await settle(pilot, app, lambda: not any(b.pid == chain[CHAIN].pid for b in app.snapshot.blocked), "the tail gone", 1000)
+            await pilot.pause(0.1)
+            assert panel.selected_pid == target
+            with db.connect() as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", (target,))
+            await settle(pilot, app, lambda: str(tree.root.label).startswith(f"session {target} ended"), "its end said", 1000)
+            assert panel.selected_pid is None  # no other session slipped under the cursor
+
+
+@pytest.mark.matrix
+def test_a_transaction_waiting_for_a_safe_snapshot_is_blocked_by_the_sessions_the_server_names(db):
+    with db.connect() as conn:
+        conn.execute("CREATE TABLE ledger (id int PRIMARY KEY, v int)")
+        conn.execute("INSERT INTO ledger VALUES (1, 0)")
+    with sessions(db, "qt-serializable-writer", "qt-deferrable-reader") as (writer, reader):
+        writer.run("BEGIN ISOLATION LEVEL SERIALIZABLE")
+        writer.run("UPDATE ledger SET v = v + 1 WHERE id = 1")
+        reader.start("BEGIN ISOLATION LEVEL SERIALIZABLE READ ONLY DEFERRABLE; SELECT sum(v) FROM ledger")
+        wait_until(lambda: truth(db).get(reader.pid) == {writer.pid}, timeout=15, what="the reader waiting for a safe snapshot")
+        before = truth(db)
+        snapshot = run_cycle(db.target)
+        after = truth(db)
+        assert before == after == {reader.pid: {writer.pid}}
+        [waiting] = [b for b in snapshot.blocked if b.pid == reader.pid]
+        assert waiting.lock_type == "safe snapshot" and waiting.blocked_by == (writer.pid,) and waiting.holders == (writer.pid,)
+        assert waiting.wants == "a safe snapshot (SERIALIZABLE READ ONLY DEFERRABLE)"
+        assert [(r.pid, r.blocked_count) for r in snapshot.blockers] == [(writer.pid, 1)]
+        from tui.format import wait_phrase
+
+        assert wait_phrase(waiting, None) == f"wants a safe snapshot (SERIALIZABLE READ ONLY DEFERRABLE) until {writer.pid} ends"
+        writer.run("COMMIT")
+        wait_until(lambda: reader.pid not in truth(db), timeout=15, what="the reader running once the writer ended")
+        assert not any(b.pid == reader.pid for b in run_cycle(db.target).blocked)
