@@ -186,8 +186,8 @@ def wait_phrase(b: BlockedSession, here: str | None, *, parent: int | None = Non
     row of p6 (0,1) held by 4242", "wants ACCESS SHARE on t10 to SELECT queued behind 4243".
     Holders are those holding what it wants (every locker of a shared row); the others it waits
     behind only queue ahead of it. `parent`: the session the lock tree shows it under, which the
-    tree says already (left out). `most`: name at most this many of those it queues behind, and
-    count the rest (the 200th waiter of a pile-up queues behind 199); `queued=False` leaves them
+    tree says already (left out). `most`: name at most this many of those it queues behind, else
+    count them (the 200th waiter of a pile-up queues behind 199 sessions); `queued=False` leaves them
     out (a group of waiters, each queued behind others). A recording from before `wants` says
     what it waits on. Inert."""
     if b.wants:
@@ -203,7 +203,7 @@ def wait_phrase(b: BlockedSession, here: str | None, *, parent: int | None = Non
     elif held:
         text += f" held by {', '.join(held)}"
     if ahead and (b.wants or held):
-        named = ", ".join(ahead) if most is None or len(ahead) <= most else f"{', '.join(ahead[:most])} and {len(ahead) - most:,} more"
+        named = ", ".join(ahead) if most is None or len(ahead) <= most else f"{len(ahead):,} sessions"
         text += f"{',' if held else ''} queued behind {named}"
     return inert(text)
 

@@ -8,7 +8,7 @@ of sessions waiting for one row therefore lies flat under the row's holder, what
 server queued them in (each waits, in pg_blocking_pids' words, for every one queued ahead of it:
 a graph with as many paths as orderings). Identical waiters under one node (the same wants, the
 same holders, query and application, nobody waiting on them) are one group node, "200 sessions
-...", whose members are listed when it is opened. Below MAX_DEPTH, a chain goes on at that depth,
+...", whose members are listed when it is opened, in the order they queue in. Below MAX_DEPTH, a chain goes on at that depth,
 each label naming what it waits for.
 
 Nothing here draws: LocksPanel (locks.py) turns the nodes into the Tree's."""
@@ -144,7 +144,9 @@ def lay_out(snapshot: Snapshot, matches: Callable[..., bool] | None = None) -> L
             items: list[tuple[int, Key, tuple[int, ...]]] = []
             for sig, pids in groups.items():
                 if len(pids) >= GROUP_MIN:
-                    items.append((pids[0], ("g", key, sig), tuple(pids)))
+                    # In the order they queue in: the fewest ahead of it first.
+                    in_line = tuple(sorted(pids, key=lambda pid: (len(blocked[pid].blocked_by), pid)))
+                    items.append((pids[0], ("g", key, sig), in_line))
                 else:
                     singles.extend(pids)
             # The biggest groups first (a pile-up is the headline), then each session by pid.

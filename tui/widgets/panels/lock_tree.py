@@ -71,7 +71,8 @@ def group_label(members: list[BlockedSession], depth: int, tree_width: int, here
     shortest to the longest, what each wants and who holds it, their application and statement;
     opened, each is listed."""
     waits = [b.wait_s for b in members if b.wait_s is not None]
-    span = f"{fmt.seconds(min(waits))}–{fmt.seconds(max(waits))}" if waits else fmt.seconds(None)
+    shortest, longest = (fmt.seconds(min(waits)), fmt.seconds(max(waits))) if waits else (fmt.seconds(None),) * 2
+    span = shortest if shortest == longest else f"{shortest}–{longest}"
     workers = sum(len(b.worker_pids) for b in members)
     first = members[0]
     return wrap_segments([
