@@ -166,9 +166,11 @@ async def test_the_dashboard_shows_every_panel_and_the_bad_row_unknown_with_its_
         assert any(str(holder.pid) in text for _d, text in tree_lines(tree))
         assert str(app.query_one(ConnectionsPanel).border_title).startswith("Connections ")
         assert app.snapshot.connections is not None and app.snapshot.connections.total >= 2
-        # Enter on the bad row: why it is unknown, first.
+        # Enter on the bad row: why it is unknown, first (its verdict says it, or a line of its own).
         text = await queue_details_text(pilot, app, "table:bad")
-        assert "unknown: dead_letter_table 'public.nope_dlq' not found" in text
+        said = "dead_letter_table 'public.nope_dlq' not found"
+        assert "unknown" in text and said in text and "could not load" not in text, text
+        assert text.index(said) < text.index("its rows could not be read")
 
 
 # -- a fault of queuetop's own: contained to its probe, or to its source ---------------------------

@@ -383,14 +383,16 @@ def _queue_details(backend, source: str, name: str, current: Callable[[], QueueS
                    hint: Callable[[QueueSample], str | None] | None = None) -> list:
     """The verdict on the queue (as the latest sample has it) at the top, with where its key goes
     (`hint`), then its rows. A queue whose figures are unknown says why first (its declaration names
-    a table or column that is not there, a privilege is missing), and its rows where they can be read."""
+    a table or column that is not there, a privilege is missing), unless its verdict says it, and its
+    rows where they can be read."""
     queue = current() if current is not None else None
+    said = queue is not None and queue.diagnosis is not None and bool(queue.error) and queue.error in queue.diagnosis.reason
     unknown = ([Text(f"unknown: {fmt.one_line(queue.error, 400)}", style="bold red")]
-               if queue is not None and queue.error and queue.depth is None else [])
+               if queue is not None and queue.error and queue.depth is None and not said else [])
     try:
         out = queue_renderables(backend.queue_details(source, name))
     except Exception as exc:
-        if not unknown:
+        if queue is None or not queue.error:
             raise  # the details screen says it could not load them
         out = [Text(f"its rows could not be read: {fmt.one_line(str(exc), 200)}", style="red")]
     if queue is None or queue.diagnosis is None:
