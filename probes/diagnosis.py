@@ -1,20 +1,42 @@
 """Why a queue backs up: one verdict per queue, from what a snapshot already holds (the queue's
-figures, the sessions working on its table, the lock tree, the xmin horizon), judged over the
-samples of a window, never on one sample alone.
+figures, the sessions working on its table, the locks on it, the lock tree, the xmin horizon).
+What one sample can show is said from one sample (a one-shot `queuetop snapshot` too); the rest is
+judged over the samples of a window, and until there is one it is `not-judged`, saying why:
+never a calm that was not judged.
 
 The verdicts, the first that holds wins:
 
-- `blocked`: a consumer of the queue waits for a lock; the reason names the root blocker (pid,
-  state, application, how long its transaction has been open), from the lock tree.
-- `no-consumers`: ready messages wait, and nobody has worked the queue's table (no consumer
-  session, nothing dequeued) in two samples running.
-- `failing`: messages went dead faster than they completed over the window.
-- `bloat`: the table's dead tuples grow past autovacuum's threshold while the xmin horizon is
-  held (the holder named: a session, a prepared transaction or a replication slot), or while
+- `blocked`: the queue's table, or one of its indexes or partitions, is locked in a mode that stops
+  its consumers (granted SHARE, SHARE ROW EXCLUSIVE, EXCLUSIVE or ACCESS EXCLUSIVE: anything that
+  conflicts with the ROW EXCLUSIVE an UPDATE or DELETE takes; the queues probe reads them from
+  pg_locks alone), or a consumer of the queue waits for a lock. The reason names the root of the
+  chain (pid, state, application, how long its transaction has been open, the mode it holds): the
+  locker itself, or, when the locker waits too, its root blockers from the lock tree, first in
+  `pids`. Said whether or not the queue's figures could be read (a table locked ACCESS EXCLUSIVE
+  cannot be read at all: its figures stay unknown beside the verdict), from one sample once the
+  locker's transaction is MIN_WAIT_S old (or a consumer waited that long), and for every source.
+- `no-consumers`: ready messages wait, none is in flight, and no session consumes the queue (none
+  on its table, none taking from it, none listening for it). From one sample when it is the first
+  the diagnoser sees of the queue (a one-shot snapshot, a dashboard just started); a condition that
+  appears under its eyes must hold STARVED_HOLD_S (or its oldest ready message have waited that
+  long) first: workers that are starting are not flashed `no-consumers` (meanwhile `not-judged`,
+  never `healthy`). A queue whose consumers were seen earlier in the window (polling workers leave
+  no trace between polls), or whose table other queues share, is `no-consumers` once its oldest
+  ready message has outlived the samples and a poll (SHARED_IDLE_S).
+- `failing`: messages went dead faster than they completed over the window; and then for as long
+  as none completes (a queue whose every message died stays failing when nothing arrives any more,
+  and says so).
+- `bloat`: the table's dead tuples grow past autovacuum's threshold while the xmin horizon is held
+  (the holder named: a session, and beside it, when that session waits for a lock, its root
+  blocker, first in `pids`; a prepared transaction; a replication slot; a standby's feedback, with
+  the standby's name and address, and the horizon's age in time and in transactions), or while
   autovacuum has not run for a while.
-- `saturated`: consumers are at work, none waits, and the backlog grows: arrivals above
-  completions, over the window.
-- `healthy` otherwise (an empty queue included).
+- `saturated`: consumers are at work, none waits, and the backlog grows over the window: arrivals
+  above departures, and the backlog's low points rising from one third of the window to the next
+  (a burst that comes and is drained, or one falling sample, neither makes nor unmakes it).
+- `healthy`: judged over a window (two samples at least MIN_WINDOW_S apart), nothing above holds.
+- `not-judged`: none of the above can be said yet, and why ("one sample: rates and growth need
+  two"; the queue's figures could not be read; ready messages with no consumer seen yet).
 
 The consumers of a queue are the sessions the probe saw holding or awaiting a lock on its table
 (the queues probe: `Consumer.evidence == "lock"`) unless their statement takes no messages (the
@@ -26,7 +48,8 @@ consumers.
 
 A table several queues share (Procrastinate's, River's, Graphile Worker's, pg-boss's parent
 table, a job table's groups) does not say which queue a session on it serves: such a consumer is
-`shared`. It holds up a queue (`blocked`) only if that queue has ready messages, and it does not
+`shared`. Its wait holds up a queue (`blocked`) only if that queue has ready messages (a lock on
+the table itself holds up every queue in it), and it does not
 count as serving a queue whose messages nobody works (none in flight, nothing taken) while its
 oldest ready message outlives the samples and a worker's poll (SHARED_IDLE_S): `no-consumers`,
 "the sessions on its shared table serve other queues". A LISTEN on a queue's own channel ties
@@ -44,22 +67,27 @@ from collections import Counter, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
-from itertools import pairwise
 
-from .model import BlockedSession, Consumer, Diagnosis, QueueSample, SessionSample, Snapshot
+from .locklabels import MODE_WORDS
+from .model import BlockedSession, Connections, Consumer, Diagnosis, Locker, QueueSample, SessionSample, Snapshot
 from .session import APPLICATION_NAME
 
-CODES = ("healthy", "blocked", "no-consumers", "failing", "bloat", "saturated")
+CODES = ("healthy", "blocked", "no-consumers", "failing", "bloat", "saturated", "not-judged")
 
 WINDOW_S = 60.0  # how far back the growth of a backlog, of dead letters and of dead tuples is judged
 MIN_WINDOW_S = 0.5  # two samples closer than this are one instant: not yet a window (a 1 s refresh jitters below 1 s)
-MIN_WAIT_S = 2.0  # in a single sample, a consumer waiting this long for a lock is blocked
+MIN_WAIT_S = 2.0  # in a single sample, a consumer waiting this long for a lock, or a lock held this long, is blocked
+STARVED_HOLD_S = 5.0  # ready messages and no consumer, appeared under the diagnoser's eyes: said once it holds this long
 SATURATED_MIN_S = 10.0  # a backlog grows for at least this long (and 3 samples) before it is "saturated"
 SATURATED_MIN_GROWTH = 10  # by at least this many messages (and a tenth of what it was)
 REINSERTS_FAILED = frozenset({"pg-boss"})  # sources whose fail deletes the job and inserts it back
 SHARED_IDLE_S = 10.0  # on a shared table, a ready message this old with nothing taken from its queue: no consumer of it
 HORIZON_HELD_S = 30.0  # an xmin horizon held this long by one transaction is "held"
 AUTOVACUUM_LATE_S = 300.0  # above its threshold, a table autovacuum has not reached in this long
+# The table locks that stop a queue's consumers: those that conflict with the ROW EXCLUSIVE an
+# UPDATE or DELETE takes (the queues probe reports only these, granted).
+STOPPING_MODES = frozenset({"ShareLock", "ShareRowExclusiveLock", "ExclusiveLock", "AccessExclusiveLock"})
+ONE_SAMPLE = "one sample: rates and growth need two"
 
 # A statement that takes or finishes messages (a library's fetch, an engine's claim or ack), as
 # opposed to one that only adds them (INSERT, COPY) or reads them (a monitoring count).
@@ -97,6 +125,8 @@ class _Case:
     blocked: dict[int, BlockedSession]
     over_threshold_since: datetime | None = None  # since when its dead tuples are over autovacuum's threshold
     was: str | None = None  # the verdict at the sample before
+    lockers_before: frozenset[tuple[int, str | None]] = frozenset()  # the lockers the sample before saw (pid, gid)
+    first_at: datetime | None = None  # the first sample the diagnoser saw of this queue
 
 
 def table_name(table: str) -> str:
@@ -217,6 +247,12 @@ class Diagnoser:
         self._points: dict[str, deque[_Point]] = {}
         self._since: dict[str, tuple[str, datetime]] = {}  # queue → (its verdict's code, first seen at)
         self._over: dict[str, datetime] = {}  # queue → since when its dead tuples are over autovacuum's threshold
+        self._first: dict[str, datetime] = {}  # queue → the first sample of it seen (its samples since are all kept)
+        self._lockers: dict[str, frozenset[tuple[int, str | None]]] = {}  # queue → its lockers at the last sample
+        # queue → its sample when messages last went dead faster than they completed: it stays
+        # failing while none completes after it.
+        self._failing: dict[str, _Point] = {}
+        self._seen_at: dict[str, datetime] = {}  # queue → the last snapshot it was in
 
     def diagnose(self, snapshot: Snapshot) -> Snapshot:
         """The snapshot with every queue's consumers and verdict (a snapshot that could not reach
@@ -228,23 +264,31 @@ class Diagnoser:
         tables = Counter((q.source, q.table) for q in snapshot.queues)
         queues = []
         seen = set()
+        at = snapshot.taken_at
         for q in snapshot.queues:
             key = queue_key(q)
             seen.add(key)
             consumers = consumers_of(q, candidates, blocked, shared_table=tables[q.source, q.table] > 1)
-            if q.error is not None or q.depth is None:  # figures not read: no verdict (unknown is absent)
-                queues.append(replace(q, consumers=consumers, diagnosis=None))
-                continue
-            points = self._remember(key, q, consumers, snapshot.taken_at)
-            verdict = self._verdict(q, consumers, points, snapshot, blocked)
-            queues.append(replace(q, consumers=consumers, diagnosis=self._dated(key, verdict, snapshot.taken_at)))
+            if q.error is not None or q.depth is None:
+                # Its figures not read (they stay absent): what the locks on its table say is said
+                # all the same; nothing else can be.
+                case = _Case(q, consumers, [], False, snapshot, blocked, was=self._since.get(key, (None, None))[0],
+                             lockers_before=self._lockers.get(key, frozenset()))
+                verdict = _blocked(case) or Diagnosis(
+                    code="not-judged", reason=f"its figures could not be read: {_one_line(q.error or 'no figures')}",
+                    objects=(q.table,))
+            else:
+                points = self._remember(key, q, consumers, at)
+                verdict = self._verdict(q, consumers, points, snapshot, blocked)
+            self._lockers[key] = frozenset((lock.pid, lock.gid) for lock in q.lockers or ())
+            queues.append(replace(q, consumers=consumers, diagnosis=self._dated(key, verdict, at)))
         # A queue missing from one snapshot (a library's queue that drained, a source that failed
         # once) keeps its samples until they leave the window.
-        at = snapshot.taken_at
-        for gone in [k for k, p in self._points.items() if k not in seen and (at - p[-1].at).total_seconds() > self.window_s]:
-            del self._points[gone]
-            self._since.pop(gone, None)
-            self._over.pop(gone, None)
+        for key in seen:
+            self._seen_at[key] = at
+        for gone in [k for k, last in self._seen_at.items() if k not in seen and (at - last).total_seconds() > self.window_s]:
+            for kept in (self._seen_at, self._points, self._since, self._over, self._first, self._lockers, self._failing):
+                kept.pop(gone, None)
         return replace(snapshot, queues=tuple(queues))
 
     # -- the window ---------------------------------------------------------------------------
@@ -253,6 +297,9 @@ class Diagnoser:
         points = self._points.setdefault(key, deque())
         if points and at <= points[-1].at:  # a replay went back, or the same instant again
             points.clear()
+            self._first.pop(key, None)
+            self._failing.pop(key, None)
+        self._first.setdefault(key, at)
         points.append(_Point(at=at, depth=q.depth, ready=q.ready, dead=q.dead, dequeued_total=q.dequeued_total,
                              enqueued_total=q.enqueued_total, dead_tuples=q.dead_tuples, in_flight=q.in_flight,
                              consumers=len(consumers), own=sum(1 for c in consumers if not c.shared),
@@ -266,7 +313,7 @@ class Diagnoser:
         """The verdict with how long it has held: the server's own duration where the verdict has
         one (a lock wait, the oldest ready message), else since the first sample it was given."""
         code, first = self._since.get(key, (None, at))
-        if code != verdict.code:
+        if code != verdict.code or at < first:
             first = at
             self._since[key] = (verdict.code, at)
         if verdict.since_s is not None:
@@ -287,23 +334,65 @@ class Diagnoser:
         window = len(points) >= 2 and (points[-1].at - points[0].at).total_seconds() >= MIN_WINDOW_S
         key = queue_key(q)
         case = _Case(q, consumers, points, window, snapshot, blocked, self._over_threshold(key, q, snapshot.taken_at),
-                     self._since.get(key, (None, None))[0])
-        for judge in (_blocked, _no_consumers, _failing, _bloat, _saturated):
+                     self._since.get(key, (None, None))[0], self._lockers.get(key, frozenset()), self._first.get(key))
+        for judge in (_blocked, _no_consumers):
+            verdict = judge(case)
+            if verdict is not None:
+                return verdict
+        failing = _failing(case)
+        if failing is not None:
+            self._failing[key] = points[-1]
+            return failing
+        failing = _still_failing(case, self._failing.get(key))
+        if failing is not None:
+            return failing
+        self._failing.pop(key, None)
+        for judge in (_bloat, _saturated):
             verdict = judge(case)
             if verdict is not None:
                 return verdict
         if not window:
-            return Diagnosis(code="healthy", reason="nothing wrong in one sample (rates and growth need two)")
-        return Diagnosis(code="healthy", reason=_healthy_reason(q, consumers))
+            return Diagnosis(code="not-judged", reason=_one_sample_reason(q, consumers))
+        return Diagnosis(code="healthy", reason=_healthy_reason(q, consumers, points))
 
 
-def _healthy_reason(q: QueueSample, consumers: tuple[Consumer, ...]) -> str:
+def _one_line(text: str, limit: int = 300) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n:,} {word}{'s' if n != 1 else ''}"
+
+
+def _one_sample_reason(q: QueueSample, consumers: tuple[Consumer, ...]) -> str:
+    """What one sample said of a queue it found nothing wrong with, and what it could not say."""
+    if not q.depth:
+        now = "empty"
+    elif q.ready:
+        now = f"{q.ready:,} ready, {_plural(len(consumers), 'consumer')}"
+    else:
+        now = f"none ready, {q.depth:,} in flight or delayed"
+    return f"{ONE_SAMPLE} ({now}, no lock holding it up)"
+
+
+def _healthy_reason(q: QueueSample, consumers: tuple[Consumer, ...], points: list[_Point]) -> str:
     if not q.depth:
         return "empty"
-    return f"{len(consumers)} consumer{'s' if len(consumers) != 1 else ''}, keeping up"
+    if consumers:
+        return f"{_plural(len(consumers), 'consumer')}, keeping up"
+    seen = next((p for p in reversed(points) if p.consumers), None)
+    if seen is not None:
+        return f"keeping up: its consumers were last seen {(points[-1].at - seen.at).total_seconds():.0f} s ago"
+    return "keeping up: messages were taken in the window"
 
 
-def _describe_root(snapshot: Snapshot, pid: int) -> str:
+def mode_words(mode: str | None) -> str:
+    """A lock mode as the documentation writes it ("AccessExclusiveLock" → "ACCESS EXCLUSIVE")."""
+    return MODE_WORDS.get(mode or "", mode or "?")
+
+
+def _describe_root(snapshot: Snapshot, pid: int, holds: str | None = None, relation: str | None = None) -> str:
     root = next((b for b in snapshot.blockers if b.pid == pid), None)
     session = next((s for s in snapshot.sessions if s.pid == pid), None)
     state = (root.state if root else None) or (session.state if session else None) or "?"
@@ -314,53 +403,137 @@ def _describe_root(snapshot: Snapshot, pid: int) -> str:
         parts.append(f"application {application}")
     if xact is not None:
         parts.append(f"transaction open {xact:.0f} s")
+    if holds:
+        parts.append(f"holding {mode_words(holds)}" + (f" on {relation}" if relation else ""))
     return ", ".join(parts)
 
 
+def _describe_locker(snapshot: Snapshot, lock: Locker) -> str:
+    if lock.gid is not None:
+        age = f", prepared {lock.xact_age_s:.0f} s ago" if lock.xact_age_s is not None else ""
+        return f"prepared transaction {lock.gid}{age}, holding {mode_words(lock.mode)} on {lock.relation or '?'}"
+    known = any(b.pid == lock.pid for b in snapshot.blockers) or any(s.pid == lock.pid for s in snapshot.sessions)
+    if known:
+        return _describe_root(snapshot, lock.pid, lock.mode, lock.relation)
+    parts = [f"pid {lock.pid}", lock.state or "?"]  # the sessions unknown: what the queues probe read
+    if lock.application:
+        parts.append(f"application {lock.application}")
+    if lock.xact_age_s is not None:
+        parts.append(f"transaction open {lock.xact_age_s:.0f} s")
+    parts.append(f"holding {mode_words(lock.mode)} on {lock.relation or '?'}")
+    return ", ".join(parts)
+
+
+def _roots_of(b: BlockedSession) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    return b.root_blockers or ((b.root_blocker,) if b.root_blocker is not None else ()), b.root_prepared
+
+
+def _add(into: list, items: Iterable) -> None:
+    for item in items:
+        if item not in into:
+            into.append(item)
+
+
 def _blocked(case: _Case) -> Diagnosis | None:
-    consumers, points, snapshot, blocked = case.consumers, case.points, case.snapshot, case.blocked
+    """The table locked in a mode that stops its consumers (the lockers: from pg_locks, so said
+    whether or not the figures could be read), or consumers waiting for a lock: blocked by the
+    root of that chain."""
+    q, consumers, points, snapshot, blocked = case.q, case.consumers, case.points, case.snapshot, case.blocked
     waiting = [c for c in consumers if c.waiting and c.pid in blocked]
-    if not waiting or (all(c.shared for c in waiting) and not case.q.ready):
-        return None  # (a worker of a table other queues share waits: this one, with nothing ready, is not held up)
+    if waiting and all(c.shared for c in waiting) and not q.ready:
+        waiting = []  # (a worker of a table other queues share waits: this one, with nothing ready, is not held up)
     waits = [blocked[c.pid].wait_s or 0.0 for c in waiting]
     # Evidence over time: a consumer already waiting in the sample before, or the server's own
     # wait at least as long as the last interval (one sample alone: MIN_WAIT_S), not a lock
     # taken and given in a blink.
     interval = (points[-1].at - points[-2].at).total_seconds() if len(points) >= 2 else MIN_WAIT_S
     earlier = len(points) >= 2 and points[-2].waiting > 0
-    if not earlier and max(waits) < interval:
+    if not earlier and (not waits or max(waits) < interval):
+        waiting, waits = [], []
+    consumer_roots: list[int] = []
+    for c in waiting:
+        _add(consumer_roots, _roots_of(blocked[c.pid])[0])
+    # The locks on its table that stop its consumers, held a while (a transaction open MIN_WAIT_S,
+    # or seen by the sample before), or behind which a consumer is seen waiting.
+    lockers = [lock for lock in case.q.lockers or () if lock.mode in STOPPING_MODES and (
+        (lock.xact_age_s or 0.0) >= MIN_WAIT_S or (lock.pid, lock.gid) in case.lockers_before
+        or (lock.pid and lock.pid in consumer_roots))]
+    if not waiting and not lockers:
         return None
     roots: list[int] = []
     prepared: list[str] = []
     relations: list[str] = []
+    said: list[str] = []
+    involved: list[int] = []
+    for lock in lockers:
+        described = _describe_locker(snapshot, lock)
+        if lock.gid is not None:
+            _add(prepared, (lock.gid,))
+        elif lock.pid in blocked:  # the locker waits itself: the root of its chain is who holds up the queue
+            lock_roots, lock_prepared = _roots_of(blocked[lock.pid])
+            lock_roots = tuple(r for r in lock_roots if r != lock.pid)
+            _add(roots, lock_roots)
+            _add(prepared, lock_prepared)
+            _add(involved, (lock.pid,))
+            behind = [_describe_root(snapshot, r) for r in lock_roots] + [f"prepared transaction {g}" for g in lock_prepared]
+            if behind:
+                described += f", itself waiting for a lock held by {'; '.join(behind)}"
+        else:
+            _add(roots, (lock.pid,))
+        said.append(described)
+        _add(relations, (lock.relation or q.table,))
+    if lockers:
+        reason = f"its table is locked by {'; and by '.join(said)}"
+        if waiting:
+            reason += f"; consumer{'s' if len(waiting) > 1 else ''} {', '.join(str(c.pid) for c in waiting)} " \
+                      f"wait{'s' if len(waiting) == 1 else ''}"
+            others = [r for r in consumer_roots if r not in roots and r not in involved]
+            if others:
+                reason += f", also for {'; '.join(_describe_root(snapshot, r) for r in others)}"
+    consumer_prepared: list[str] = []
     for c in waiting:
         b = blocked[c.pid]
-        for root in b.root_blockers or ((b.root_blocker,) if b.root_blocker is not None else ()):
-            if root not in roots:
-                roots.append(root)
-        for gid in b.root_prepared:
-            if gid not in prepared:
-                prepared.append(gid)
-        if b.relation and b.relation not in relations:
-            relations.append(b.relation)
-    who = "; ".join([_describe_root(snapshot, r) for r in roots] + [f"prepared transaction {g}" for g in prepared]) or "unknown"
-    consumers_said = ", ".join(str(c.pid) for c in waiting)
-    return Diagnosis(code="blocked", reason=f"consumer{'s' if len(waiting) > 1 else ''} {consumers_said} wait for a lock held by {who}",
-                     pids=tuple(roots + [c.pid for c in waiting if c.pid not in roots]),
-                     objects=tuple(relations + [f"prepared:{g}" for g in prepared]), since_s=round(max(waits), 3))
+        _add(consumer_prepared, b.root_prepared)
+        if b.relation:
+            _add(relations, (b.relation,))
+    if not lockers:
+        who = "; ".join([_describe_root(snapshot, r) for r in consumer_roots]
+                        + [f"prepared transaction {g}" for g in consumer_prepared]) or "unknown"
+        reason = f"consumer{'s' if len(waiting) > 1 else ''} {', '.join(str(c.pid) for c in waiting)} wait for a lock held by {who}"
+    _add(roots, consumer_roots)
+    _add(prepared, consumer_prepared)
+    pids = [p for p in roots if p] + [p for p in involved if p not in roots] + [c.pid for c in waiting if c.pid not in roots]
+    return Diagnosis(code="blocked", reason=reason, pids=tuple(pids), objects=tuple(relations + [f"prepared:{g}" for g in prepared]),
+                     since_s=round(max(waits), 3) if waits else None)
+
+
+def _starving(p: _Point) -> bool:
+    """A sample with ready messages, none in flight and no session on the queue."""
+    return bool(p.ready) and not p.consumers and not p.in_flight
 
 
 def _no_consumers(case: _Case) -> Diagnosis | None:
     q, points = case.q, case.points
-    if not q.ready or len(points) < 2:
+    if not q.ready:
         return None
-    before, now = points[-2], points[-1]
-    if now.own or before.own or not before.ready or now.in_flight or before.in_flight:
-        return None  # (its messages being worked: someone consumes it, though between statements now)
-    if now.dequeued_total is not None and before.dequeued_total is not None and now.dequeued_total > before.dequeued_total:
-        return None  # something took messages between the samples: someone consumes it
+    now = points[-1]
     age = q.oldest_ready_age_s
     said = f"; the oldest has waited {age:.0f} s" if age is not None else ""
+    if len(points) < 2 or not case.window:
+        # One sample: nobody on the queue at all is seen at once. Sessions only on a table other
+        # queues share may serve it or not: one sample cannot say.
+        if _starving(now):
+            return Diagnosis(code="no-consumers", reason=f"{q.ready:,} ready and no session takes them{said}",
+                             objects=(q.table,), since_s=round(age, 3) if age is not None else None)
+        if not now.own and not now.in_flight and now.consumers:
+            return Diagnosis(code="not-judged", reason=f"{ONE_SAMPLE} ({q.ready:,} ready; the {_plural(now.consumers, 'session')} "
+                             "on its shared table may serve it or other queues)", objects=(q.table,))
+        return None
+    before = points[-2]
+    if now.own or now.in_flight:
+        return None  # (its messages being worked: someone consumes it)
+    if now.dequeued_total is not None and before.dequeued_total is not None and now.dequeued_total > before.dequeued_total:
+        return None  # something took messages between the samples: someone consumes it
     others = max(now.consumers, before.consumers)
     # Was it worked earlier in the window (a consumer seen, messages taken)? Then its workers may
     # be polling (pg-boss, Graphile Worker: every few seconds, leaving no trace between polls):
@@ -369,6 +542,8 @@ def _no_consumers(case: _Case) -> Diagnosis | None:
     taken = [p.dequeued_total for p in points if p.dequeued_total is not None]
     worked = any(p.consumers for p in points) or (len(taken) >= 2 and taken[-1] > taken[0])
     if others or worked:
+        if before.own or before.in_flight or not before.ready:
+            return None
         span = (now.at - before.at).total_seconds()
         if age is None or age < max(SHARED_IDLE_S, span):
             return None
@@ -378,8 +553,26 @@ def _no_consumers(case: _Case) -> Diagnosis | None:
                              objects=(q.table,), since_s=round(age, 3))
         return Diagnosis(code="no-consumers", reason=f"{q.ready:,} ready and none taken since its consumers were last "
                          f"seen{said}", objects=(q.table,), since_s=round(age, 3))
-    return Diagnosis(code="no-consumers", reason=f"{q.ready:,} ready and no session takes them{said}",
-                     objects=(q.table,), since_s=round(age, 3) if age is not None else None)
+    # Never worked in the window: since when has nobody been there for its ready messages? Seen so
+    # from the first sample of it, it is said at once (a snapshot says what it saw); appeared since,
+    # it must hold a while, or its oldest message have waited that long: workers just started are
+    # not flashed "no consumers" before their first claim.
+    start = len(points) - 1
+    while start > 0 and _starving(points[start - 1]):
+        start -= 1
+    held = (now.at - points[start].at).total_seconds()
+    from_first = case.first_at is not None and points[start].at <= case.first_at
+    if from_first or held >= STARVED_HOLD_S or (age is not None and age >= STARVED_HOLD_S):
+        return Diagnosis(code="no-consumers", reason=f"{q.ready:,} ready and no session takes them{said}",
+                         objects=(q.table,), since_s=round(age, 3) if age is not None else None)
+    return Diagnosis(code="not-judged", reason=f"{q.ready:,} ready and no consumer seen yet ({held:.0f} s): said once that "
+                     f"holds {STARVED_HOLD_S:.0f} s (its workers may be starting)", objects=(q.table,))
+
+
+def _completed(q: QueueSample, died: int, left: int | None) -> int | None:
+    # pg-boss 10 fails a job by deleting it and inserting it back (failed, or retry): each is an
+    # arrival and a departure more in its partition's counters, not a completion.
+    return None if left is None else max(0, left - max(0, died) * (2 if q.source in REINSERTS_FAILED else 1))
 
 
 def _failing(case: _Case) -> Diagnosis | None:
@@ -393,9 +586,7 @@ def _failing(case: _Case) -> Diagnosis | None:
     if died <= 0:
         return None
     left = (last.dequeued_total - first.dequeued_total) if last.dequeued_total is not None and first.dequeued_total is not None else None
-    # pg-boss 10 fails a job by deleting it and inserting it back (failed, or retry): each is an
-    # arrival and a departure more in its partition's counters, not a completion.
-    completed = None if left is None else max(0, left - died * (2 if q.source in REINSERTS_FAILED else 1))
+    completed = _completed(q, died, left)
     # Once failing, it stays so while deaths are at least half the completions: the counters'
     # noise (statistics sent late) does not make it blink.
     if completed is not None and died * (2 if case.was == "failing" else 1) < completed:
@@ -413,6 +604,96 @@ def _failing(case: _Case) -> Diagnosis | None:
     return Diagnosis(code="failing", reason=f"{died:,} went dead in {span:.0f} s{done}", objects=(q.table,))
 
 
+def _still_failing(case: _Case, mark: _Point | None) -> Diagnosis | None:
+    """Failing when last judged over a window (`mark`), and no message has completed since: the
+    window no longer sees the deaths, but nothing has succeeded either. Completions must be known
+    (a table several queues share: only the window's rule)."""
+    q, now = case.q, case.points[-1]
+    if mark is None or now.dead is None or mark.dead is None or now.dequeued_total is None or mark.dequeued_total is None:
+        return None
+    died = now.dead - mark.dead
+    completed = _completed(q, died, now.dequeued_total - mark.dequeued_total)
+    if completed:
+        return None
+    ago = (now.at - mark.at).total_seconds()
+    arrived = (now.enqueued_total - mark.enqueued_total) if now.enqueued_total is not None and mark.enqueued_total is not None else None
+    if died > 0:
+        since = f"{died:,} more went dead and none completed in the {ago:.0f} s since it was last judged failing"
+    else:
+        since = f"none has completed in the {ago:.0f} s since messages last went dead"
+    if arrived == 0:
+        after = "; nothing arrived since: its last messages all died"
+    elif arrived is None:
+        after = ""
+    else:
+        after = f"; {arrived:,} arrived since"
+    return Diagnosis(code="failing", reason=f"{q.dead or 0:,} dead: {since}{after}", objects=(q.table,))
+
+
+def _horizon_age(c: Connections) -> str:
+    """The horizon's age, in time and in transactions, as far as they are known."""
+    parts = []
+    if c.xmin_holder_age_s is not None:
+        parts.append(f"{'at least ' if c.xmin_holder_age_at_least else ''}{c.xmin_holder_age_s:.0f} s")
+    if c.xmin_holder_age_xids is not None:
+        parts.append(f"{c.xmin_holder_age_xids:,} transactions")
+    return f" (horizon {' and '.join(parts)} old)" if parts else ""
+
+
+def _horizon_young(c: Connections) -> bool:
+    """The horizon's age in time is known to be under HORIZON_HELD_S, or not known to be older
+    (the probe's history of transaction ids reaches back less than that): it may move. Not known
+    at all (a one-shot snapshot's slot): held, as its growing dead tuples say."""
+    return c.xmin_holder_age_s is not None and c.xmin_holder_age_s < HORIZON_HELD_S
+
+
+def _holder(case: _Case) -> tuple[str, tuple[int, ...], tuple[str, ...]] | None:
+    """What holds the xmin horizon back, held (HORIZON_HELD_S): how the reason names it, the
+    sessions involved (a root blocker before the holder it holds up), the objects (a prepared
+    transaction's gid, a slot's or a standby's name); None when nothing holds it that long."""
+    snapshot, blocked, q = case.snapshot, case.blocked, case.q
+    c = snapshot.connections
+    if c is None:
+        return None
+    kind = c.xmin_holder_kind or "session"
+    if kind == "session":
+        if c.xmin_holder_pid is None:
+            return None
+        pid = c.xmin_holder_pid
+        session = next((s for s in snapshot.sessions if s.pid == pid), None)
+        # The holder's own transaction open HORIZON_HELD_S at least (not the oldest transaction of
+        # any session, which may hold no horizon at all), or the horizon itself that old.
+        if not ((session is not None and (session.xact_age_s or 0) >= HORIZON_HELD_S)
+                or (c.xmin_holder_age_s is not None and c.xmin_holder_age_s >= HORIZON_HELD_S)):
+            return None
+        if session is not None or any(b.pid == pid for b in snapshot.blockers):
+            said = _describe_root(snapshot, pid)
+        else:
+            said = f"pid {pid}" + (f", application {c.xmin_holder_application}" if c.xmin_holder_application else "")
+        said += _horizon_age(c)
+        pids: tuple[int, ...] = (pid,)
+        objects: tuple[str, ...] = (q.table,)
+        if pid in blocked:  # the holder waits for a lock: whoever holds that up holds the horizon through it
+            roots, gids = _roots_of(blocked[pid])
+            roots = tuple(r for r in roots if r != pid)
+            behind = [_describe_root(snapshot, r) for r in roots] + [f"prepared transaction {g}" for g in gids]
+            if behind:
+                said += f", itself waiting for a lock held by {'; '.join(behind)}"
+            pids = (*roots, pid)
+            objects += tuple(f"prepared:{g}" for g in gids)
+        return said, pids, objects
+    if not c.xmin_holder_name or _horizon_young(c):
+        return None
+    if kind == "prepared":
+        return f"prepared transaction {c.xmin_holder_name}{_horizon_age(c)}", (), (q.table, f"prepared:{c.xmin_holder_name}")
+    if kind == "standby":
+        client = f" at {c.xmin_holder_client}" if c.xmin_holder_client else ""
+        return (f"the hot_standby_feedback of standby {c.xmin_holder_name}{client}{_horizon_age(c)}", (),
+                (q.table, f"standby:{c.xmin_holder_name}"))
+    streamed = f" (standby {c.xmin_holder_application})" if c.xmin_holder_application else ""
+    return f"replication slot {c.xmin_holder_name}{streamed}{_horizon_age(c)}", (), (q.table, f"slot:{c.xmin_holder_name}")
+
+
 def _bloat(case: _Case) -> Diagnosis | None:
     q, points, window, snapshot = case.q, case.points, case.window, case.snapshot
     if not window or q.dead_tuples is None or points[0].dead_tuples is None:
@@ -421,24 +702,10 @@ def _bloat(case: _Case) -> Diagnosis | None:
     threshold = autovacuum_threshold(q)
     if grew <= 0 or q.dead_tuples < threshold:
         return None
-    c = snapshot.connections
-    kind = (c.xmin_holder_kind or "session") if c is not None else None
-    holder_session = None
-    if c is not None and kind == "session" and c.xmin_holder_pid is not None:
-        holder_session = next((s for s in snapshot.sessions if s.pid == c.xmin_holder_pid), None)
-    # The holder's own transaction open HORIZON_HELD_S at least (not the oldest transaction of
-    # any session, which may hold no horizon at all), or a prepared transaction or a slot.
-    held = (holder_session is not None and (holder_session.xact_age_s or 0) >= HORIZON_HELD_S) \
-        or (c is not None and kind in ("prepared", "slot") and bool(c.xmin_holder_name))
-    if held and c is not None:
-        if kind == "session" and c.xmin_holder_pid is not None:
-            holder = _describe_root(snapshot, c.xmin_holder_pid)
-            pids: tuple[int, ...] = (c.xmin_holder_pid,)
-            objects: tuple[str, ...] = (q.table,)
-        else:
-            holder = f"{'prepared transaction' if kind == 'prepared' else 'replication slot'} {c.xmin_holder_name}"
-            pids, objects = (), (q.table, f"{kind}:{c.xmin_holder_name}")
-        return Diagnosis(code="bloat", reason=f"{q.dead_tuples:,} dead tuples (+{grew:,}) kept by the xmin horizon: {holder}",
+    holder = _holder(case)
+    if holder is not None:
+        said, pids, objects = holder
+        return Diagnosis(code="bloat", reason=f"{q.dead_tuples:,} dead tuples (+{grew:,}) kept by the xmin horizon: {said}",
                          pids=pids, objects=objects)
     # Autovacuum behind: over its threshold for AUTOVACUUM_LATE_S as these samples saw it (a
     # table just made, or a dashboard just started, has not given it the chance), and no
@@ -454,26 +721,39 @@ def _bloat(case: _Case) -> Diagnosis | None:
 
 
 def _saturated(case: _Case) -> Diagnosis | None:
-    q, consumers, points, window = case.q, case.consumers, case.points, case.window
+    """Consumers at work, none waiting, and the backlog growing over the window: more arrivals than
+    departures, and its low points rising from each third of the window to the next, by at least
+    SATURATED_MIN_GROWTH (and a tenth of what it was) in all. Low points, not every sample: under
+    bursts a backlog that grows falls between them (one falling sample does not reset it), and a
+    burst that comes and is drained raises one third's low point at most, not two."""
+    q, consumers, window = case.q, case.consumers, case.window
     if not window or not consumers or any(c.waiting for c in consumers):
         return None
+    points = [p for p in case.points if p.depth is not None]
+    if len(points) < 3:
+        return None
     first, last = points[0], points[-1]
-    if first.depth is None or last.depth is None or len(points) < 3:
+    span = (last.at - first.at).total_seconds()
+    if span < SATURATED_MIN_S:
         return None
-    # A backlog that grew for a while and by more than a handful: one message more than a
-    # minute ago is the noise of a busy queue, not a verdict.
-    if (last.at - first.at).total_seconds() < SATURATED_MIN_S or last.depth - first.depth < max(SATURATED_MIN_GROWTH, first.depth // 10):
+    lows: list[int] = []
+    for third in range(3):
+        low, high = span * third / 3, span * (third + 1) / 3
+        depths = [p.depth for p in points if p.depth is not None
+                  and low <= (p.at - first.at).total_seconds() <= high + (1e-9 if third == 2 else -1e-9)]
+        if not depths:
+            return None
+        lows.append(min(depths))
+    grew = lows[2] - lows[0]
+    if not (lows[0] < lows[1] < lows[2]) or grew < max(SATURATED_MIN_GROWTH, lows[0] // 10):
         return None
-    if any(b.depth is not None and a.depth is not None and b.depth < a.depth for a, b in pairwise(points)):
-        return None  # the backlog fell at some point: not a steady growth
     arrived = (last.enqueued_total - first.enqueued_total) if last.enqueued_total is not None and first.enqueued_total is not None else None
     left = (last.dequeued_total - first.dequeued_total) if last.dequeued_total is not None and first.dequeued_total is not None else None
     if arrived is not None and left is not None and arrived <= left:
         return None
-    span = (last.at - first.at).total_seconds()
+    assert first.depth is not None and last.depth is not None
     rates = ""
     if arrived is not None and left is not None and span:
         rates = f": {arrived / span * 60:,.0f}/min in, {left / span * 60:,.0f}/min out"
-    return Diagnosis(code="saturated", reason=f"backlog +{last.depth - first.depth:,} in {span:.0f} s with {len(consumers)} "
-                     f"consumer{'s' if len(consumers) != 1 else ''}{rates}",
-                     pids=tuple(c.pid for c in consumers), objects=(q.table,))
+    return Diagnosis(code="saturated", reason=f"backlog +{max(last.depth - first.depth, grew):,} in {span:.0f} s with "
+                     f"{_plural(len(consumers), 'consumer')}{rates}", pids=tuple(c.pid for c in consumers), objects=(q.table,))

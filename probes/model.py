@@ -30,6 +30,7 @@ from .samples import Connections as Connections
 from .samples import Consumer as Consumer
 from .samples import Diagnosis as Diagnosis
 from .samples import LeaseSample as LeaseSample
+from .samples import Locker as Locker
 from .samples import PreparedXact as PreparedXact
 from .samples import ProbeStatus as ProbeStatus
 from .samples import QueueSample as QueueSample

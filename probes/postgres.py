@@ -34,6 +34,7 @@ from .model import (
     Connections,
     Consumer,
     LeaseSample,
+    Locker,
     QueueSample,
     RingSample,
     ServerInfo,
@@ -44,7 +45,7 @@ from .session import PROBE_SETTINGS as PROBE_SETTINGS
 from .session import ProbeConnection as ProbeConnection
 from .session import open_probe_connection as open_probe_connection
 from .sources import QueueFigures, QueueSource, SourceSet
-from .sources.base import has_table
+from .sources.base import has_table, is_relation_name
 from .sources.tally import CycleTallies
 
 PROBE_NAMES = ("queues", "rings", "leases", "locks", "connections", "compaction")
@@ -168,32 +169,51 @@ class PostgresProbes:
             self.notes["queues"] = "; ".join(notes)
         relids = sorted({f.relid for _, f in figures if f.relid is not None})
         stats = {row["relid"]: row for row in conn.execute(QUEUES_SQL["table_stats"], {"relids": relids})} if relids else {}
+        # A queue whose figures failed before its table was resolved (a declared table locked
+        # ACCESS EXCLUSIVE: reading its catalog facts times out too) is found on its table's locks
+        # all the same, by the table's name (to_regclass takes no lock).
+        unresolved = sorted({f.table for _, f in figures if f.relid is None and f.error is not None and is_relation_name(f.table)})
+        named = {row["name"]: row["relid"] for row in conn.execute(QUEUES_SQL["relids"], {"tables": unresolved})
+                 if row["relid"] is not None} if unresolved else {}
+        on_table = [(f, f.relid if f.relid is not None else named.get(f.table)) for _, f in figures]
         # A table several queues share (Procrastinate's, River's, a job table's groups): the
         # sessions on its locks work it, for one of those queues or another.
-        per_relid = Counter(f.relid for _, f in figures if f.relid is not None)
-        consumers = self._consumers(conn, relids, {relid for relid, n in per_relid.items() if n > 1})
+        per_relid = Counter(relid for _, relid in on_table if relid is not None)
+        on_locks = self._consumers(conn, sorted(per_relid), {relid for relid, n in per_relid.items() if n > 1})
         now = time.monotonic()
-        return tuple(replace(sample, consumers=None if consumers is None or f.relid is None else consumers.get(f.relid, ()))
-                     for sample, f in ((self._queue_sample(source, f, stats.get(f.relid), now), f) for source, f in figures))
+        return tuple(replace(self._queue_sample(source, f, stats.get(f.relid), now),
+                             consumers=None if on_locks is None or relid is None else on_locks[0].get(relid, ()),
+                             lockers=None if on_locks is None or relid is None else on_locks[1].get(relid, ()))
+                     for (source, f), (_, relid) in zip(figures, on_table, strict=True))
 
-    def _consumers(self, conn: ProbeConnection, relids: list[int], shared: set[int]) -> dict[int, tuple[Consumer, ...]] | None:
+    def _consumers(self, conn: ProbeConnection, relids: list[int],
+                   shared: set[int]) -> tuple[dict[int, tuple[Consumer, ...]], dict[int, tuple[Locker, ...]]] | None:
         """Each queue table's sessions on its locks (queues.sql's `consumers`), marked `shared` on
-        a table several queues share: None when they could not be read (said in the probe's
-        notes; the figures stand)."""
+        a table several queues share, and those holding a lock there that stops its consumers
+        (the lockers, prepared transactions too): None when they could not be read (said in the
+        probe's notes; the figures stand)."""
         if not relids:
-            return {}
+            return {}, {}
         try:
             rows = conn.execute(QUEUES_SQL["consumers"], {"relids": relids}).fetchall()
         except PROBE_FAILURES as exc:
             self.notes["queues"] = "; ".join(filter(None, [self.notes.get("queues"), f"consumers: {describe_error(exc)}"]))
             return None
         found: dict[int, list[Consumer]] = {}
+        lockers: dict[int, list[Locker]] = {}
         for row in rows:
-            found.setdefault(row["relid"], []).append(Consumer(
-                pid=row["pid"], state=row["state"], application=row["application_name"],
-                for_s=float(row["for_s"]) if row["for_s"] is not None else None, waiting=bool(row["waiting"]),
-                shared=row["relid"] in shared))
-        return {relid: tuple(consumers) for relid, consumers in found.items()}
+            if row["holds"] is not None:
+                lockers.setdefault(row["relid"], []).append(Locker(
+                    pid=row["pid"], mode=row["holds"], relation=row["locked"], state=row["state"],
+                    application=row["application_name"], xact_age_s=row["xact_age_s"], waiting=bool(row["waiting"]),
+                    gid=row["gid"]))
+            if row["pid"]:
+                found.setdefault(row["relid"], []).append(Consumer(
+                    pid=row["pid"], state=row["state"], application=row["application_name"],
+                    for_s=float(row["for_s"]) if row["for_s"] is not None else None, waiting=bool(row["waiting"]),
+                    shared=row["relid"] in shared))
+        return ({relid: tuple(consumers) for relid, consumers in found.items()},
+                {relid: tuple(held) for relid, held in lockers.items()})
 
     def _queue_sample(self, source: QueueSource, f: QueueFigures, st: DictRow | None, now: float) -> QueueSample:
         enq = deq = None

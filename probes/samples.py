@@ -72,10 +72,27 @@ class Consumer:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Locker:
+    """A lock on a queue's table, or on one of its indexes or partitions, that stops its consumers:
+    granted in a mode that conflicts with the ROW EXCLUSIVE their UPDATE or DELETE takes (SHARE,
+    SHARE ROW EXCLUSIVE, EXCLUSIVE, ACCESS EXCLUSIVE: a migration's LOCK TABLE, an ALTER TABLE, a
+    CREATE INDEX), as pg_locks shows it (the queues probe's `consumers` statement)."""
+
+    pid: int  # 0: a prepared transaction (`gid`), as pg_blocking_pids says it
+    mode: str  # as pg_locks says it ("AccessExclusiveLock"): the strongest such mode it holds there
+    relation: str | None  # what it locked: the table, an index or a partition
+    state: str | None
+    application: str | None
+    xact_age_s: float | None  # how long its transaction has been open (a prepared one: since PREPARE)
+    waiting: bool = False  # it waits for a lock on the table itself (what else it waits for: the lock tree)
+    gid: str | None = None  # a prepared transaction's
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Diagnosis:
     """Why a queue is as it is: a verdict judged over a window of samples (probes/diagnosis.py)."""
 
-    code: str  # healthy | blocked | no-consumers | failing | bloat | saturated
+    code: str  # healthy | blocked | no-consumers | failing | bloat | saturated | not-judged
     reason: str  # one line, for an operator
     pids: tuple[int, ...] = ()  # the sessions involved: the root blocker first, the xmin holder
     objects: tuple[str, ...] = ()  # the relations, prepared transactions or slots involved
@@ -119,6 +136,9 @@ class QueueSample:
     # not judged, e.g. a snapshot recorded before verdicts).
     consumers: tuple[Consumer, ...] | None = None
     diagnosis: Diagnosis | None = None
+    # The sessions (and prepared transactions) holding a lock on its table that stops its
+    # consumers, read from pg_locks alone, so known when its figures are not (None: not looked for).
+    lockers: tuple[Locker, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -249,6 +269,26 @@ class Connections:
     # session's).
     xmin_holder_kind: str | None = None
     xmin_holder_name: str | None = None
+    # kind "standby": a standby's hot_standby_feedback through its walsender, with no slot
+    # (xmin_holder_pid is the walsender's, xmin_holder_name the standby's name as
+    # pg_stat_replication says it: its application_name). For a standby and for a slot a standby
+    # is streaming from, xmin_holder_application is the standby's name too.
+    # Where the holder connects from (a standby's or a session's address or host name; "local" for
+    # a Unix socket), where it can be known.
+    xmin_holder_client: str | None = None
+    # The horizon's age in time (seconds), where it can be known: a session's transaction's age
+    # (its xid or its snapshot was taken within it), a prepared transaction's since PREPARE; a
+    # standby's feedback or a slot's xmin, from the probe's own history of the next transaction
+    # id (PostgresProbes.xid_clock): when the history does not reach back to it, the history's
+    # span with xmin_holder_age_at_least set (the horizon is at least that old); None where
+    # nothing says (a one-shot snapshot's standby or slot).
+    xmin_holder_age_s: float | None = None
+    xmin_holder_age_at_least: bool = False
+    # Why the oldest transaction (oldest_xact_*), and why the xmin holder (xmin_holder_*), are
+    # unknown though sessions exist: other roles' sessions whose transactions the role may not see
+    # (no pg_read_all_stats). None: known (the figures, or their absence, are the answer).
+    oldest_xact_unknown: str | None = None
+    xmin_holder_unknown: str | None = None
 
 
 @quick_init

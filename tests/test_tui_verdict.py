@@ -211,6 +211,7 @@ async def test_the_details_of_a_bloating_queue_say_v_goes_to_the_xmin_holder():
 @pytest.mark.parametrize(("kind", "name", "expected"), [
     ("prepared", "nightly-7", "ROLLBACK PREPARED 'nightly-7'"),
     ("slot", "standby1", "pg_drop_replication_slot('standby1')"),
+    ("standby", "replica-2", "set hot_standby_feedback off there"),
 ])
 async def test_a_horizon_held_by_no_session_is_named_with_what_ends_it(kind, name, expected):
     base = sample_snapshot()
@@ -235,6 +236,58 @@ async def test_an_xmin_holder_not_in_the_sessions_list_is_said_not_jumped_to():
         assert focused_panel(app) is app.query_one(QueuesPanel)
 
 
+async def test_v_on_a_queue_whose_xmin_holder_waits_goes_to_the_root_blocker_behind_it():
+    """The xmin holder (1001) is itself blocked by 1000: the verdict names the root first, and v
+    puts the Locks cursor on it, not on the victim."""
+    diagnosis = Diagnosis(code="bloat", reason="dead tuples kept by the xmin horizon: pid 1001, itself waiting for a lock "
+                          "held by pid 1000", pids=(1000, 1001))
+    snapshot = with_verdict(diagnosis)
+    assert any(b.pid == 1001 and 1000 in b.root_blockers for b in snapshot.blocked)
+    app = sample_app(snapshots=[snapshot], backend=FakeBackend())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(pilot, app)
+        said = await notice_after_v(pilot, app, "the jump's notice")
+        locks = app.query_one(LocksPanel)
+        await settle(pilot, app, lambda: focused_panel(app) is locks and locks.selected_pid == 1000, "the root selected")
+        assert "root blocker 1000 selected: it holds up 1001, the xmin holder" in said
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_a_queue_whose_table_is_locked_shows_its_figures_unknown_its_verdict_blocked_and_v_goes_to_the_locker(size):
+    """Its figures could not be read (the table is locked ACCESS EXCLUSIVE): unknown, and the
+    verdict from the locks beside them. The locker blocks no session yet (it is not in the lock
+    tree): v puts the Sessions cursor on it."""
+    base = sample_snapshot()
+    locker = next(s for s in base.sessions if s.application == "web")
+    assert locker.pid not in {b.pid for b in base.blockers} | {b.pid for b in base.blocked}
+    unread = dataclasses.replace(base.queues[0], depth=None, ready=None, in_flight=None, delayed=None, dead=None,
+                                 oldest_ready_age_s=None, enqueued_per_s=None, dequeued_per_s=None,
+                                 error="skipped: lock timeout (100 ms), the table is locked by another session")
+    diagnosis = Diagnosis(code="blocked", reason=f"its table is locked by pid {locker.pid}, idle in transaction, holding "
+                          "ACCESS EXCLUSIVE on orders", pids=(locker.pid,), objects=("orders",))
+    snapshot = dataclasses.replace(base, queues=(dataclasses.replace(unread, diagnosis=diagnosis), *base.queues[1:]))
+    app = sample_app(snapshots=[snapshot], backend=FakeBackend())
+    async with app.run_test(size=size) as pilot:
+        await started(pilot, app)
+        row = queue_rows(app)[ORDERS]
+        assert str(row[1]) == "unknown" and str(row[-1]) == "blocked", row
+        table = app.query_one(QueuesPanel).query_one(DataTable)
+        assert "Verdict" in [str(c.label) for c in table.columns.values()]  # on screen at this size too
+        said = await notice_after_v(pilot, app, "the jump's notice")
+        sessions = app.query_one(SessionsPanel)
+        await settle(pilot, app, lambda: focused_panel(app) is sessions and sessions.selected_pid == locker.pid,
+                     "the locker selected")
+        assert f"session {locker.pid}, which holds its table locked, selected" in said
+
+
+async def test_a_queue_not_judged_reads_unknown_in_its_verdict_never_ok():
+    diagnosis = Diagnosis(code="not-judged", reason="one sample: rates and growth need two")
+    app = sample_app(snapshots=[with_verdict(diagnosis)])
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(pilot, app)
+        assert str(queue_rows(app)[ORDERS][-1]) == "unknown"
+
+
 # -- any other verdict, or none: a notice ----------------------------------------------------------
 
 
@@ -244,8 +297,10 @@ async def test_an_xmin_holder_not_in_the_sessions_list_is_said_not_jumped_to():
     (Diagnosis(code="failing", reason="5 went dead"), "is failing"),
     (Diagnosis(code="saturated", reason="backlog grows"), "is behind"),
     (Diagnosis(code="bloat", reason="over autovacuum's threshold"), "autovacuum behind"),
+    (Diagnosis(code="not-judged", reason="one sample: rates and growth need two"),
+     "is unknown: not judged (one sample: rates and growth need two)"),
     (None, "has no verdict"),
-], ids=["healthy", "no-consumers", "failing", "saturated", "autovacuum", "none"])
+], ids=["healthy", "no-consumers", "failing", "saturated", "autovacuum", "not-judged", "none"])
 async def test_a_verdict_that_names_no_session_says_there_is_nothing_to_go_to(diagnosis, expected):
     app = sample_app(snapshots=[with_verdict(diagnosis)])
     async with app.run_test(size=(80, 24)) as pilot:

@@ -424,10 +424,12 @@ def sql_literal(text: str) -> str:
 
 def culprit_of(queue: QueueSample | None, snapshot: Snapshot | None, name: str | None, key: str = "v") -> Culprit:
     """Where `key` on a queue goes, from its verdict and the same sample's lock tree and sessions:
-    `blocked`, to the first root blocker the tree shows (diagnosis.pids lists the roots first);
-    `bloat` behind a session, to that session (the xmin holder). Anything else, a holder with no
-    session (a prepared transaction, a replication slot), a session no longer in the sample: no
-    jump, and why (never an error)."""
+    `blocked`, to the first root blocker the tree shows (diagnosis.pids lists the roots first), or,
+    where nobody waits on it yet (a migration's LOCK TABLE on the queue's table, idle in its
+    transaction), to that session in Sessions; `bloat` behind a session, to that session (the xmin
+    holder), or to the root blocker it waits behind, in Locks. Anything else, a holder with no
+    session (a prepared transaction, a replication slot, a standby's feedback), a session no longer
+    in the sample: no jump, and why (never an error)."""
     said_name = repr(name) if name else "the selected queue"
     if name is None:
         return Culprit(None, None, f"select a queue in the Queues panel first: {key} goes to what holds it up", severity="warning")
@@ -451,6 +453,13 @@ def culprit_of(queue: QueueSample | None, snapshot: Snapshot | None, name: str |
         if root is not None:
             return Culprit("locks", root, f"{said_name}: root blocker {root} selected",
                            hint=f"{key}: go to the root blocker")
+        # Nobody waits on it (yet): the session that holds the queue's table locked, the root the
+        # verdict names first, is in Sessions (not a session that waits: that is no root).
+        locker = pids[0] if pids else None
+        if locker is not None and any(s.pid == locker for s in snapshot.sessions) \
+                and not any(b.pid == locker for b in snapshot.blocked):
+            return Culprit("sessions", locker, f"{said_name}: session {locker}, which holds its table locked, selected",
+                           hint=f"{key}: go to the session that locks its table")
         if gids:
             gid = gids[0]
             return Culprit(None, None, f"queue {said_name} is blocked by prepared transaction {gid!r}, which no session holds: "
@@ -463,7 +472,11 @@ def culprit_of(queue: QueueSample | None, snapshot: Snapshot | None, name: str |
                        severity="warning")
     if d.code == "bloat":
         if d.pids:
-            holder = d.pids[0]
+            holder = d.pids[-1]  # the root blocker it waits behind first, where it waits
+            root = d.pids[0] if len(d.pids) > 1 else None
+            if root is not None and any(b.pid == root for b in snapshot.blockers):
+                return Culprit("locks", root, f"{said_name}: root blocker {root} selected: it holds up {holder}, the "
+                               "xmin holder", hint=f"{key}: go to the root blocker behind the xmin holder")
             if any(s.pid == holder for s in snapshot.sessions):
                 return Culprit("sessions", holder, f"{said_name}: xmin holder {holder} selected",
                                hint=f"{key}: go to the xmin holder")
@@ -478,6 +491,12 @@ def culprit_of(queue: QueueSample | None, snapshot: Snapshot | None, name: str |
             return Culprit(None, None, f"queue {said_name} bloats behind prepared transaction {gid!r}, which holds the xmin "
                            f"horizon and no session holds it: ROLLBACK PREPARED {sql_literal(gid)} ends it (or COMMIT "
                            "PREPARED), run by its owner or a superuser", severity="warning")
+        standbys = [o.removeprefix("standby:") for o in objects if o.startswith("standby:")]
+        if standbys:
+            return Culprit(None, None, f"queue {said_name} bloats behind the hot_standby_feedback of standby "
+                           f"{standbys[0]!r}, which holds the xmin horizon: no session here to end; end the long query on "
+                           "the standby, or set hot_standby_feedback off there (its queries may then be cancelled)",
+                           severity="warning")
         if slots:
             slot = slots[0]
             return Culprit(None, None, f"queue {said_name} bloats behind replication slot {slot!r}, which holds the xmin "
@@ -491,6 +510,7 @@ def culprit_of(queue: QueueSample | None, snapshot: Snapshot | None, name: str |
         "no-consumers": "nobody works its table, so no session holds it up (start consumers)",
         "failing": "its handlers fail; no session holds it up (Enter shows the dead letters' errors)",
         "saturated": "its consumers are busy and none waits for a lock (more consumers would help)",
+        "not-judged": f"not judged ({fmt.one_line(d.reason, 160)})",
     }.get(d.code, "its verdict names no session")
     return Culprit(None, None, f"queue {said_name} is {word}: {why}; nothing to go to")
 

@@ -97,6 +97,15 @@ def _display_name(q: QueueSample) -> str:
     return fmt.inert(q.name + SOURCE_SUFFIX.get(q.source, f" ({q.source})"))
 
 
+def _verdict_cell(q: QueueSample) -> str | Text:
+    """The Verdict column: the verdict's word (probes/diagnosis.py; `unknown` where it was not
+    judged), or nothing where there is no verdict at all (a recording from before verdicts):
+    absent, not "ok"."""
+    if q.diagnosis is None:
+        return ""
+    return Text(fmt.verdict_word(q.diagnosis.code), style=fmt.VERDICT_STYLES.get(q.diagnosis.code, ""))
+
+
 class QueuesPanel(Panel):
     # Priority: what goes last when the width runs out (0 never goes).
     COLUMNS: ClassVar[list[Column]] = [
@@ -255,9 +264,10 @@ class QueuesPanel(Panel):
                 continue
             if q.error and q.depth is None:
                 # Its figures unknown; why is in the border (and the status notes, `queuetop
-                # snapshot`): a long text here would widen the Depth column for good.
+                # snapshot`): a long text here would widen the Depth column for good. Its verdict
+                # stands beside them (blocked: a lock on its table, read from pg_locks alone).
                 rows[key] = (Text(_display_name(q), style="red"),
-                             Text("unknown", style="bold yellow"), "", "", "", "", "", "", "", "", "", "", "")
+                             Text("unknown", style="bold yellow"), "", "", "", "", "", "", "", "", "", "", _verdict_cell(q))
                 self._rendered[key] = (facts, rows[key])
                 continue
             # Plain strings unless a cell is coloured: a Text costs several times more to build,
@@ -274,14 +284,11 @@ class QueuesPanel(Panel):
                 dead = Text(fmt.count(q.dead, "dead" in q.estimated), style="red")
             vacuum = "-" if q.last_vacuum_at is None else fmt.seconds(
                 snapshot.taken_at.timestamp() - q.last_vacuum_at.timestamp()) + " ago"
-            verdict: str | Text = ""  # not judged (a recording from before verdicts): absent, not "ok"
-            if q.diagnosis is not None:
-                verdict = Text(fmt.verdict_word(q.diagnosis.code), style=fmt.VERDICT_STYLES.get(q.diagnosis.code, ""))
             rows[key] = (
                 name, fmt.count(q.depth, q.depth_is_estimate), fmt.count(q.ready, _estimated(q, "ready")),
                 fmt.count(q.in_flight, _estimated(q, "in_flight")), fmt.count(q.delayed, _estimated(q, "delayed")), dead, age,
                 fmt.rate(per_minute[0]), fmt.rate(per_minute[1]),
-                fmt.trend(list(history), styled=trend_shown), bloat, vacuum, verdict,
+                fmt.trend(list(history), styled=trend_shown), bloat, vacuum, _verdict_cell(q),
             )
             self._rendered[key] = (facts, rows[key])
         failed = [q for q in snapshot.queues if q.error and q.depth is None and matches_filter(filter_text, q.name, q.table)]
