@@ -33,7 +33,7 @@ async def test_an_engine_key_pressed_after_engine_init_works(db):
     assert "the queuetop schema is not installed" in host.controls_off and "queuetop engine init" in host.controls_off
     app = QueuetopApp(hosts=[host])
     async with app.run_test(size=(100, 30)) as pilot:
-        await settle(pilot, app, lambda: app.snapshot is not None, "a sample")
+        await settle(pilot, app, lambda: app.snapshot is not None, "a sample", 1000)
         await pilot.press(app.key_for("engine.burst"))
         await settle(pilot, app, lambda: any("queuetop engine init" in text for text in notices(app)), "the no-schema notice", 500)
         assert "not installed" in notices(app)[-1] and "--engine" not in notices(app)[-1]  # --engine was given
@@ -66,7 +66,7 @@ async def test_without_engine_the_keys_say_to_start_with_it(db):
     assert "the queuetop schema is not installed" in host.controls_off and "queuetop engine init" in host.controls_off
     app = QueuetopApp(hosts=[host])
     async with app.run_test(size=(100, 30)) as pilot:
-        await settle(pilot, app, lambda: app.snapshot is not None, "a sample")
+        await settle(pilot, app, lambda: app.snapshot is not None, "a sample", 1000)
         await pilot.press(app.key_for("engine.burst"))
         await settle(pilot, app, lambda: any("start queuetop with --engine" in text for text in notices(app)),
                      "the engine-off notice", 500)
