@@ -74,6 +74,11 @@ PG_ONLY = {
                                 "with OBJECT_NAME(object_id, database_id) in the statement itself.",
     "locks.sql:table_names": "The schema and name of a table whose shared row row_xmax reads (PostgreSQL only, as row_lockers).",
     "locks.sql:row_xmax": "A row's xmax, a multixact when several PostgreSQL transactions lock it (PostgreSQL only, as row_lockers).",
+    "locks.sql:sessions_of": (
+        "The sessions of blockers PostgreSQL's picture did not find holding what their waiters wait for (a parallel "
+        "worker's leader on 12, which has no leader_pid): SQL Server's `sessions` statement reads every blocker by the "
+        "session ids its `waiting` rows name."
+    ),
     "connections.sql:xmin_horizon": (
         "PostgreSQL's horizon has holders SQL Server lacks (a transaction id without a snapshot, prepared transactions, "
         "replication slots); SQL Server's is the oldest snapshot transaction, already in the connections statement's "

@@ -39,11 +39,10 @@
 -- A relation OID is named only in the database it belongs to. {wait_start} and {leader_pid}
 -- differ by major (dbcore/pgversions.py).
 WITH locks AS MATERIALIZED (
-    -- A session's own transaction id and virtual transaction id are granted to it by itself and
-    -- block nobody who is not waiting for it, which pg_blocking_pids says: left out (a prepared
-    -- transaction's, with no pid, stay).
+    -- Every lock, once. A session's own transaction id and virtual transaction id, granted to it by
+    -- itself, say who holds what a row's first waiter (a transaction id) or CREATE INDEX
+    -- CONCURRENTLY (a virtual one) waits for: `blockers` reads them; the rows below leave them out.
     SELECT * FROM pg_locks l
-    WHERE NOT (l.granted AND l.locktype IN ('virtualxid', 'transactionid') AND l.pid IS NOT NULL)
 ), here AS (
     SELECT oid FROM pg_database WHERE datname = current_database()
 ), activity AS MATERIALIZED (
@@ -63,6 +62,28 @@ WITH locks AS MATERIALIZED (
     SELECT a.pid, pg_safe_snapshot_blocking_pids(a.pid) AS blocked_by
     FROM activity a
     WHERE a.wait_event = 'SafeSnapshot' AND a.pid <> pg_backend_pid()
+), blockers AS (
+    -- The sessions that hold what a waiter waits for (a granted lock on the same object: a
+    -- transaction id, a tuple, a table, a key), a parallel worker's as its leader's, as
+    -- pg_blocking_pids names them; then only those of them that it does name. One hashed
+    -- semi-join: checking every session against every waiter's list of blockers was a step per
+    -- wait (in a pile-up of 200, 20,000 of them: a millisecond). A blocker found no other way
+    -- (a parallel worker's leader on 12, which has no leader_pid) is read by the probe after
+    -- (locks.sql's `sessions_of`).
+    SELECT a.pid FROM activity a
+    WHERE a.pid IN (
+        SELECT coalesce(h.leader_pid, l.pid) FROM locks l LEFT JOIN activity h ON h.pid = l.pid
+        WHERE l.granted AND l.pid IS NOT NULL
+          AND (l.locktype, coalesce(l.database, 0), coalesce(l.relation, 0), coalesce(l.page, -1), coalesce(l.tuple, -1),
+               coalesce(l.virtualxid, ''), coalesce(l.transactionid::text, ''), coalesce(l.classid, 0), coalesce(l.objid, 0),
+               coalesce(l.objsubid, -1))
+              IN (SELECT w.locktype, coalesce(w.database, 0), coalesce(w.relation, 0), coalesce(w.page, -1), coalesce(w.tuple, -1),
+                         coalesce(w.virtualxid, ''), coalesce(w.transactionid::text, ''), coalesce(w.classid, 0), coalesce(w.objid, 0),
+                         coalesce(w.objsubid, -1)
+                  FROM waiting w))
+      AND EXISTS (SELECT FROM waiting w WHERE a.pid = ANY (w.blocked_by))
+    UNION
+    SELECT unnest(s.blocked_by) FROM safe_waiting s
 ), row_waiters AS (
     SELECT array_agg(w.pid) AS pids FROM waiting w WHERE w.locktype = 'transactionid'
 )
@@ -91,8 +112,7 @@ UNION ALL
 SELECT 's', a.pid, a.leader_pid, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        NULL, extract(epoch FROM now() - a.xact_start)::float8, a.state, a.query, a.application_name, NULL, NULL
 FROM activity a
-WHERE (EXISTS (SELECT FROM waiting w WHERE a.pid = ANY (w.blocked_by))
-       OR EXISTS (SELECT FROM safe_waiting s WHERE a.pid = ANY (s.blocked_by)))
+WHERE a.pid IN (SELECT b.pid FROM blockers b)
   AND NOT a.pid = ANY (coalesce((SELECT array_agg(w.pid) FROM waiting w WHERE cardinality(w.blocked_by) > 0), '{}'))
   AND NOT a.pid = ANY (coalesce((SELECT array_agg(s.pid) FROM safe_waiting s WHERE cardinality(s.blocked_by) > 0), '{}'))
 UNION ALL
@@ -103,7 +123,7 @@ SELECT 'l', l.pid, NULL, NULL, l.locktype, l.mode, l.database, NULL, l.relation,
        l.page, l.tuple, l.virtualxid, l.transactionid::text, l.classid, l.objid, l.objsubid, l.virtualtransaction, true,
        NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM locks l
-WHERE l.granted AND (
+WHERE l.granted AND NOT (l.locktype IN ('virtualxid', 'transactionid') AND l.pid IS NOT NULL) AND (
     (l.locktype IN ('tuple', 'relation') AND l.pid = ANY ((SELECT pids FROM row_waiters)::integer[]))
     OR (l.locktype = 'relation' AND l.mode IN ('RowShareLock', 'RowExclusiveLock') AND l.pid IS NOT NULL
         AND l.relation = ANY ((SELECT array_agg(t.relation) FROM locks t
@@ -163,3 +183,11 @@ SELECT m.xid::text AS member, m.mode AS member_mode, a.pid, a.state,
 FROM pg_get_multixact_members(%(xmax)s::xid) m
 LEFT JOIN pg_locks h ON h.locktype = 'transactionid' AND h.transactionid = m.xid AND h.mode = 'ExclusiveLock' AND h.granted
 LEFT JOIN pg_stat_activity a ON a.pid = h.pid;
+
+-- name: sessions_of
+-- The sessions of blockers the picture's `blockers` did not find holding what their waiters wait
+-- for (a parallel worker's leader on 12): as its `s` rows.
+SELECT 's' AS kind, a.pid, {leader_pid} AS leader_pid, extract(epoch FROM now() - a.xact_start)::float8 AS xact_age_s,
+       a.state, a.query, a.application_name
+FROM pg_stat_activity a
+WHERE a.pid = ANY(%(pids)s::integer[]);
