@@ -373,6 +373,12 @@ def _one_sample_reason(q: QueueSample, consumers: tuple[Consumer, ...]) -> str:
         now = f"{q.ready:,} ready, {_plural(len(consumers), 'consumer')}"
     else:
         now = f"none ready, {q.depth:,} in flight or delayed"
+    fresh = [lock for lock in q.lockers or () if lock.mode in STOPPING_MODES]
+    if fresh:  # (held too briefly to be a verdict yet)
+        who = f"pid {fresh[0].pid}" if fresh[0].gid is None else f"prepared transaction {fresh[0].gid}"
+        return f"{ONE_SAMPLE} ({now}; its table locked {mode_words(fresh[0].mode)} a moment ago by {who})"
+    if any(c.waiting for c in consumers):
+        return f"{ONE_SAMPLE} ({now}; a consumer began to wait for a lock)"
     return f"{ONE_SAMPLE} ({now}, no lock holding it up)"
 
 
@@ -448,18 +454,20 @@ def _blocked(case: _Case) -> Diagnosis | None:
     # taken and given in a blink.
     interval = (points[-1].at - points[-2].at).total_seconds() if len(points) >= 2 else MIN_WAIT_S
     earlier = len(points) >= 2 and points[-2].waiting > 0
-    if not earlier and (not waits or max(waits) < interval):
-        waiting, waits = [], []
+    waited = earlier or bool(waits and max(waits) >= interval)
     consumer_roots: list[int] = []
-    for c in waiting:
+    for c in waiting if waited else ():
         _add(consumer_roots, _roots_of(blocked[c.pid])[0])
     # The locks on its table that stop its consumers, held a while (a transaction open MIN_WAIT_S,
     # or seen by the sample before), or behind which a consumer is seen waiting.
     lockers = [lock for lock in case.q.lockers or () if lock.mode in STOPPING_MODES and (
         (lock.xact_age_s or 0.0) >= MIN_WAIT_S or (lock.pid, lock.gid) in case.lockers_before
         or (lock.pid and lock.pid in consumer_roots))]
-    if not waiting and not lockers:
+    if not waited and not lockers:
         return None
+    if not waited:  # the table's lock is the verdict: whoever waits on the queue now is named with it
+        for c in waiting:
+            _add(consumer_roots, _roots_of(blocked[c.pid])[0])
     roots: list[int] = []
     prepared: list[str] = []
     relations: list[str] = []

@@ -106,7 +106,7 @@ METRICS: dict[str, MetricSpec] = {
     # each queue's verdict (probes/diagnosis.py): a state set over CODES, as queuetop_lease_state
     "queuetop_queue_diagnosis": MetricSpec(
         "gauge", "1 for the queue's verdict, judged over a window of samples (healthy, blocked, no-consumers, failing, "
-        "bloat, saturated), 0 for the others; absent while the queue is not judged", (*Q, "code"), "queues"),
+        "bloat, saturated, not-judged), 0 for the others; absent while the queue has no verdict", (*Q, "code"), "queues"),
     "queuetop_queue_diagnosis_seconds": _queue("gauge", "How long the queue's current verdict has held (absent: not judged, "
                                                "or not known)"),
     # rings

@@ -359,9 +359,17 @@ def test_a_lock_taken_a_blink_ago_is_no_verdict_until_it_lasts():
     fresh = queue(depth=3, ready=3, oldest_ready_age_s=1.0, lockers=(locker(xact_age_s=0.3),))
     frames = [snapshot(0, [fresh], [session(30)]), snapshot(1, [replace(fresh, lockers=(locker(xact_age_s=1.3),))], [session(30)])]
     assert [v.code for v in verdicts(frames)] == ["not-judged", "blocked"]
+    assert verdicts(frames)[0].reason.endswith("its table locked ACCESS EXCLUSIVE a moment ago by pid 7)")
     # Another locker at the second sample is no evidence for the first.
     other = [frames[0], snapshot(1, [replace(fresh, lockers=(locker(pid=8, xact_age_s=0.2),))], [session(30)])]
     assert verdicts(other)[1].code == "healthy"
+    # A locker held a while names whoever waits on the queue with it, even one that just began to.
+    just = BlockedSession(pid=30, blocked_by=(7,), root_blocker=7, root_blockers=(7,), wait_s=0.3, lock_type="relation",
+                          mode="RowExclusiveLock", relation="q_jobs", query=FETCH, application="worker")
+    held = replace(fresh, lockers=(locker(),))
+    verdict = verdicts([snapshot(0, [held], [replace(session(30), blocked_by=(7,)), session(7, "LOCK x", "idle in transaction")],
+                                 [just])])[0]
+    assert verdict.code == "blocked" and verdict.pids == (7, 30) and verdict.since_s == 0.3
     # A consumer seen waiting behind it is evidence enough, on one sample.
     waiter = replace(session(30), blocked_by=(7,))
     wait = BlockedSession(pid=30, blocked_by=(7,), root_blocker=7, root_blockers=(7,), wait_s=4.0, lock_type="relation",

@@ -226,7 +226,7 @@ def test_a_worker_waiting_behind_an_idle_migration_is_blocked_by_it(db, boss, wa
     with db.connect() as conn:
         (partition,) = conn.execute("SELECT partition_name FROM pgboss.queue WHERE name = 'stuck'").fetchone()
     _, before = w.sample()  # a dashboard already running: the slow worker keeps up, so far
-    assert before.diagnosis.code == "healthy" and before.ready, w.history()
+    assert before.diagnosis.code != "blocked" and before.ready, w.history()
     blocker = db.connect(autocommit=False, application_name="migrate")
     try:
         blocker.execute(MIGRATIONS[migration].format(partition=partition))  # then idle, its transaction open
@@ -347,7 +347,7 @@ def test_a_steady_load_that_a_worker_keeps_up_with_is_never_flagged(db, boss, wa
     w.start()
     codes = sample_for(w, HEALTHY_S)
     print(f"\npg-boss {MAJOR} steady: {dict(collections.Counter(codes))}\n{w.history()}")
-    assert set(codes) == {"healthy"}, w.history()
+    assert codes[0] == "not-judged" and set(codes[1:]) == {"healthy"}, w.history()  # one sample judges no rate
     last = w.seen[-1][1]
     assert last.enqueued_total >= 80 and last.dequeued_total >= 80, w.history()  # it did carry a load
     assert max(q.depth for _, q in w.seen) < 20, w.history()

@@ -166,7 +166,9 @@ def first_verdict(db, code: str, timeout: float, queue: str = "mail", every: Cal
 
 def others_healthy(snapshot: Snapshot) -> None:
     (reports,) = [q for q in snapshot.queues if q.source == "procrastinate" and q.name == "reports"]
-    assert reports.diagnosis.code == "healthy", reports.diagnosis  # nothing of it is ready: nothing holds it up
+    # Nothing of it is ready: nothing holds it up (not judged on a first sample: rates need two).
+    d = reports.diagnosis
+    assert d.code == "healthy" or (d.code == "not-judged" and d.reason.startswith("one sample")), d
 
 
 def test_a_worker_blocked_behind_an_idle_transaction_names_the_blocker(db, app):
@@ -181,10 +183,15 @@ def test_a_worker_blocked_behind_an_idle_transaction_names_the_blocker(db, app):
                 return conn.execute("SELECT l.pid, pg_blocking_pids(l.pid) FROM pg_locks l WHERE NOT l.granted"
                                     " AND l.relation = 'procrastinate_jobs'::regclass").fetchone()
             worker_pid, blocking = wait_until(waiting, timeout=30, what="the worker waiting for the table")
-        verdict = first_verdict(db, "blocked", timeout=30, every=others_healthy)
+        verdict = first_verdict(db, "blocked", timeout=30)
         d = verdict.queue.diagnosis
         assert blocking == [blocker.info.backend_pid]
         assert d.pids[0] == blocker.info.backend_pid and worker_pid in d.pids, d
+        assert "holding SHARE ROW EXCLUSIVE on procrastinate_jobs" in d.reason, d
+        # The table lock stops every queue in the table: reports too, nothing of it ready (its
+        # producers could not add any), by the same locker (issue 43: from the locks on its table).
+        (reports,) = [q for q in verdict.snapshot.queues if q.source == "procrastinate" and q.name == "reports"]
+        assert reports.diagnosis.code == "blocked" and reports.diagnosis.pids[0] == blocker.info.backend_pid, reports.diagnosis
         assert "idle in transaction" in d.reason and "application migration" in d.reason
         consumer = next(c for c in verdict.queue.consumers if c.pid == worker_pid)
         assert consumer.waiting and consumer.shared and consumer.evidence == "lock"
@@ -200,7 +207,7 @@ def test_ready_jobs_and_no_worker_at_all_is_no_consumers(db, app):
         app.tasks["send_mail"].defer()
     verdict = first_verdict(db, "no-consumers", timeout=10, every=others_healthy)
     assert "3 ready and no session takes them" in verdict.queue.diagnosis.reason
-    assert verdict.refreshes == 2  # two samples: the first is not evidence
+    assert verdict.refreshes == 1  # what one sample shows is said from one sample
 
 
 def test_a_worker_of_other_queues_only_does_not_hide_that_nobody_serves_this_one(db, app):
@@ -297,9 +304,9 @@ def test_a_busy_queue_that_keeps_up_is_never_flagged(db, app):
             snapshot = watcher.cycle()
             (q,) = [q for q in snapshot.queues if q.source == "procrastinate" and q.name == "mail"]
             seen[q.diagnosis.code] += 1
-            assert q.diagnosis.code == "healthy", (refresh, q.diagnosis, q)
+            assert q.diagnosis.code == ("not-judged" if refresh == 1 else "healthy"), (refresh, q.diagnosis, q)
             threading.Event().wait(max(0.0, started + refresh * INTERVAL_S - time.monotonic()))
-        assert producer.sent >= 200 and seen == {"healthy": 25}
+        assert producer.sent >= 200 and seen == {"not-judged": 1, "healthy": 24}  # one sample judges no rate
     finally:
         producer.stop()
         worker.stop()

@@ -9,7 +9,7 @@ When a condition "appeared" (the clock of `time_to_verdict_s`): `established_at`
 table and every worker waits for it (pg_blocking_pids); no-consumers, once the messages are
 committed; failing, once the first message went dead; bloat, saturated and healthy, once the
 producer runs and the workers have processed a message. The evidence is then due at once (a
-second sample: blocked, no-consumers), except where the rule itself needs time (`evidence_due_s`):
+first sample: no-consumers; blocked, once a lock is held MIN_WAIT_S), except where the rule itself needs time (`evidence_due_s`):
 failing, a window of MIN_WINDOW_S (1 s) between two samples; bloat, when the holder's transaction
 turns HORIZON_HELD_S (30 s) old; saturated, after SATURATED_MIN_S (10 s) of growth. Every test
 allows two refresh intervals past that, no more.
@@ -188,7 +188,8 @@ def test_a_busy_queue_that_keeps_up_is_never_flagged(db):
         return depth, scenario.work_summary(), scenario.produced
 
     result, (depth, work, produced), scenario = run_scenario(db, "healthy", truth, duration=20)
-    assert result["ok"] and result["verdicts_seen"] == {"healthy": result["refreshes"]}, result
+    # Never flagged: not judged on the first sample alone (one sample judges no rate), healthy after.
+    assert result["ok"] and result["verdicts_seen"] == {"not-judged": 1, "healthy": result["refreshes"] - 1}, result
     assert result["refreshes"] >= 19 and result["time_to_verdict_s"] is None
     assert produced >= 350 and work["processed"] >= produced - 20 and work["dead"] == 0 and depth <= 20, (produced, work, depth)
     assert_cleaned_up(db, scenario)
@@ -206,7 +207,7 @@ def test_the_command_prints_one_json_line_and_exits_0(db, cli):
     assert line["expected"] == {"code": "no-consumers", "pids": []}
     assert line["verdict"]["code"] == "no-consumers" and line["verdict"]["pids"] == []
     assert set(line["verdict"]) == {"code", "reason", "pids", "since_s"}
-    assert line["time_to_verdict_s"] <= 2 * line["interval_s"] and line["refreshes"] >= 2
+    assert line["time_to_verdict_s"] <= 2 * line["interval_s"] and line["refreshes"] >= 1  # said from one sample
     assert line["verdicts_seen"]["no-consumers"] == 1 and sum(line["verdicts_seen"].values()) == line["refreshes"]
     with db.connect() as conn:
         assert conn.execute("SELECT count(*) FROM queuetop.queues").fetchone()[0] == 0  # cleaned up

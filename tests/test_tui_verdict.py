@@ -40,10 +40,10 @@ class FakeBackend:
     def queue_details(self, source: str, name: str) -> QueueDetails:
         return QueueDetails()
 
-    def session_details(self, pid: int) -> dict:
+    def session_details(self, pid: int, started=None) -> dict:
         return {"session": None, "locks": []}
 
-    def signal_backend(self, pid: int, terminate: bool) -> bool:
+    def signal_backend(self, pid: int, terminate: bool, started=None) -> bool:
         self.signalled.append((pid, terminate))
         return True
 

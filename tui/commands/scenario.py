@@ -78,7 +78,7 @@ def evidence_wait_s(cause: str) -> float:
     name it, at the least: the xmin horizon counts as held once the holder's transaction is
     HORIZON_HELD_S old (the bloat scenario starts its holder first, so a little less is left), a
     backlog is saturated once it grew SATURATED_MIN_S, messages fail over a window of at least
-    MIN_WINDOW_S; blocked and no-consumers need only a second sample."""
+    MIN_WINDOW_S; blocked (a lock held MIN_WAIT_S) and no-consumers are said from one sample."""
     from probes.diagnosis import HORIZON_HELD_S, MIN_WINDOW_S, SATURATED_MIN_S
 
     return {"bloat": HORIZON_HELD_S, "saturated": SATURATED_MIN_S, "failing": MIN_WINDOW_S}.get(cause, 0.0)
@@ -148,6 +148,7 @@ def watch(target: Target, scenario: DiagnoseScenario, *, interval: float, timeou
     last: Diagnosis | None = None
     time_to_verdict: float | None = None
     refreshes = cycles = 0
+    misjudged = False
     end = established + ((duration or DIAGNOSE_DURATION_S) + hold if healthy else (timeout or DIAGNOSE_TIMEOUT_S[cause]))
     probes = probes_for(target)
     diagnoser = Diagnoser()
@@ -166,7 +167,11 @@ def watch(target: Target, scenario: DiagnoseScenario, *, interval: float, timeou
             if progress and healthy and cycles % 60 == 0:
                 progress(f"{now - established:6.1f}s  verdicts so far: "
                          + ", ".join(f"{code} {count}" for code, count in sorted(seen.items())))
-            found = (diagnosis is not None and diagnosis.code != "healthy") if healthy else names_expected(diagnosis, cause, expected)
+            # healthy: flagged by any other verdict, or none, but not judged on the first sample
+            # (one sample judges no rate).
+            calm = diagnosis is not None and (diagnosis.code == "healthy" or (cycles == 1 and diagnosis.code == "not-judged"))
+            misjudged = misjudged or (healthy and not calm)
+            found = (diagnosis is not None and not calm) if healthy else names_expected(diagnosis, cause, expected)
             if verdict is None and found:
                 verdict, time_to_verdict, refreshes = diagnosis, now - established, cycles
                 if not healthy:
@@ -185,7 +190,7 @@ def watch(target: Target, scenario: DiagnoseScenario, *, interval: float, timeou
     # Sessions the verdict names that the scenario did not start (a saturated verdict may name the
     # producer, caught inserting, and the workers' listener: those are the scenario's own).
     unexpected = sorted(set(verdict.pids) - scenario.own_pids()) if verdict is not None and not healthy else []
-    ok = not errors and (not any(code != "healthy" for code in seen) if healthy else verdict is not None and not unexpected)
+    ok = not errors and (not misjudged if healthy else verdict is not None and not unexpected)
     result: dict[str, Any] = {
         "scenario": "diagnose",
         "cause": cause,
