@@ -3,6 +3,8 @@ Text from the database as they show it: inert (dbcore/text.py), never markup."""
 
 from __future__ import annotations
 
+from bisect import bisect_left
+
 from rich.cells import cell_len, set_cell_size
 from rich.text import Span, Text
 
@@ -197,7 +199,12 @@ def wait_phrase(b: BlockedSession, here: str | None, *, parent: int | None = Non
     else:
         text = f"waits on {lock_target(b, here)}"
     held = [str(p) for p in b.holders if p != parent] + [f"prepared {gid!r}" for gid in b.blocked_by_prepared]
-    ahead = [str(p) for p in b.blocked_by if p not in b.holders and p != parent] if queued else []
+    ahead: list[str] = []
+    if queued and most is not None and len(b.blocked_by) > most + len(b.holders) + 1:
+        # Counted, not named: a pile-up's 2,000th waiter queues behind 1,999 (a label each sample).
+        ahead = [f"{queued_behind(b, parent):,} sessions"]
+    elif queued:
+        ahead = [str(p) for p in b.blocked_by if p not in b.holders and p != parent]
     if held and b.lock_type == "safe snapshot":  # the serializable transactions it waits out
         text += f" until {', '.join(held)} end{'s' if len(held) == 1 else ''}"
     elif held:
@@ -206,6 +213,19 @@ def wait_phrase(b: BlockedSession, here: str | None, *, parent: int | None = Non
         named = ", ".join(ahead) if most is None or len(ahead) <= most else f"{len(ahead):,} sessions"
         text += f"{',' if held else ''} queued behind {named}"
     return inert(text)
+
+
+def queued_behind(b: BlockedSession, parent: int | None = None) -> int:
+    """How many sessions `b` only queues behind (its blockers but those holding what it wants and
+    the one it is shown under): its place in a pile-up's line. Counted without a step per blocker
+    (`blocked_by` is sorted, as the probes give it)."""
+    ahead = b.blocked_by
+
+    def named(pid: int) -> bool:
+        at = bisect_left(ahead, pid)
+        return at < len(ahead) and ahead[at] == pid
+
+    return len(ahead) - sum(1 for p in {*b.holders, parent} if p is not None and named(p))
 
 
 def blocks_text(count: int, processes: int | None) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from rich.text import Text
 from textual.widgets import Tree
+from textual.widgets.tree import TreeNode
 
 from probes.model import BlockedSession, Blocker, PreparedXact
 
@@ -84,6 +85,18 @@ def group_label(members: list[BlockedSession], depth: int, tree_width: int, here
     ], label_width(tree_width, depth), label_width(tree_width, depth + 1))
 
 
+def member_label(b: BlockedSession, depth: int, tree_width: int, parent: int | None = None) -> list[Text]:
+    """A session of an opened group, on one line: its pid, how long it has waited and its place in
+    the line, each whole or left out (what it wants, from whom, its application and statement are
+    the group's line; Enter shows the rest). One line, not wrapped: a group may list 2,000."""
+    ahead = fmt.queued_behind(b, parent)
+    return [fit_segments([
+        (f"{b.pid} ", "bold", False), (f"waits {fmt.seconds(b.wait_s)}".ljust(WAIT_CELLS), "red", False),
+        (f"  queued behind {ahead:,}" if ahead else "  first in line", "magenta", False),
+        (f"  +{len(b.worker_pids)} parallel worker{'s' if len(b.worker_pids) > 1 else ''}" if b.worker_pids else "", "yellow", False),
+    ], label_width(tree_width, depth))]
+
+
 def members_label(pids: tuple[int, ...], depth: int, tree_width: int) -> Text:
     """The line under a group that lists its sessions when opened: their count, and as many of
     their pids as fit."""
@@ -120,6 +133,16 @@ class LockTree(Tree[int]):
 
     def on_resize(self) -> None:
         self.report_rows()
+
+    def set_labels(self, changes: list[tuple[TreeNode[int], Text]]) -> None:
+        """Many nodes' labels set at once, with one repaint: TreeNode.set_label schedules a repaint
+        of each node's lines, thousands of callbacks for an opened group of a pile-up. The line
+        cache is keyed by each node's update count, which this moves on as set_label does."""
+        for node, label in changes:
+            node._updates += 1
+            node._label = self.process_label(label)
+        if changes:
+            self.refresh()
 
     def report_rows(self) -> None:
         shown = rows_shown(self.last_line + 1, self.size.height, self.scroll_y)

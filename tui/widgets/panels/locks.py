@@ -11,7 +11,7 @@ from probes.model import BlockedSession, Snapshot
 from ... import format as fmt
 from .base import FIGURE, WORDS, Panel, fit_segments, matches_filter, wrap_segments
 from .lock_layout import Key, Layout, Node, lay_out
-from .lock_tree import LockTree, blocked_label, blocker_label, group_label, label_width, members_label, prepared_label
+from .lock_tree import LockTree, blocked_label, blocker_label, group_label, label_width, member_label, members_label, prepared_label
 
 
 def _deadlock_countdown(snapshot: Snapshot, members: list[BlockedSession]) -> str:
@@ -93,7 +93,10 @@ class LocksPanel(Panel):
             return (node.members, node.depth)
         if node.depth == 1 and ident in layout.roots:
             return layout.roots[ident]
-        return (layout.blocked.get(ident), node.depth, node.under)
+        b = layout.blocked.get(ident)
+        if node.parent is not None and node.parent[0] == "m":  # a listed member of a group: its wait and place
+            return (b.wait_s if b else None, len(b.blocked_by) if b else None, b.worker_pids if b else None, node.depth)
+        return (b, node.depth, node.under)
 
     def _label(self, node: Node, width: int) -> list[Text]:
         layout, snapshot = self._layout, self._snapshot
@@ -114,6 +117,8 @@ class LocksPanel(Panel):
             return [members_label(node.members, node.depth, width)]
         if node.depth == 1 and ident in layout.roots:
             return blocker_label(layout.roots[ident], width)
+        if node.parent is not None and node.parent[0] == "m":
+            return member_label(layout.blocked[ident], node.depth, width, node.under)
         return blocked_label(layout.blocked[ident], node.depth, width, here, node.under)
 
     def _lines_of(self, node: Node, width: int) -> list[Text]:
@@ -176,12 +181,14 @@ class LocksPanel(Panel):
             self._restore_cursor(cursor)
             self.call_after_refresh(tree.report_rows)
         else:
-            # Only labels whose facts changed are set: each set_label repaints.
+            # Only labels whose facts changed are set, all at once, with one repaint.
+            changes: list[tuple[TreeNode[int], Text]] = []
             for node in nodes:
                 if self._shown.get(node.key) is not lines_of[node.key]:
-                    self._relabel(node.key, lines_of[node.key])
+                    self._relabel(node.key, lines_of[node.key], changes)
             for node in opened:
-                self._list_members(node, width)
+                self._list_members(node, width, changes)
+            tree.set_labels(changes)
 
     def _summary(self, snapshot: Snapshot, layout: Layout, width: int) -> list[tuple[str, str, bool]]:
         """The root's line: what the tree holds, each count whole or left out."""
@@ -223,14 +230,14 @@ class LocksPanel(Panel):
         for each in (node, *more):
             self._key_of[id(each)] = key
 
-    def _relabel(self, key: Key, lines: list[Text]) -> None:
+    def _relabel(self, key: Key, lines: list[Text], changes: list[tuple[TreeNode[int], Text]]) -> None:
+        """Queue the node's new lines on `changes` (set together: LockTree.set_labels)."""
         label, *more = lines
-        self._tree_nodes[key].set_label(label)
-        for extra, line in zip(self._more_nodes[key], more, strict=True):
-            extra.set_label(line)
+        changes.append((self._tree_nodes[key], label))
+        changes.extend(zip(self._more_nodes[key], more, strict=True))
         self._shown[key] = lines
 
-    def _list_members(self, node: Node, width: int) -> None:
+    def _list_members(self, node: Node, width: int, changes: list[tuple[TreeNode[int], Text]] | None = None) -> None:
         """A group's sessions under its list node (when opened), each labelled as a session."""
         layout = self._layout
         assert layout is not None
@@ -250,9 +257,12 @@ class LocksPanel(Panel):
                 self._remember(m.key, added, [added.add_leaf(line, data=pid) for line in more], lines_of[m.key])
             self._listed[node.key] = shape
             return
+        queued: list[tuple[TreeNode[int], Text]] = [] if changes is None else changes
         for m in members:
             if self._shown.get(m.key) is not lines_of[m.key]:
-                self._relabel(m.key, lines_of[m.key])
+                self._relabel(m.key, lines_of[m.key], queued)
+        if changes is None:
+            self.query_one(LockTree).set_labels(queued)
 
     def _forget(self, key: Key) -> None:
         self._shown.pop(key, None)
