@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from dbcore.sqlfiles import Queries
 
 from .config import Config
@@ -39,7 +41,10 @@ def queue_details(conn: ProbeConnection, source: str, name: str, config: Config 
     return cls(config, schema).details(conn, name)
 
 
-def session_details(conn: ProbeConnection, pid: int) -> dict[str, object]:
-    session = conn.execute(DETAILS_SQL["session"], {"pid": pid}).fetchone()
-    locks = conn.execute(DETAILS_SQL["session_locks"], {"pid": pid}).fetchall()
+def session_details(conn: ProbeConnection, pid: int, started: datetime | None = None) -> dict[str, object]:
+    """A session's facts, whole query and locks. `started`: when its backend started (with the
+    pid, its identity): a session that ended since, its pid now another backend's, has no details
+    (`session` None), never that other backend's. None: the pid alone."""
+    session = conn.execute(DETAILS_SQL["session"], {"pid": pid, "started": started}).fetchone()
+    locks = conn.execute(DETAILS_SQL["session_locks"], {"pid": pid}).fetchall() if session is not None else []
     return {"session": session, "locks": locks}

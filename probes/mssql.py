@@ -77,13 +77,13 @@ class MssqlProbes(PostgresProbes):
 
     def xmin_horizon_holder(self, conn: ProbeConnection, sessions: list[DictRow]) -> DictRow | None:
         """The session with the oldest snapshot transaction, among the connections statement's
-        rows (their xmin_age, in seconds): the version store's horizon. SQL Server has no prepared
+        rows but queuetop's own (their xmin_age, in seconds: its age in time): the version store's horizon. SQL Server has no prepared
         transactions or replication slots that hold it."""
         oldest = max((r for r in sessions if r["xmin_age"] is not None), key=lambda r: r["xmin_age"], default=None)
         if oldest is None:
             return None
         return {"kind": "session", "pid": oldest["pid"], "name": None, "application_name": oldest["application_name"],
-                "age_xids": oldest["xmin_age"]}
+                "age_xids": oldest["xmin_age"], "age_s": float(oldest["xmin_age"])}
 
     def sessions(self, conn: ProbeConnection) -> SessionPicture:
         self._require_server_state("other sessions")

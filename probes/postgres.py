@@ -47,6 +47,7 @@ from .session import open_probe_connection as open_probe_connection
 from .sources import QueueFigures, QueueSource, SourceSet
 from .sources.base import has_table, is_relation_name
 from .sources.tally import CycleTallies
+from .xidclock import XidClock
 
 PROBE_NAMES = ("queues", "rings", "leases", "locks", "connections", "compaction")
 # The method a probe runs, where it is not the probe's name: the connections probe also lists
@@ -114,6 +115,8 @@ class PostgresProbes:
         # The lock tree, worked out again only when more than its times changed (bench probes
         # replaces it to time a picture that changes every cycle).
         self.lock_trees = LockTrees()
+        # The next transaction id, read each cycle: how old a standby's or a slot's horizon is in time.
+        self.xid_clock = XidClock()
         self._version_num = 0
         # What a probe that worked says beside its figures (privileges that hide some, a locked
         # named queue), by probe name; and what part of it failed (a queue source), by probe name.
@@ -410,39 +413,71 @@ class PostgresProbes:
     # -- connections ---------------------------------------------------------------------
 
     def connections(self, conn: ProbeConnection) -> Connections:
+        """Connections by state and application against max_connections (queuetop's own sessions
+        counted: they take connections), the oldest transaction and what holds the xmin horizon
+        back (never one of queuetop's own sessions). Where other roles' sessions are hidden from
+        this role (no pg_read_all_stats), the oldest transaction is unknown, not this role's own
+        oldest (`oldest_xact_unknown` says why), and so is the xmin horizon's holder when the
+        server names a session the role cannot see (`xmin_holder_unknown`)."""
         rows = conn.execute(CONNECTIONS_SQL["connections"]).fetchall()
         settings = one(conn.execute(CONNECTIONS_SQL["max_connections"]))
         by_state: dict[str, int] = {}
         by_app: dict[str, int] = {}
         oldest = None
+        hidden = 0
         for r in rows:
             state = r["state"] or "unknown"  # other roles' sessions without pg_read_all_stats
             by_state[state] = by_state.get(state, 0) + 1
             app = r["application_name"] or ""
             by_app[app] = by_app.get(app, 0) + 1
-            if r["xact_age_s"] is not None and (oldest is None or r["xact_age_s"] > oldest["xact_age_s"]):
+            if app.startswith(APPLICATION_NAME):
+                continue  # queuetop's own: never the oldest transaction
+            if r["state"] is None:
+                hidden += 1
+            elif r["xact_age_s"] is not None and (oldest is None or r["xact_age_s"] > oldest["xact_age_s"]):
                 oldest = r
-        xmin = self.xmin_horizon_holder(conn, rows)
-        hidden = sum(1 for r in rows if r["state"] is None)
+        others = [r for r in rows if not (r["application_name"] or "").startswith(APPLICATION_NAME)]
+        xmin = self.xmin_horizon_holder(conn, others)
+        oldest_unknown = xmin_unknown = None
         if hidden:
-            self.notes["connections"] = (
-                f"state and transaction age of {hidden} other roles' sessions hidden: "
-                "grant pg_read_all_stats to see them"
-            )
+            why = f"{hidden} other roles' session(s) hidden: grant pg_read_all_stats (or pg_monitor) to see them"
+            oldest_unknown = why
+            self.notes["connections"] = f"the oldest transaction unknown: {why}"
+            if xmin is not None and xmin.get("hidden"):
+                xmin_unknown = why
+                self.notes["connections"] = f"the oldest transaction and the xmin horizon's holder unknown: {why}"
+                xmin = None
+        age_s, at_least = (xmin.get("age_s"), False) if xmin is not None else (None, False)
+        if xmin is not None and age_s is None:
+            age_s, at_least = self._horizon_age(xmin)
         return Connections(
             total=len(rows) + 1,  # and this probe's own session
             max=settings["max_connections"],
             by_state=dict(sorted(by_state.items(), key=lambda kv: -kv[1])),
             by_application=dict(sorted(by_app.items(), key=lambda kv: -kv[1])),
-            oldest_xact_age_s=oldest["xact_age_s"] if oldest else None,
-            oldest_xact_pid=oldest["pid"] if oldest else None,
-            oldest_xact_state=oldest["state"] if oldest else None,
+            oldest_xact_age_s=oldest["xact_age_s"] if oldest and not hidden else None,
+            oldest_xact_pid=oldest["pid"] if oldest and not hidden else None,
+            oldest_xact_state=oldest["state"] if oldest and not hidden else None,
             xmin_holder_pid=xmin["pid"] if xmin else None,
             xmin_holder_age_xids=xmin["age_xids"] if xmin else None,
             xmin_holder_application=xmin["application_name"] if xmin else None,
             xmin_holder_kind=xmin["kind"] if xmin else None,
             xmin_holder_name=xmin["name"] if xmin else None,
+            xmin_holder_client=xmin.get("client") if xmin else None,
+            xmin_holder_age_s=float(age_s) if age_s is not None else None,
+            xmin_holder_age_at_least=at_least,
+            oldest_xact_unknown=oldest_unknown,
+            xmin_holder_unknown=xmin_unknown,
         )
+
+    def _horizon_age(self, holder: DictRow) -> tuple[float | None, bool]:
+        """The age in time of a horizon the statement gives no time for (a standby's feedback, a
+        slot): when the next transaction id was the horizon's, from the xid clock's history."""
+        next_xid, age_xids = holder.get("next_xid"), holder.get("age_xids")
+        if next_xid is None or age_xids is None:
+            return None, False
+        found = self.xid_clock.age(int(next_xid) - int(age_xids))
+        return (found.seconds, found.at_least) if found is not None else (None, False)
 
     # -- sessions ------------------------------------------------------------------------
 
@@ -481,7 +516,7 @@ class PostgresProbes:
                 backend_type=r["backend_type"], state=r["state"], xact_age_s=r["xact_age_s"], query_age_s=r["query_age_s"],
                 wait_event_type=r["wait_event_type"], wait_event=r["wait_event"],
                 blocked_by=tuple(json_value(r["blocked_by"]) or ()), leader_pid=r["leader_pid"], query=r["query"],
-                query_is_cut=bool(r["query_is_cut"]),
+                query_is_cut=bool(r["query_is_cut"]), backend_start=r["backend_start"],
             )
             for r in rows
         ), total
@@ -491,11 +526,17 @@ class PostgresProbes:
 
     def xmin_horizon_holder(self, conn: ProbeConnection, sessions: list[DictRow]) -> DictRow | None:
         """What holds this database's xmin horizon back the most (kind, pid, name,
-        application_name, age_xids), as the server computes it (connections.sql's xmin_horizon):
-        a session's transaction id or snapshot, a prepared transaction, a replication slot.
-        `sessions`: the connections statement's rows, for a dialect that finds it among them."""
-        row: DictRow | None = conn.execute(CONNECTIONS_SQL["xmin_horizon"]).fetchone()
-        return row
+        application_name, client, age_xids, age_s, hidden, next_xid), as the server computes it
+        (connections.sql's xmin_horizon): a session's transaction id or snapshot, a standby's
+        feedback, a prepared transaction, a replication slot; never queuetop's own sessions.
+        Each call reads the next transaction id into the xid clock too. `sessions`: the
+        connections statement's rows but queuetop's own, for a dialect that finds it among them."""
+        row: DictRow | None = conn.execute(CONNECTIONS_SQL["xmin_horizon"], {"own": APPLICATION_NAME}).fetchone()
+        if row is None:
+            return None
+        if row["next_xid"] is not None:
+            self.xid_clock.record(time.monotonic(), int(row["next_xid"]))
+        return row if row["kind"] is not None else None
 
 
 @cache

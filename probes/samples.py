@@ -16,6 +16,13 @@ from typing import Any, TypeVar
 
 _Sample = TypeVar("_Sample")
 
+# queuetop's own monitoring sessions' application_name starts with this (probes/session.py's
+# APPLICATION_NAME: the probes, "queuetop-probe:details", "queuetop-probe:scenario"). The Sessions
+# view hides them by default, and they are never the oldest transaction or the xmin holder.
+PROBE_APPLICATION = "queuetop-probe"
+# The backend types of clients' sessions: PostgreSQL's, SQL Server's user sessions.
+CLIENT_BACKEND_TYPES = frozenset({"client backend", "user process"})
+
 
 def quick_init(cls: type[_Sample]) -> type[_Sample]:
     """Give a frozen, slotted dataclass (keyword-only, no default factories, no __post_init__)
@@ -314,6 +321,31 @@ class SessionSample:
     leader_pid: int | None = None  # a parallel worker's leader (PostgreSQL 13+)
     query: str | None = None  # its query cut to probes.postgres.SESSION_QUERY_CHARS (the whole: session details)
     query_is_cut: bool = False  # the query was longer than what is kept here
+    # When the backend started (SQL Server: the session's login_time): with the pid, the session's
+    # identity (a pid is reused by a later backend). None where privileges hide it, and in
+    # snapshots recorded before it was read.
+    backend_start: datetime | None = None
+
+    @property
+    def identity(self) -> tuple[int, datetime | None]:
+        """(pid, backend_start): what stays the same while the session lives, and only then."""
+        return self.pid, self.backend_start
+
+    @property
+    def own(self) -> bool:
+        """One of queuetop's own monitoring sessions (a probe's, a details' read: application_name
+        starting with PROBE_APPLICATION), not the workload (the engine's workers, the demo's, a
+        scenario's are)."""
+        return self.application is not None and self.application.startswith(PROBE_APPLICATION)
+
+    @property
+    def background(self) -> bool:
+        """A server process rather than a client's session (checkpointer, walwriter, autovacuum,
+        a walsender, ...). Where privileges hide the backend type, a session with a user and a
+        database is taken as a client's (a background process has neither, or no database)."""
+        if self.backend_type is None:
+            return self.user is None or self.database is None
+        return self.backend_type not in CLIENT_BACKEND_TYPES
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -16,8 +16,11 @@ from dbcore.database import DictRow, Target
 from dbcore.dialect import dialect_named
 
 from .failures import LOCK_TIMEOUT_MS, STATEMENT_TIMEOUT_MS
+from .samples import PROBE_APPLICATION
 
-APPLICATION_NAME = "queuetop-probe"
+# Every probe session's application_name starts with it: the sessions view tells queuetop's own
+# sessions by it (SessionSample.own), and the oldest transaction and the xmin holder leave them out.
+APPLICATION_NAME = PROBE_APPLICATION
 # Every probe session, however opened (one-off or pooled), runs with these.
 PROBE_SETTINGS = {
     "default_transaction_read_only": "on",

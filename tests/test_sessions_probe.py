@@ -40,7 +40,7 @@ EPSILON = 1e-6  # extract(epoch ...) of microseconds, as float8
 
 # What pg_stat_activity says of a session, read by the test's own connection.
 TRUTH = """
-SELECT pid, datname, usename, application_name, client_port, host(client_addr) AS client_addr, client_hostname,
+SELECT pid, backend_start, datname, usename, application_name, client_port, host(client_addr) AS client_addr, client_hostname,
        backend_type, state, wait_event_type, wait_event, query,
        extract(epoch FROM now() - xact_start)::float8 AS xact_age_s,
        extract(epoch FROM now() - query_start)::float8 AS query_run_s,
@@ -191,6 +191,9 @@ def test_every_session_is_listed_as_the_server_says(db, admin):
             assert within(row.query_age_s, b["state_s" if idle_now else "query_run_s"], a["state_s" if idle_now else "query_run_s"])
             assert row.blocked_by == tuple(b["blockers"] or ()) == tuple(a["blockers"] or ()), (pid, row.blocked_by, b, a)
             assert row.query_is_cut is False and row.leader_pid is None
+            # Its identity: the pid and when its backend started, as the server says it.
+            assert row.backend_start == b["backend_start"] == a["backend_start"] is not None
+            assert row.identity == (pid, b["backend_start"]) and not row.own and not row.background
 
         assert probed.of(idle_pid).state == "idle" and probed.of(idle_pid).xact_age_s is None
         assert probed.of(writer_pid).state == "idle in transaction" and probed.of(writer_pid).xact_age_s is not None
@@ -208,6 +211,7 @@ def test_every_session_is_listed_as_the_server_says(db, admin):
         # The server's own processes are listed too: no client, most without a database.
         checkpointer = [s for s in probed.sessions if s.backend_type == "checkpointer"]
         assert len(checkpointer) == 1 and checkpointer[0].client is None and checkpointer[0].database is None
+        assert checkpointer[0].background and not checkpointer[0].own  # behind the Sessions panel's A
 
         # The oldest transaction first; sessions without one after.
         ages = [s.xact_age_s for s in probed.sessions]
@@ -303,8 +307,14 @@ def test_a_cycle_and_its_json_carry_the_sessions(db, admin):
         assert document["sessions_total"] == len(document["sessions"])
         assert {"pid", "database", "user", "application", "client", "backend_type", "state", "xact_age_s", "query_age_s",
                 "wait_event_type", "wait_event", "blocked_by", "xmin_holder", "leader_pid", "query",
-                "query_is_cut"} == set(document["sessions"][0])
-        assert Snapshot.from_json(document) == snapshot
+                "query_is_cut", "backend_start"} == set(document["sessions"][0])
+        assert Snapshot.from_json(document) == snapshot  # backend_start too: an aware time, back as it was
+        mine = next(s for s in document["sessions"] if s["pid"] == conn.info.backend_pid)
+        started = conn.execute("SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()").fetchone()[0]
+        assert datetime.fromisoformat(mine["backend_start"].replace("Z", "+00:00")) == started
+    # A recording made before backend_start was read: its sessions load without it.
+    older = {**document, "sessions": [{k: v for k, v in s.items() if k != "backend_start"} for s in document["sessions"]]}
+    assert all(s.backend_start is None for s in Snapshot.from_json(older).sessions)
     # A recording made before the sessions probe existed has neither key: it still loads.
     old = {key: value for key, value in document.items() if key not in ("sessions", "sessions_total")}
     loaded = Snapshot.from_json(old)

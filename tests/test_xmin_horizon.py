@@ -276,16 +276,167 @@ def test_a_standbys_feedback_holds_it(db, admin, through_slot):
         assert_age(c, held, before, after)
         if slot:
             assert (c.xmin_holder_kind, c.xmin_holder_name, c.xmin_holder_pid) == ("slot", slot, None)
+            # The standby streaming from it, by its name and where it connects from (a Unix socket here).
+            assert (c.xmin_holder_application, c.xmin_holder_client) == ("qt-standby", "local")
             walsender.close()  # the standby goes; its slot keeps holding
             wait_until(lambda: admin.execute("SELECT active_pid IS NULL FROM pg_replication_slots WHERE slot_name = %s",
                                              (slot,)).fetchone()[0], what="the slot released")
             assert removable_cutoff(admin) == held & XID_MASK
             c, _before, _after = probe(db, admin)
-            assert (c.xmin_holder_kind, c.xmin_holder_name) == ("slot", slot)
+            assert (c.xmin_holder_kind, c.xmin_holder_name, c.xmin_holder_application) == ("slot", slot, None)
         else:
+            # A standby's feedback, named as pg_stat_replication names the standby (its
+            # application_name), with its address; not a session with no transaction age.
             assert activity(admin, walsender.pid)["backend_type"] == "walsender"
-            assert (c.xmin_holder_kind, c.xmin_holder_pid, c.xmin_holder_name, c.xmin_holder_application) == \
-                ("session", walsender.pid, None, "qt-standby")
+            standby_name = admin.execute("SELECT application_name FROM pg_stat_replication WHERE pid = %s",
+                                         (walsender.pid,)).fetchone()
+            assert standby_name == ("qt-standby",)
+            assert (c.xmin_holder_kind, c.xmin_holder_pid, c.xmin_holder_name, c.xmin_holder_application,
+                    c.xmin_holder_client) == ("standby", walsender.pid, "qt-standby", "qt-standby", "local")
+            assert c.xmin_holder_age_s is None  # one probe cycle: no history of transaction ids to date it by
+
+
+@pytest.mark.parametrize("through_slot", [True, False], ids=["through a slot", "without a slot"])
+def test_a_standbys_horizon_is_dated_by_the_probes_clock_of_transaction_ids(db, admin, through_slot):
+    """A standby's feedback (or its slot) holds the horizon at a transaction id with no start
+    time: the probes, which persist across cycles, read the next transaction id each cycle and
+    say when it was the horizon's. Held from the first cycle on: its age is the time since that
+    cycle's reading; held from before the first cycle: at least as long as the history."""
+    import time
+
+    probes = PostgresProbes()
+    with open_probe_connection(db.target) as conn, standby(db, admin, slot=through_slot) as (walsender, slot):
+        probes.server(conn)
+        before_first = time.monotonic()
+        probes.connections(conn)
+        after_first = time.monotonic()
+        first = probes.xid_clock.last()
+        assert first is not None
+        held = first[1]  # the next transaction id the first cycle read: the standby holds it from now on
+        walsender.feedback(held)
+        if slot:
+            wait_until(lambda: admin.execute("SELECT xmin::text::bigint FROM pg_replication_slots WHERE slot_name = %s",
+                                             (slot,)).fetchone()[0] == held & XID_MASK, what="the slot's xmin")
+        else:
+            wait_until(lambda: activity(admin, walsender.pid)["xmin"] == held & XID_MASK, what="the walsender's xmin")
+        for _ in range(3):  # cycles while transactions go on
+            next_xid(admin)
+            probes.connections(conn)
+        next_xid(admin)
+        before_last = time.monotonic()
+        c = probes.connections(conn)
+        after_last = time.monotonic()
+        assert c.xmin_holder_kind == ("slot" if slot else "standby") and c.xmin_holder_age_xids is not None
+        assert c.xmin_holder_age_xids >= 4
+        assert c.xmin_holder_age_s is not None and not c.xmin_holder_age_at_least
+        # From the first cycle's reading to the last's.
+        assert before_last - after_first - 0.001 <= c.xmin_holder_age_s <= after_last - before_first + 0.001, \
+            (c.xmin_holder_age_s, before_last - after_first, after_last - before_first)
+
+        # A dashboard started after the standby began to hold: the horizon is older than its history.
+        later = PostgresProbes()
+        later.server(conn)
+        next_xid(admin)
+        started = time.monotonic()
+        later.connections(conn)
+        after_start = time.monotonic()
+        next_xid(admin)
+        before_end = time.monotonic()
+        c = later.connections(conn)
+        ended = time.monotonic()
+        assert c.xmin_holder_age_at_least and c.xmin_holder_age_s is not None
+        assert before_end - after_start - 0.001 <= c.xmin_holder_age_s <= ended - started + 0.001
+        assert "at least" in render(replace(sample_snapshot(), connections=c))
+
+
+def test_queuetops_own_sessions_are_never_the_oldest_transaction_nor_the_xmin_holder(db, admin):
+    """A session of queuetop's own (another dashboard's probe: application_name queuetop-probe...)
+    that holds the oldest transaction is left out of both; the workload's next oldest is named."""
+    with writer(db, name="queuetop-probe:another-dashboard") as (own, own_xid):
+        for _ in range(2):
+            next_xid(admin)
+        assert removable_cutoff(admin) == own_xid & XID_MASK  # the server's horizon is the monitor's own
+        c, _before, _after = probe(db, admin)
+        assert (c.xmin_holder_kind, c.xmin_holder_pid, c.oldest_xact_pid) == (None, None, None)
+        assert c.by_application.get("queuetop-probe:another-dashboard") == 1  # it takes a connection: counted
+        with writer(db, name="qt-workload") as (conn, xid):
+            assert xid > own_xid
+            c, before, after = probe(db, admin)
+            assert (c.xmin_holder_kind, c.xmin_holder_pid, c.xmin_holder_application) == ("session", conn.info.backend_pid,
+                                                                                          "qt-workload")
+            assert c.oldest_xact_pid == conn.info.backend_pid
+            assert_age(c, xid, before, after)
+            # The sessions list has it, flagged as queuetop's own (the dashboard hides it until A).
+            probes = PostgresProbes()
+            with open_probe_connection(db.target) as probe_conn:
+                probes.server(probe_conn)
+                sessions, _total = probes.sessions(probe_conn)
+            mine = next(s for s in sessions if s.pid == own.info.backend_pid)
+            assert mine.own and not mine.background
+            assert not next(s for s in sessions if s.pid == conn.info.backend_pid).own
+
+
+@contextmanager
+def limited_role(db, admin: psycopg.Connection) -> Iterator[psycopg.Connection]:
+    """A session of a role with CONNECT alone: no pg_read_all_stats (nor pg_monitor)."""
+    role = f"qt_horizon_role_{os.getpid()}"
+    admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+    admin.execute(sql.SQL("GRANT CONNECT ON DATABASE {} TO {}").format(sql.Identifier(db.name), sql.Identifier(role)))
+    try:
+        with psycopg.connect(db.server.uri(db.name, user=role), autocommit=True, application_name="qt-limited") as conn:
+            yield conn
+    finally:
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (role,))
+        wait_until(lambda: admin.execute("SELECT count(*) FROM pg_stat_activity WHERE usename = %s", (role,)).fetchone()[0] == 0,
+                   what="the role's sessions gone")
+        admin.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+        admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def test_without_pg_read_all_stats_the_oldest_transaction_and_a_hidden_holder_are_unknown(db, admin):
+    """A role that cannot see other roles' sessions (no pg_read_all_stats) does not name its own
+    oldest transaction as the oldest, nor take the server's holder for none: both are unknown,
+    with a note. A holder every role can see (a prepared transaction) is still named."""
+    gid = f"qt-hidden-{db.name}"
+    with prepared(db.dsn, gid) as prepared_xid, writer(db, name="qt-hidden-writer") as (hidden, hidden_xid), \
+            limited_role(db, admin) as limited:
+        limited.execute("BEGIN")
+        limited.execute("SELECT txid_current()")  # the role's own transaction: the youngest, and visible to it
+        own = limited.execute("SELECT xact_start FROM pg_stat_activity WHERE pid = pg_backend_pid()").fetchone()
+        assert own is not None and own[0] is not None
+        seen = limited.execute("SELECT state, backend_xid FROM pg_stat_activity WHERE pid = %s",
+                               (hidden.info.backend_pid,)).fetchone()
+        assert seen is not None and seen[0] is None and seen[1] is not None  # its state hidden, its xid not
+        probes = PostgresProbes()
+        with psycopg.connect(db.server.uri(db.name, user=limited.info.user), autocommit=True,
+                             row_factory=psycopg.rows.dict_row, application_name="queuetop-probe") as conn:
+            probes.server(conn)
+            c = probes.connections(conn)
+            assert (c.oldest_xact_age_s, c.oldest_xact_pid, c.oldest_xact_state) == (None, None, None)
+            assert c.oldest_xact_unknown is not None and "pg_read_all_stats" in c.oldest_xact_unknown
+            # The prepared transaction is the oldest holder, and every role sees it.
+            assert prepared_xid < hidden_xid
+            assert (c.xmin_holder_kind, c.xmin_holder_name, c.xmin_holder_unknown) == ("prepared", gid, None)
+            assert "pg_read_all_stats" in probes.notes["connections"]
+            with psycopg.connect(db.dsn, autocommit=True) as owner:
+                owner.execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(gid)))
+            # The role's transaction saw the prepared one running (its snapshot's xmin): a new one,
+            # which sees the writer running, and is younger than it.
+            limited.execute("ROLLBACK")
+            limited.execute("BEGIN")
+            limited.execute("SELECT txid_current()")
+            # Now the oldest holder is the other role's writer, which the role cannot tell apart
+            # from a VACUUM: unknown, not a calm "none", nor its own transaction.
+            c = probes.connections(conn)
+            assert (c.xmin_holder_kind, c.xmin_holder_pid, c.xmin_holder_age_xids) == (None, None, None)
+            assert c.xmin_holder_unknown is not None and "pg_read_all_stats" in c.xmin_holder_unknown
+            assert c.oldest_xact_unknown is not None
+            text = render(replace(sample_snapshot(), connections=c))
+            assert "oldest transaction: unknown" in text and "xmin held by: unknown" in text
+        limited.execute("ROLLBACK")
+        # As the superuser (every session seen): both named.
+        c, _before, _after = probe(db, admin)
+        assert c.xmin_holder_pid == hidden.info.backend_pid and c.oldest_xact_pid == hidden.info.backend_pid
 
 
 def test_a_slots_catalog_xmin_holds_the_catalogs_not_the_queue_tables(db, admin):
@@ -353,11 +504,13 @@ async def test_the_holder_is_named_in_the_json_the_text_and_the_dashboard(db, ad
         app = QueuetopApp(lambda sink: Sampler(db.target, sink, interval_s=0.3), backend=DatabaseBackend(db.target))
         async with app.run_test(size=(220, 50)) as pilot:
             summary = app.query_one(ConnectionsPanel).query_one("#connections-summary", Static)
+            # The horizon's age in time before the gid (a figure whole, the name cut last).
+            shown = re.compile(rf"xmin \d+\.\ds prepared '{re.escape(gid)}'")
             for _ in range(500):
                 await pilot.pause(0.02)
-                if f"xmin prepared '{gid}'" in str(summary.render()):
+                if shown.search(str(summary.render())):
                     break
-            assert f"xmin prepared '{gid}'" in str(summary.render())
+            assert shown.search(str(summary.render())), str(summary.render())
 
 
 def test_a_recording_from_before_the_kinds_still_loads_and_shows_its_session():
@@ -372,3 +525,48 @@ def test_a_recording_from_before_the_kinds_still_loads_and_shows_its_session():
     slot = replace(snapshot, connections=replace(snapshot.connections, xmin_holder_pid=None, xmin_holder_application=None,
                                                  xmin_holder_kind="slot", xmin_holder_name="standby\x1b[2J"))
     assert "xmin held by: replication slot 'standby\\x1b[2J', 5,321 xids old" in render(slot)  # the name inert
+
+
+@pytest.mark.parametrize("size", [(80, 24), (100, 30)], ids=["80x24", "100x30"])
+async def test_a_standbys_feedback_and_what_is_unknown_are_said_in_the_connections_panel(size):
+    """The issue's case: a standby's hot_standby_feedback holds the horizon. Said with the standby's
+    name, where it connects from and the horizon's age in time (at least, where it is older than
+    the probe's history), beside its age in xids in the text; what privileges hide, as unknown."""
+    from tui.sample import SampleSource
+    from tui.widgets.panels.base import Panel
+
+    base = sample_snapshot()
+    assert base.connections is not None
+    standby_c = replace(base.connections, xmin_holder_kind="standby", xmin_holder_pid=314, xmin_holder_name="replica-1",
+                        xmin_holder_application="replica-1", xmin_holder_client="10.0.0.7", xmin_holder_age_xids=6603,
+                        xmin_holder_age_s=252.0)
+    text = render(replace(base, connections=standby_c))
+    assert "xmin held by: standby 'replica-1' at 10.0.0.7 (feedback, walsender pid 314), 6,603 xids old, 4m12s old" in text
+    at_least = replace(standby_c, xmin_holder_age_at_least=True)
+    assert "6,603 xids old, at least 4m12s old" in render(replace(base, connections=at_least))
+    unknown = replace(base.connections, oldest_xact_age_s=None, oldest_xact_pid=None, xmin_holder_pid=None,
+                      xmin_holder_application=None, xmin_holder_age_xids=None, xmin_holder_kind=None,
+                      oldest_xact_unknown="2 other roles' session(s) hidden", xmin_holder_unknown="2 other roles' session(s) hidden")
+    # Beside the lock tree the panel is narrow: the age whole, the name as much as fits (the kind's
+    # word gives way to it); zoomed, all of it.
+    for connections, said in ((standby_c, re.compile(r"xmin 4m12s (standby )?'repl")),
+                              (at_least, re.compile(r"xmin (≥4m12s )?(standby )?'repl")),
+                              (unknown, re.compile(r"oldest xact unknown.*xmin unknown", re.S))):
+        app = QueuetopApp(lambda sink, c=connections: SampleSource(sink, [replace(base, connections=c)]))
+        async with app.run_test(size=size) as pilot:
+            summary = app.query_one(ConnectionsPanel).query_one("#connections-summary", Static)
+            for _ in range(200):
+                await pilot.pause(0.02)
+                if said.search(str(summary.render())):
+                    break
+            shown = str(summary.render())
+            assert said.search(shown), shown
+            if connections is standby_c:
+                app.query_one(ConnectionsPanel).query_one("#connections-table").focus()
+                await pilot.press("z")  # zoomed: room for the standby's address too
+                for _ in range(200):
+                    await pilot.pause(0.02)
+                    if "10.0.0.7" in str(summary.render()):
+                        break
+                assert "xmin 4m12s standby 'replica-1' 10.0.0.7" in str(summary.render())
+                assert isinstance(app.query_one(ConnectionsPanel), Panel)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from dbcore.database import Target
 from probes.config import Config
 from probes.details import queue_details, session_details
 from probes.postgres import open_probe_connection
 from probes.sources import QueueDetails
-from queues.admin import signal_backend
+from queues.admin import Signalled, signal_backend
 
 
 class DatabaseBackend:
@@ -19,9 +21,9 @@ class DatabaseBackend:
         with open_probe_connection(self.target, application_name="queuetop-probe:details") as conn:
             return queue_details(conn, source, name, self.config)
 
-    def session_details(self, pid: int) -> dict:
+    def session_details(self, pid: int, started: datetime | None = None) -> dict:
         with open_probe_connection(self.target, application_name="queuetop-probe:details") as conn:
-            return session_details(conn, pid)
+            return session_details(conn, pid, started)
 
-    def signal_backend(self, pid: int, terminate: bool) -> bool:
-        return signal_backend(self.target, pid, terminate=terminate)
+    def signal_backend(self, pid: int, terminate: bool, started: datetime | None = None) -> Signalled:
+        return signal_backend(self.target, pid, terminate=terminate, started=started)

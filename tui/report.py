@@ -11,7 +11,7 @@ from rich.cells import cell_len
 from dbcore.text import inert, inert_line
 from probes.model import Connections, Snapshot
 
-from .format import blocks_text, database_name, wait_phrase
+from .format import blocks_text, database_name, seconds, wait_phrase
 
 
 def _num(value: object, suffix: str = "") -> str:
@@ -50,6 +50,18 @@ def _shorten(text: str | None, width: int = 60) -> str:
     return inert_line(text, width) if text else "-"
 
 
+def _at(client: str | None) -> str:
+    return f" at {client}" if client else ""
+
+
+def horizon_age(c: Connections) -> str | None:
+    """The xmin horizon's age in time, as said beside its holder: `4m12s`, `at least 4m12s` (older
+    than the probe's history of transaction ids), or None where it is not known."""
+    if c.xmin_holder_age_s is None:
+        return None
+    return ("at least " if c.xmin_holder_age_at_least else "") + seconds(c.xmin_holder_age_s)
+
+
 def xmin_holder(c: Connections, *, words: str = "long") -> str | None:
     """What holds the xmin horizon back, or None when nothing does: a session's pid (and its
     application), a prepared transaction's gid, a replication slot's name; not inert yet (the
@@ -59,7 +71,13 @@ def xmin_holder(c: Connections, *, words: str = "long") -> str | None:
     if c.xmin_holder_kind == "prepared":
         return f"{'prepared transaction' if long else 'prepared'} {c.xmin_holder_name!r}"
     if c.xmin_holder_kind == "slot":
-        return f"{'replication slot' if long else 'slot'} {c.xmin_holder_name!r}"
+        standby = f" (standby {c.xmin_holder_application!r}{_at(c.xmin_holder_client)})" \
+            if long and c.xmin_holder_application else ""
+        return f"{'replication slot' if long else 'slot'} {c.xmin_holder_name!r}{standby}"
+    if c.xmin_holder_kind == "standby":  # its hot_standby_feedback, through its walsender
+        if long:
+            return f"standby {c.xmin_holder_name!r}{_at(c.xmin_holder_client)} (feedback, walsender pid {c.xmin_holder_pid})"
+        return f"standby {c.xmin_holder_name!r}" + (f" {c.xmin_holder_client}" if c.xmin_holder_client else "")
     if c.xmin_holder_pid is None:  # a session's, or a recording's from before the kinds
         return None
     return f"pid {c.xmin_holder_pid}" + (f" ({c.xmin_holder_application or '-'})" if long else "")
@@ -151,11 +169,17 @@ def render(snapshot: Snapshot) -> str:
         states = ", ".join(f"{inert(k)} {v}" for k, v in c.by_state.items()) or "-"
         apps = ", ".join(f"{inert(k) or '(none)'} {v}" for k, v in list(c.by_application.items())[:6]) or "-"
         holder = xmin_holder(c)
+        age = horizon_age(c)
         held = "-" if holder is None else inert_line(holder) + (
-            f", {c.xmin_holder_age_xids:,} xids old" if c.xmin_holder_age_xids is not None else "")
+            f", {c.xmin_holder_age_xids:,} xids old" if c.xmin_holder_age_xids is not None else "") + (
+            f", {age} old" if age is not None else "")
+        if c.xmin_holder_unknown is not None:
+            held = f"unknown ({inert_line(c.xmin_holder_unknown)})"
+        oldest = (f"unknown ({inert_line(c.oldest_xact_unknown)})" if c.oldest_xact_unknown is not None
+                  else f"{_num(c.oldest_xact_age_s, ' s')} (pid {c.oldest_xact_pid or '-'})")
         parts.append(
             f"Connections\n  {c.total}/{c.max}  by state: {states}\n  by application: {apps}\n"
-            f"  oldest transaction: {_num(c.oldest_xact_age_s, ' s')} (pid {c.oldest_xact_pid or '-'})"
+            f"  oldest transaction: {oldest}"
             f"  xmin held by: {held}"
         )
     elif connections_unknown is not None:

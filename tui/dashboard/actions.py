@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from functools import partial
 
 from rich.text import Text
@@ -139,15 +140,20 @@ class HostActions:
 
         self.app.run_worker(work, name="_dead_letters", group="engine", thread=True)
 
-    def session_details(self, pid: int | None) -> None:
+    def session_details(self, pid: int | None, started: datetime | None = None, *, known: bool = False) -> None:
         """A session's whole query, its locks, who blocks it and whom it blocks (Enter on a session
-        in the Sessions list or the Locks tree)."""
+        in the Sessions list or the Locks tree). The session is (pid, `started`: when its backend
+        started) where the caller `known`s it (the Sessions list), else the pid's in the last
+        sample (the Locks tree's sessions are that sample's): a backend that got the pid since
+        shows no details (`the session has ended`), never its own."""
         backend, snapshot = self.hosts.shown.backend, self.hosts.shown.snapshot
         if pid is None:
             return
         if backend is None:
             self.app.notify("no database behind this view", severity="warning")
             return
+        if not known and snapshot is not None:
+            started = next((s.backend_start for s in snapshot.sessions if s.pid == pid), None)
         blocked_by: tuple[int, ...] = ()
         blocks: list[int] = []
         waiting = None
@@ -160,33 +166,49 @@ class HostActions:
                           else session.blocked_by if session is not None else ())
             blocks = sorted({s.pid for s in snapshot.sessions if pid in s.blocked_by}
                             | {b.pid for b in snapshot.blocked if pid in b.blocked_by})
+        details = partial(backend.session_details, pid, started) if started is not None else partial(backend.session_details, pid)
         self.app.push_screen(DetailsScreen(f"Session {pid}", lambda: session_renderables(
-            backend.session_details(pid), blocked_by=blocked_by, blocks=blocks, waiting=waiting,
+            details(), blocked_by=blocked_by, blocks=blocks, waiting=waiting,
             here=snapshot.server.database if snapshot is not None else None)))
 
     # -- backend signals --------------------------------------------------------------------
 
-    def signal(self, terminate: bool, pid: int | None, where: str | None) -> None:
+    def signal(self, terminate: bool, pid: int | None, where: str | None, started: datetime | None = None, *,
+               known: bool = False) -> None:
         """Cancel or terminate the session selected in a panel that shows sessions (`where`: the
         Sessions list, the Locks tree, or Connections, whose session is the xmin holder), after a
-        confirmation that names it: pid, user, application, state, durations, its query's first line."""
+        confirmation that names it: pid, user, application, state, durations, its query's first
+        line. The session is (pid, `started`, when its backend started) where the caller `known`s
+        it (the Sessions list), else the pid's in the last sample: the statement that signals
+        checks it is still that backend, and refuses, saying so, if the pid is another's now."""
         verb = "terminate" if terminate else "cancel"
         if self.refuse_if_read_only(f"{verb} backend"):
             return
         host = self.hosts.shown
         snapshot = host.snapshot
         if pid is None:
-            said = {"Connections": "no session holds the xmin horizon back: select one in Sessions or Locks",
-                    None: "select a session in the Sessions or Locks panel first"}.get(where, f"select a session in {where} first")
+            c = snapshot.connections if snapshot is not None else None
+            if where == "Connections" and c is not None and c.xmin_holder_kind == "standby":
+                said = (f"the xmin horizon is held by standby {fmt.inert(c.xmin_holder_name or '-')!r}'s hot_standby_feedback "
+                        f"(its walsender, pid {c.xmin_holder_pid}): no session here to end; end the long query on the standby, "
+                        "or turn hot_standby_feedback off there")
+            else:
+                said = {"Connections": "no session holds the xmin horizon back: select one in Sessions or Locks",
+                        None: "select a session in the Sessions or Locks panel first"}.get(where, f"select a session in {where} first")
             self.app.notify(said, severity="warning")
             return
         if host.backend is None:
             self.app.notify("no database behind this view", severity="warning")
             return
-        session = next((s for s in snapshot.sessions if s.pid == pid), None) if snapshot is not None else None
+        if not known and snapshot is not None:
+            started = next((s.backend_start for s in snapshot.sessions if s.pid == pid), None)
+        session = next((s for s in snapshot.sessions if s.pid == pid and s.backend_start == started), None) \
+            if snapshot is not None else None
         root = next((b for b in snapshot.blockers if b.pid == pid), None) if snapshot is not None else None
         state = session.state if session is not None else root.state if root is not None else None
         who = describe_session(pid, session, root)
+        if session is not None and session.own:
+            who += " It is one of queuetop's own monitoring sessions."
         if where == "Connections" and snapshot is not None and snapshot.connections is not None \
                 and snapshot.connections.xmin_holder_pid == pid:
             who += " It holds back the xmin horizon (vacuum cannot clean behind it)."
@@ -208,18 +230,34 @@ class HostActions:
 
         def decided(yes: bool | None) -> None:
             if yes:
-                self.app.run_worker(partial(self._signal_backend, host, pid, terminate), name="_signal_backend",
+                self.app.run_worker(partial(self._signal_backend, host, pid, terminate, started), name="_signal_backend",
                                     group="admin", thread=True)
 
         self.app.push_screen(ConfirmScreen(question), decided)
 
-    def _signal_backend(self, host: Host, pid: int, terminate: bool) -> None:
+    def _signal_backend(self, host: Host, pid: int, terminate: bool, started: datetime | None = None) -> None:
+        """Signal the session the dialog named, (pid, started), and say how it went: a pid that
+        is another backend's now is refused by the statement that signals (queues/admin.py)."""
+        verb = "terminate" if terminate else "cancel"
         try:
             if host.backend is None:
                 raise RuntimeError("no database behind this view")
-            done = host.backend.signal_backend(pid, terminate)
-            message, severity = (f"{'terminated' if terminate else 'cancelled'} backend {pid}", "information") if done \
-                else (f"backend {pid} was not signalled (gone, or not allowed)", "warning")
+            done = host.backend.signal_backend(pid, terminate, started) if started is not None \
+                else host.backend.signal_backend(pid, terminate)
+            why = getattr(done, "why", None)
+            if done:
+                message, severity = f"{'terminated' if terminate else 'cancelled'} backend {pid}", "information"
+            elif why == "gone":
+                message, severity = f"backend {pid} was not signalled: it has ended", "warning"
+            elif why == "another backend":
+                message, severity = (f"refused to {verb} {pid}: that pid belongs to another backend now (started "
+                                     f"{_clock(getattr(done, 'started', None))}, the session shown started {_clock(started)}): "
+                                     "the session you chose has ended; nothing done"), "error"
+            elif why == "start hidden":
+                message, severity = (f"refused to {verb} {pid}: this role may not see when its backend started, so it cannot "
+                                     "tell it is the session shown (grant pg_read_all_stats); nothing done"), "error"
+            else:
+                message, severity = f"backend {pid} was not signalled (not allowed, or it ended meanwhile)", "warning"
         except Exception as exc:
             message, severity = f"could not signal {pid}: {fmt.one_line(str(exc), 100)}", "error"
         self._done(host, message, severity)  # type: ignore[arg-type]
@@ -515,6 +553,16 @@ def culprit_of(queue: QueueSample | None, snapshot: Snapshot | None, name: str |
     return Culprit(None, None, f"queue {said_name} is {word}: {why}; nothing to go to")
 
 
+def _clock(at: datetime | None) -> str:
+    """A backend's start as a dialog says it: the UTC date and time to the microsecond (two
+    backends of one pid differ there), or `unknown`."""
+    if at is None:
+        return "unknown"
+    if at.tzinfo is None:  # SQL Server's login_time: the server's local time
+        return at.strftime("%Y-%m-%d %H:%M:%S.%f")
+    return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f UTC")
+
+
 def describe_session(pid: int, session: SessionSample | None, root: Blocker | None = None) -> str:
     """A session as a confirmation names it: pid, user, application, state, how long its
     transaction and query have lasted, and its query's first line (all inert: the database's text)."""
@@ -523,6 +571,8 @@ def describe_session(pid: int, session: SessionSample | None, root: Blocker | No
     if session is not None:
         parts = [f"Backend {pid}", f"user {session.user or '-'}", f"application {session.application or '-'}",
                  f"state {session.state or '-'}"]
+        if session.backend_start is not None:
+            parts.append(f"started {_clock(session.backend_start)}")
         if session.xact_age_s is not None:
             parts.append(f"transaction open {fmt.seconds(session.xact_age_s)}")
         if session.query_age_s is not None:

@@ -476,13 +476,26 @@ class QueuetopApp(App[None]):
 
     @on(DataTable.RowSelected, "#sessions-table")
     def _sessions_row_details(self, event: DataTable.RowSelected) -> None:
+        """Enter on a session: the details of that session (its pid and backend start), never of
+        another backend that got its pid since; on the line of one that ended, that it ended."""
+        panel = self.query_one(SessionsPanel)
         key = event.row_key.value or ""
-        if key.isdigit():
-            self.host_actions.session_details(int(key))
+        session = panel.session_of_key(key)
+        if session is not None:
+            self.host_actions.session_details(session.pid, started=session.backend_start, known=True)
+        elif panel.ended_pid is not None:
+            self.notify(f"session {panel.ended_pid} ended: no details", severity="warning")
 
     def action_sessions_idle(self) -> None:
         """Hide the idle sessions in the Sessions panel, or show them again (its border says so)."""
         self.query_one(SessionsPanel).toggle_idle()
+
+    def action_sessions_all(self) -> None:
+        """Show every backend in the Sessions panel (the server's processes, queuetop's own
+        sessions), or the clients' sessions alone again (its border says which)."""
+        shown = self.query_one(SessionsPanel).toggle_all()
+        self.notify("Sessions: every backend, the server's processes and queuetop's own sessions too" if shown
+                    else "Sessions: clients' sessions only (the server's processes and queuetop's own hidden)", timeout=3)
 
     # -- acting on the database (actions.py) ------------------------------------------------
 
@@ -490,7 +503,16 @@ class QueuetopApp(App[None]):
         """Cancel or terminate the session selected in the focused panel that shows sessions."""
         focused = self.query_one(PanelsView).focused_panel()
         if isinstance(focused, SessionsPanel):
-            pid, where = focused.selected_pid, "Sessions"
+            if focused.ended_pid is not None:
+                verb = "terminate" if terminate else "cancel"
+                self.notify(f"session {focused.ended_pid} ended: nothing to {verb} (move the cursor to another session)",
+                            severity="warning")
+                return
+            identity = focused.selected_identity
+            if identity is not None:
+                self.host_actions.signal(terminate, identity[0], "Sessions", started=identity[1], known=True)
+                return
+            pid, where = None, "Sessions"
         elif isinstance(focused, LocksPanel):
             pid, where = focused.selected_pid, "Locks"
         elif isinstance(focused, ConnectionsPanel):

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
-from typing import ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
 from rich.text import Text
 from textual.binding import Binding, BindingType
@@ -37,8 +37,10 @@ class Backend(Protocol):
     """What the dashboard may do to the database; None when it has none (replays, tests)."""
 
     def queue_details(self, source: str, name: str) -> QueueDetails: ...
-    def session_details(self, pid: int) -> dict: ...
-    def signal_backend(self, pid: int, terminate: bool) -> bool: ...
+    # A session is (pid, started): when its backend started; None: the pid alone.
+    def session_details(self, pid: int, started: datetime | None = None) -> dict: ...
+    # Truthy when signalled (queues.admin.Signalled: else `why` it was not).
+    def signal_backend(self, pid: int, terminate: bool, started: datetime | None = None) -> Any: ...
 
 
 

@@ -48,6 +48,8 @@ KEYS: list[BindingType] = [
     *BACKEND_BINDINGS,
     *VERDICT_BINDINGS,
     Binding("a", "sessions_idle", "Idle sessions: hide/show", id="sessions.idle", show=False),
+    Binding("A", "sessions_all", "Sessions: show/hide the server's background processes and queuetop's own sessions",
+            id="sessions.all", show=False),
     Binding("q", "quit", "Quit", id="quit"),
     *RECORD_BINDINGS,
     *HOST_BINDINGS,
@@ -62,7 +64,7 @@ PANEL_KEYS: dict[str, tuple[str, ...]] = {
     "queues": ("details", "verdict.goto", "filter", "sort", "zoom", "engine.producer.start", "engine.consumers.start", "engine.burst",
                "engine.blocker"),
     "locks": ("details", "backend.cancel", "backend.terminate", "filter", "zoom"),
-    "sessions": ("details", "backend.cancel", "backend.terminate", "sessions.idle", "sort", "filter", "zoom"),
+    "sessions": ("details", "backend.cancel", "backend.terminate", "sessions.idle", "sessions.all", "sort", "filter", "zoom"),
     "connections": ("backend.cancel", "backend.terminate", "sort", "filter", "zoom"),
     "rings": ("engine.ring.put", "engine.ring.take", "filter", "zoom"),
     "leases": ("engine.lease.take", "engine.lease.release", "engine.relays.start", "engine.relays.kill", "filter", "zoom"),
@@ -74,7 +76,7 @@ DETAILS = ("enter", "Details")  # the footer's Enter: the key, its label
 # The footer's words for a key (the help says more: the binding's description).
 FOOTER_LABELS: dict[str, str] = {
     "help": "Help", "pause": "Pause", "notices": "Notices", "quit": "Quit", "filter": "Filter", "sort": "Sort",
-    "zoom": "Zoom", "backend.cancel": "Cancel", "backend.terminate": "Terminate", "sessions.idle": "Idle",
+    "zoom": "Zoom", "backend.cancel": "Cancel", "backend.terminate": "Terminate", "sessions.idle": "Idle", "sessions.all": "All",
     "host.next": "Next host", "replay.step": "Step", "replay.seek": "Go to",
     "engine.producer.start": "Produce", "engine.consumers.start": "Consume", "engine.burst": "Burst",
     "engine.blocker": "Blocker", "engine.ring.put": "Put", "engine.ring.take": "Take", "engine.lease.take": "Take",

@@ -33,11 +33,17 @@ LAYOUT_CSS = """
     #row-small Panel { height: auto; min-height: 5; }
     #row-small KeyedTable { height: auto; }
     /* Locks, Sessions and Connections. While sessions are blocked the lock tree gets the room
-       (its labels: who, how long, on what), the Sessions list what is left beside Connections'
-       figures; when none is, the tree says one line and the Sessions list gets the room. */
+       (its labels: who, how long, on what), the Sessions list enough for PID, State and App
+       side by side (31: a 4-digit pid, `idle in xact` and 7 cells of a name; a longer pid
+       shortens the name, down to 6), and Connections its figures' lines and a count per state
+       (23), the tree the rest (26 at 80 columns: its header whole); when
+       none is, the tree says one line and the Sessions list gets the room. */
     #locks { width: 5fr; }
-    #sessions { width: 1fr; min-width: 14; }
-    #connections { width: 2fr; min-width: 27; }
+    #sessions { width: 2fr; min-width: 31; }
+    #connections { width: 2fr; min-width: 23; }
+    /* Application locks held and nobody blocked: the tree says one line (its count whole), the
+       Sessions list what is left beside Connections. */
+    #row-locks.-held #sessions { width: 1fr; min-width: 14; }
     #row-locks.-calm #locks { width: 24; }
     #row-locks.-calm #sessions { width: 2fr; }
     #row-locks.-calm #connections { width: 1fr; }
@@ -84,7 +90,10 @@ class PanelsView(Vertical):
         with self.app.batch_update():
             for panel in PANELS:
                 self.query_one(panel).show(snapshot, filter_text)
-            self.query_one("#row-locks").set_class(self.query_one(LocksPanel).calm, "-calm")
+            calm = self.query_one(LocksPanel).calm
+            row = self.query_one("#row-locks")
+            row.set_class(calm, "-calm")
+            row.set_class(not calm and not snapshot.blocked and not snapshot.cycles, "-held")
 
     def record(self, snapshot: Snapshot) -> None:
         """Another host's snapshot, not shown: its trends and countdowns go on."""

@@ -3,7 +3,14 @@ changed cells updated; nothing rebuilt per tick (the way Dolphie does it).
 
 It never shows a figure cut: it shows the columns that fit its width whole, in the order of
 their priority, and says which it left out (`Fitted`). Only a text column (a name) may be
-shortened, and then with an ellipsis."""
+shortened, and then with an ellipsis. Zoomed (`show_everything`), it shows every column whole,
+a window of them at a time beside the first (the row's name), moved sideways a column at a time
+by ← and →, and says which columns lie either side (`Fitted.left`, `Fitted.right`): a column is
+never cut at the edge of the screen.
+
+The cursor is on a row, not a line: once the operator chose a row (moved the cursor, or focused
+the table), it stays on that row's key while rows re-sort, come and go, and the columns are laid
+out again; a panel whose row ends can put it on a row of its own saying so (`sync(cursor_to=)`)."""
 
 from __future__ import annotations
 
@@ -62,19 +69,20 @@ class KeyedTable(DataTable):
     /* No scrollbars: a thumb drawn in the last column looks like a glyph of the row; the panel's
        border says which rows are shown ("rows 1-4 of 7") instead. */
     KeyedTable { height: 1fr; overflow-x: hidden; scrollbar-size-vertical: 0; }
-    /* Every column (a zoomed panel): scrolled sideways where the screen is narrower, with a
-       scrollbar under the rows (it is a line of its own there, not a glyph of a row). */
-    KeyedTable.-everything { overflow-x: auto; scrollbar-size-horizontal: 1; }
     """
 
 
     class Fitted(Message):
-        """The columns left out changed (labels, in their order)."""
+        """The columns left out changed (labels, in their order). Zoomed, those out of the window
+        either side: `left` (→ brought them, ← brings them back) and `right` (→ brings them)."""
 
-        def __init__(self, table: KeyedTable, hidden: tuple[str, ...]) -> None:
+        def __init__(self, table: KeyedTable, hidden: tuple[str, ...], left: tuple[str, ...] = (),
+                     right: tuple[str, ...] = ()) -> None:
             super().__init__()
             self.table = table
             self.hidden = hidden
+            self.left = left
+            self.right = right
 
     def __init__(self, columns: Sequence[Column | tuple[str, str]], **kwargs) -> None:
         super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
@@ -95,7 +103,14 @@ class KeyedTable(DataTable):
         self._own_cache: LRUCache[tuple, object] = LRUCache(4096)
         self._rows_shown: tuple[int, int, int] | None = None
         self._style_memo: Style | None = None
-        self._everything = False  # every column whole, scrolled sideways (zoomed), not fitted
+        self._everything = False  # every column whole, a window at a time (zoomed), not fitted
+        self._first = 1  # zoomed: the window's first column beside the first one (the row's name)
+        self.left: tuple[str, ...] = ()  # zoomed: the columns before the window, and after it
+        self.right: tuple[str, ...] = ()
+        # The cursor follows its row's key once the operator chose a row; not while the table
+        # itself moves it (a rebuild, a reorder).
+        self._chosen = False
+        self._moving = 0
 
     @property
     def everything(self) -> bool:
@@ -103,16 +118,78 @@ class KeyedTable(DataTable):
         return self._everything
 
     def show_everything(self, on: bool) -> None:
-        """Every column, each cell whole, scrolled sideways where the widget is narrower (its panel
-        zoomed); off: back to the columns that fit the width, the others listed."""
+        """Every column, each cell whole, a window of them at a time beside the first where the
+        widget is narrower (its panel zoomed: ← and → move it); off: back to the columns that fit
+        the width, the others listed."""
         if on == self._everything:
             return
         self._everything = on
+        self._first = 1
         self.set_class(on, "-everything")
-        if not on:
-            self.scroll_to(x=0, animate=False)
         if self.is_mounted:
             self._refit(force=True)
+
+    def action_cursor_right(self) -> None:
+        if self._everything:
+            self.shift_window(1)
+        else:
+            super().action_cursor_right()
+
+    def action_cursor_left(self) -> None:
+        if self._everything:
+            self.shift_window(-1)
+        else:
+            super().action_cursor_left()
+
+    def shift_window(self, by: int) -> bool:
+        """Zoomed: the window of columns a column further right (`by` 1) or left (-1), where there
+        are columns that way; False when there are none."""
+        if not self._everything or (by > 0 and not self.right) or (by < 0 and not self.left):
+            return False
+        self._first = max(1, min(len(self._spec) - 1, self._first + by))
+        self._refit()
+        return True
+
+    # -- the cursor on its row ------------------------------------------------------------
+
+    def cursor_key(self) -> str | None:
+        """The key of the row under the cursor, None when there is none."""
+        if not self.row_count:
+            return None
+        try:
+            key = self._row_locations.get_key(self.cursor_row)
+        except AttributeError:  # DataTable internals changed
+            key = self.coordinate_to_cell_key(self.cursor_coordinate).row_key
+        return None if key is None or key.value is None else str(key.value)
+
+    def watch_cursor_coordinate(self, old_coordinate: Coordinate, new_coordinate: Coordinate) -> None:
+        super().watch_cursor_coordinate(old_coordinate, new_coordinate)
+        if not self._moving and old_coordinate != new_coordinate:
+            self._chosen = True  # the operator's keys or mouse, or a panel's select: follow it now
+
+    def on_focus(self) -> None:
+        self._chosen = True  # the row it shows highlighted is the one C, K and Enter act on
+
+    def followed_key(self) -> str | None:
+        """The row to keep the cursor on through a change: the chosen one, if any."""
+        return self.cursor_key() if self._chosen or self.has_focus else None
+
+    def _follow(self, key: str | None) -> None:
+        """Put the cursor back on `key`'s row, wherever it went (the line under the cursor is
+        another row's after a re-sort); nothing when it is gone."""
+        if key is None:
+            return
+        try:
+            index = self._row_locations.get(RowKey(key))
+        except AttributeError:  # DataTable internals changed
+            index = self.get_row_index(key) if key in self._cells else None
+        if index is None or index == self.cursor_row:
+            return
+        self._moving += 1
+        try:
+            self.move_cursor(row=index, scroll=self.has_focus)
+        finally:
+            self._moving -= 1
 
     def on_mount(self) -> None:
         self._add_columns()
@@ -129,7 +206,7 @@ class KeyedTable(DataTable):
         least its min_width, then widened with what is left, up to its widest cell. Zoomed
         (`show_everything`): every column, whole."""
         if self._everything:
-            return list(range(len(self._spec))), {}
+            return self._window()
         available = self.size.width
         if available <= 0:
             return self._visible, self._text_widths
@@ -158,6 +235,44 @@ class KeyedTable(DataTable):
                 if width < self._widths[index]:
                     text_widths[index] = width
         return sorted(chosen), text_widths
+
+    def _window(self) -> tuple[list[int], dict[int, int]]:
+        """Zoomed: the first column (the row's name) and, from the window's first, as many
+        columns as fit whole; a text column too wide for the screen alone (a query) is shortened
+        when it is the window's first. The others are either side of it (`left`, `right`)."""
+        count = len(self._spec)
+        available = self.size.width
+        if available <= 0:
+            return list(range(count)), {}
+        pad = 2 * self.cell_padding
+        chosen = [0]
+        text_widths: dict[int, int] = {}
+        used = self._widths[0] + pad
+        if used > available and self._spec[0].text:
+            text_widths[0] = max(self._base(0), available - pad)
+            used = text_widths[0] + pad
+        first = max(1, min(self._first, count - 1))
+        for index in range(first, count):
+            need = self._widths[index] + pad
+            if used + need <= available:
+                chosen.append(index)
+                used += need
+                continue
+            room = available - used - pad
+            if index == first and self._spec[index].text and room >= self._base(index):
+                chosen.append(index)
+                text_widths[index] = room
+                used = available
+            break
+        # The last column reached with room left (a wider screen): the columns before the window
+        # come back into it, whole, the nearest first.
+        while chosen[-1] == count - 1 and first > 1 and not text_widths.get(first) \
+                and used + self._widths[first - 1] + pad <= available:
+            first -= 1
+            chosen.insert(1, first)
+            used += self._widths[first] + pad
+        self._first = first
+        return chosen, text_widths
 
     def ideal_width(self) -> int:
         """The width that shows every column and every cell whole (with the scrollbar's column)."""
@@ -201,25 +316,38 @@ class KeyedTable(DataTable):
             self._refit(force=True)
 
     def _refit(self, force: bool = False) -> bool:
-        """Re-layout if what fits changed (or `force`): rebuild the columns and rows. True if it did."""
+        """Re-layout if what fits changed (or `force`): rebuild the columns and rows, the cursor
+        on the row it was on (where the operator chose one) and the rows scrolled as they were.
+        True if it did."""
         visible, text_widths = self._fit()
         if visible == self._visible and text_widths == self._text_widths and not force:
             return False
         hidden = tuple(self._spec[i].label for i in range(len(self._spec)) if i not in visible)
+        left = tuple(self._spec[i].label for i in range(1, min(visible[1:], default=1)) if i not in visible) \
+            if self._everything else ()
+        right = tuple(label for label in hidden if label not in left) if self._everything else ()
         self._visible, self._text_widths = visible, text_widths
         keys = list(self._full)
-        self.clear(columns=True)
-        self._cells, self._shown, self._cell_versions = {}, [], {}
-        self._own_cache.clear()
-        self._add_columns()
-        for key in keys:
-            cells = self._project(self._full[key])
-            self.add_row(*cells, key=key)
-            self._cells[key] = cells
-            self._shown.append(key)
-        if hidden != self.hidden:
-            self.hidden = hidden
-            self.post_message(self.Fitted(self, hidden))
+        followed, scrolled = self.followed_key(), self.scroll_y
+        self._moving += 1
+        try:
+            self.clear(columns=True)
+            self._cells, self._shown, self._cell_versions = {}, [], {}
+            self._own_cache.clear()
+            self._add_columns()
+            for key in keys:
+                cells = self._project(self._full[key])
+                self.add_row(*cells, key=key)
+                self._cells[key] = cells
+                self._shown.append(key)
+        finally:
+            self._moving -= 1
+        if scrolled:
+            self.call_after_refresh(self.scroll_to, y=scrolled, animate=False)
+        self._follow(followed)
+        if (hidden, left, right) != (self.hidden, self.left, self.right):
+            self.hidden, self.left, self.right = hidden, left, right
+            self.post_message(self.Fitted(self, hidden, left, right))
         self._report_rows()
         return True
 
@@ -325,8 +453,10 @@ class KeyedTable(DataTable):
 
     # -- rows --------------------------------------------------------------------------------
 
-    def sync(self, rows: Mapping[str, Sequence[object]]) -> None:
-        """Make the table show exactly `rows` (key → cells, in column order), in that order."""
+    def sync(self, rows: Mapping[str, Sequence[object]], cursor_to: str | None = None) -> None:
+        """Make the table show exactly `rows` (key → cells, in column order), in that order; the
+        cursor stays on its row (where the operator chose one), or goes to `cursor_to`'s row (a
+        row of the panel's own that stands for the one that went: `session 1234 ended`)."""
         full = {key: cells if cells.__class__ is tuple else tuple(cells) for key, cells in rows.items()}
         had = self._full.get
         # The one comparison: a row given the very tuple it had (a panel's cached cells) is not
@@ -334,7 +464,9 @@ class KeyedTable(DataTable):
         changed = [key for key, cells in full.items() if (old := had(key)) is not cells and old != cells]
         self._made_inert(full, changed)
         removed = not self._full.keys() <= full.keys()
+        followed = self.followed_key()
         self._show_rows(full, changed, removed=removed, reorder=True)
+        self._follow(cursor_to if cursor_to is not None and cursor_to in full else followed)
 
     def update_rows(self, rows: Mapping[str, tuple]) -> None:
         """New cells for some of the rows the table has; the other rows and the order stay as they
@@ -363,6 +495,13 @@ class KeyedTable(DataTable):
                 full[key] = safe  # else the caller's tuple is kept, so that the next sample's is the same object
 
     def _show_rows(self, full: dict[str, tuple], changed: list[str], *, removed: bool, reorder: bool) -> None:
+        self._moving += 1  # rows removed and reordered move the cursor's line: the table's doing
+        try:
+            self._show_rows_moving(full, changed, removed=removed, reorder=reorder)
+        finally:
+            self._moving -= 1
+
+    def _show_rows_moving(self, full: dict[str, tuple], changed: list[str], *, removed: bool, reorder: bool) -> None:
         grew = self._measure(full, changed, everything=removed)
         self._full = full
         if grew or removed:

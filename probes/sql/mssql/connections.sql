@@ -94,6 +94,8 @@ OPTION (MAXDOP 1);
 -- sessions, one per background task, are left out) but the probe's own, the oldest transaction
 -- first (then the oldest login), at most %(cap)s; `total` counts them all, before the cap. The
 -- same columns as PostgreSQL's, with SQL Server's meaning:
+-- - backend_start: login_time, when the session logged in: with its id, the session's identity
+--   (a session_id is reused by a later login), as PostgreSQL's backend_start;
 -- - leader_pid: always NULL (a parallel query's tasks share their session's id: no session of
 --   their own); database: DB_NAME of the session's current database; usename: login_name;
 --   application_name: program_name; client: client_net_address, `local` for a shared-memory
@@ -123,7 +125,7 @@ WITH requests AS (
     GROUP BY st.session_id
 ), listed AS (
     SELECT TOP (CONVERT(int, %(cap)s))
-           s.session_id, s.login_name, s.program_name, s.status, s.open_transaction_count, s.database_id,
+           s.session_id, s.login_time, s.login_name, s.program_name, s.status, s.open_transaction_count, s.database_id,
            c.client_net_address, x.began, s.last_request_end_time,
            rq.start_time, rq.wait_type, {wait_event_type} AS wait_event_type, rq.blocking_session_id,
            COALESCE(rq.sql_handle, c.most_recent_sql_handle) AS sql_handle,
@@ -139,6 +141,7 @@ WITH requests AS (
     ORDER BY ordinal
 )
 SELECT CONVERT(int, l.session_id) AS pid,
+       l.login_time AS backend_start,
        CONVERT(int, NULL) AS leader_pid,
        DB_NAME(l.database_id) AS [database],
        l.login_name AS usename,

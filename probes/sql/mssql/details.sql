@@ -45,7 +45,9 @@ LEFT JOIN requests AS rq ON rq.session_id = s.session_id AND rq.request_rank = 1
 LEFT JOIN xact AS x ON x.session_id = s.session_id
 LEFT JOIN sys.dm_exec_connections AS c ON c.session_id = s.session_id AND c.parent_connection_id IS NULL
 OUTER APPLY sys.dm_exec_sql_text(COALESCE(rq.sql_handle, c.most_recent_sql_handle)) AS t
-WHERE s.session_id = CONVERT(int, %(pid)s);
+WHERE s.session_id = CONVERT(int, %(pid)s)
+  -- The session whose identity is (pid, started): a later login may reuse the session id.
+  AND (CONVERT(datetime, %(started)s) IS NULL OR s.login_time = CONVERT(datetime, %(started)s));
 
 -- name: session_locks
 -- The session's locks, waiting ones first, at most 1000 (a session may hold thousands of row

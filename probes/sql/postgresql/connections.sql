@@ -2,14 +2,18 @@
 
 -- name: connections
 -- xmin_age: age(backend_xmin), the columns SQL Server's file shares; the xmin horizon's holder
--- is xmin_horizon's.
+-- is xmin_horizon's. queuetop's own sessions are rows here (they take connections); the Python
+-- side leaves them out of the oldest transaction (SessionSample.own's rule).
 SELECT pid, state, application_name, backend_type,
        extract(epoch FROM now() - xact_start)::float8 AS xact_age_s,
        age(backend_xmin) AS xmin_age
 FROM pg_stat_activity
 WHERE (backend_type = 'client backend'
-       -- other roles' sessions, seen without pg_read_all_stats: backend_type is hidden too
-       OR (backend_type IS NULL AND usesysid IS NOT NULL))
+       -- other roles' sessions, seen without pg_read_all_stats: backend_type is hidden too, and
+       -- their state (NULL: how the Python side knows them). A background process has no user
+       -- (the checkpointer, the autovacuum launcher) or no database (the logical replication
+       -- launcher, a physical walsender); a client's session has both.
+       OR (backend_type IS NULL AND usesysid IS NOT NULL AND datid IS NOT NULL))
   AND pid <> pg_backend_pid();
 
 -- name: max_connections
@@ -42,29 +46,63 @@ SELECT current_setting('max_connections')::integer AS max_connections,
 --   includes it (GlobalVisHorizonKindForRel).
 -- The oldest wins; at the same age, the transaction whose id it is (a writer, a prepared
 -- transaction) before the snapshots that merely saw it running, a session's before a slot's.
-SELECT kind, pid, name, application_name, age_xids
-FROM (
-    SELECT 'session' AS kind, pid, NULL::text AS name, application_name,
-           greatest(age(backend_xid), age(backend_xmin)) AS age_xids,
-           CASE WHEN age(backend_xid) >= coalesce(age(backend_xmin), 0) THEN 0 ELSE 1 END AS cause
-    FROM pg_stat_activity
-    WHERE (backend_xid IS NOT NULL OR backend_xmin IS NOT NULL)
-      AND pid <> pg_backend_pid()
-      AND (datname = current_database() OR datid IS NULL OR pg_is_in_recovery())
-      AND backend_type IS DISTINCT FROM 'autovacuum worker'
-      AND NOT (backend_type = 'walsender' AND datid IS NOT NULL)
-    UNION ALL
-    SELECT 'prepared', NULL, gid, NULL, age(transaction), 0
-    FROM pg_prepared_xacts
-    WHERE database = current_database()
-    UNION ALL
-    SELECT 'slot', NULL, slot_name::text, NULL,
-           greatest(age(xmin), CASE WHEN pg_is_in_recovery() THEN age(catalog_xmin) END), 2
-    FROM pg_replication_slots
-    WHERE xmin IS NOT NULL OR (catalog_xmin IS NOT NULL AND pg_is_in_recovery())
-) AS holders
-ORDER BY age_xids DESC, cause, pid, name
-LIMIT 1;
+-- queuetop's own sessions (application_name starting with %(own)s: the probes, whose statements
+-- hold a snapshot for milliseconds) are left out: a monitor never names itself.
+-- Columns:
+-- - kind: 'session'; 'standby', a physical walsender (no database) whose backend_xmin is a
+--   standby's hot_standby_feedback sent without a slot (name: the standby's name, its
+--   application_name, as pg_stat_replication shows it); 'prepared' (name: its gid); 'slot'
+--   (name: the slot's; application_name and client: the standby streaming from it, if any).
+-- - client: where the session or the standby connects from: its host name (log_hostname) or
+--   address, `local` for a Unix socket.
+-- - age_s: the horizon's age in time where the statement knows it: a session's transaction's age
+--   (its xid, or its snapshot, was taken within that transaction), a prepared transaction's
+--   since PREPARE; NULL for a standby's feedback and a slot (the probe estimates it from its
+--   history of next_xid: PostgresProbes.xid_clock).
+-- - hidden: what the session is, is hidden from this role (another role's session seen without
+--   pg_read_all_stats: its backend_start, backend_type, state and query are NULL; its xids are
+--   not): it may be a VACUUM, which the server leaves out, so the probe does not name it.
+-- - next_xid: the next transaction id (64-bit: txid_snapshot_xmax of this statement's
+--   snapshot; reading it assigns no transaction id, read-only safe), on the one row there always
+--   is (the holder's columns NULL when nothing holds the horizon back): each cycle's reading of
+--   the probe's clock of transaction ids. txid_* rather than pg_snapshot_* (13+): the same on 12.
+SELECT n.next_xid, h.kind, h.pid, h.name, h.application_name, h.client, h.age_xids, h.age_s, h.hidden
+FROM (SELECT txid_snapshot_xmax(txid_current_snapshot()) AS next_xid) AS n
+LEFT JOIN LATERAL (
+    SELECT kind, pid, name, application_name, client, age_xids, age_s, hidden
+    FROM (
+        SELECT CASE WHEN a.backend_type = 'walsender' THEN 'standby' ELSE 'session' END AS kind, a.pid,
+               CASE WHEN a.backend_type = 'walsender' THEN a.application_name END AS name, a.application_name,
+               CASE WHEN a.client_port = -1 THEN 'local'
+                    WHEN a.client_addr IS NOT NULL THEN coalesce(a.client_hostname, host(a.client_addr)) END AS client,
+               greatest(age(a.backend_xid), age(a.backend_xmin)) AS age_xids,
+               extract(epoch FROM now() - a.xact_start)::float8 AS age_s,
+               a.backend_start IS NULL AS hidden,
+               CASE WHEN age(a.backend_xid) >= coalesce(age(a.backend_xmin), 0) THEN 0 ELSE 1 END AS cause
+        FROM pg_stat_activity AS a
+        WHERE (a.backend_xid IS NOT NULL OR a.backend_xmin IS NOT NULL)
+          AND a.pid <> pg_backend_pid()
+          AND NOT coalesce(starts_with(a.application_name, %(own)s::text), false)
+          AND (a.datname = current_database() OR a.datid IS NULL OR pg_is_in_recovery())
+          AND a.backend_type IS DISTINCT FROM 'autovacuum worker'
+          -- (coalesce: a hidden session, backend_type NULL, stays a candidate)
+          AND NOT coalesce(a.backend_type = 'walsender' AND a.datid IS NOT NULL, false)
+        UNION ALL
+        SELECT 'prepared', NULL, p.gid, NULL, NULL, age(p.transaction), extract(epoch FROM now() - p.prepared)::float8, false, 0
+        FROM pg_prepared_xacts AS p
+        WHERE p.database = current_database()
+        UNION ALL
+        SELECT 'slot', NULL, s.slot_name::text, w.application_name,
+               CASE WHEN w.client_port = -1 THEN 'local'
+                    WHEN w.client_addr IS NOT NULL THEN coalesce(w.client_hostname, host(w.client_addr)) END,
+               greatest(age(s.xmin), CASE WHEN pg_is_in_recovery() THEN age(s.catalog_xmin) END), NULL::float8, false, 2
+        FROM pg_replication_slots AS s
+        LEFT JOIN pg_stat_activity AS w ON w.pid = s.active_pid
+        WHERE s.xmin IS NOT NULL OR (s.catalog_xmin IS NOT NULL AND pg_is_in_recovery())
+    ) AS holders
+    ORDER BY age_xids DESC, cause, pid, name
+    LIMIT 1
+) AS h ON true;
 
 -- name: sessions
 -- Every backend this role can see, client sessions and the server's own processes alike, but
@@ -79,6 +117,9 @@ LIMIT 1;
 -- - query_age_s: how long its current query has run; while it is idle (idle, idle in
 --   transaction, aborted), how long it has been in that state. Both ages are from the server's
 --   clock: now() is the statement's start.
+-- - backend_start: with the pid, the session's identity (a later backend may get the same pid):
+--   what the dashboard's cursor follows, and what cancel and terminate check. NULL where
+--   privileges hide it.
 -- - query: the first %(query_chars)s characters (query_is_cut when there were more: the whole
 --   text is details.sql's `session`).
 -- - blocked_by: pg_blocking_pids, asked only of a session waiting on a heavyweight lock
@@ -88,7 +129,7 @@ LIMIT 1;
 -- read once a cycle: the Python side flags it (probes/postgres.py, flag_xmin_holder).
 -- {leader_pid} differs by major (dbcore/pgversions.py).
 WITH listed AS (
-    SELECT a.pid, {leader_pid} AS leader_pid, a.datname AS database, a.usename, a.application_name,
+    SELECT a.pid, a.backend_start, {leader_pid} AS leader_pid, a.datname AS database, a.usename, a.application_name,
            CASE WHEN a.client_port = -1 THEN 'local'
                 WHEN a.client_addr IS NOT NULL THEN coalesce(a.client_hostname, host(a.client_addr)) END AS client,
            a.backend_type, a.state,
@@ -107,7 +148,7 @@ WITH listed AS (
     ORDER BY ordinal
     LIMIT %(cap)s
 )
-SELECT l.pid, l.leader_pid, l.database, l.usename, l.application_name, l.client, l.backend_type, l.state,
+SELECT l.pid, l.backend_start, l.leader_pid, l.database, l.usename, l.application_name, l.client, l.backend_type, l.state,
        l.xact_age_s, l.query_age_s, l.wait_event_type, l.wait_event,
        CASE WHEN l.wait_event_type = 'Lock' THEN pg_blocking_pids(l.pid) END AS blocked_by,
        l.query, l.query_is_cut, l.total

@@ -897,19 +897,28 @@ SET NOCOUNT OFF;
 
 -- name: terminate_backend
 -- The dashboard's one write to someone else's session (after the operator confirmed it): KILL
--- ends the session and rolls its transaction back (pg_terminate_backend). KILL takes no
--- variable, so it is built as text, from an int: nothing but digits reaches it. `terminated`
--- is a bit: 0 when the session is not another user session this login can see (without VIEW
--- SERVER STATE a login sees only its own) or ended meanwhile (error 6106). Other errors raise:
--- 6102, no ALTER ANY CONNECTION permission; 6115, KILL refused inside a user transaction (run
--- this on an autocommit connection).
+-- ends the session and rolls its transaction back (pg_terminate_backend), on the session the
+-- operator chose and no other: its identity is (%(pid)s, %(started)s), the session id and its
+-- login_time, checked before the KILL (a later login may reuse the session id); %(started)s
+-- NULL: the id alone. KILL takes no variable, so it is built as text, from an int: nothing but
+-- digits reaches it. One row, PostgreSQL's columns: found (a user session has that id),
+-- started (its login_time), signalled (a bit: 0 when the session is not another user session
+-- this login can see, without VIEW SERVER STATE a login sees only its own, or is another login
+-- than the one chosen, or ended meanwhile: error 6106). Other errors raise: 6102, no ALTER ANY
+-- CONNECTION permission; 6115, KILL refused inside a user transaction (run this on an autocommit
+-- connection).
 SET NOCOUNT ON;
 DECLARE @pid int = CONVERT(int, %(pid)s);
+DECLARE @started datetime = CONVERT(datetime, %(started)s);
 DECLARE @kill nvarchar(40) = CONCAT(N'KILL ', @pid);
+DECLARE @found bit = 0;
+DECLARE @login datetime = NULL;
 DECLARE @terminated bit = 0;
+SELECT @found = 1, @login = s.login_time
+FROM sys.dm_exec_sessions AS s
+WHERE s.session_id = @pid AND s.is_user_process = 1;
 BEGIN TRY
-    IF @pid <> @@SPID
-        AND EXISTS (SELECT 1 FROM sys.dm_exec_sessions AS s WHERE s.session_id = @pid AND s.is_user_process = 1)
+    IF @pid <> @@SPID AND @found = 1 AND (@started IS NULL OR @login = @started)
     BEGIN
         EXEC (@kill);
         SET @terminated = 1;
@@ -919,7 +928,7 @@ BEGIN CATCH
     IF ERROR_NUMBER() <> 6106
         THROW;
 END CATCH;
-SELECT @terminated AS terminated;
+SELECT @found AS found, @login AS started, @terminated AS signalled;
 SET NOCOUNT OFF;
 
 -- name: database_exists

@@ -460,11 +460,26 @@ DELETE FROM queuetop.dead_letters WHERE queue = %(queue)s::text;
 SELECT pg_try_advisory_xact_lock(%(class)s::integer, %(key)s::integer);
 
 -- name: cancel_backend
--- The dashboard's one write to someone else's session (after the operator confirmed it).
-SELECT pg_cancel_backend(%(pid)s::integer);
+-- The dashboard's one write to someone else's session (after the operator confirmed it), on the
+-- session the operator chose and no other: its identity is (%(pid)s, %(started)s), the pid and
+-- when its backend started, checked in the statement that signals it. A later backend that got
+-- the same pid has another start: it is not signalled. %(started)s NULL: the pid alone (a
+-- session whose start privileges hid). One row whatever happens: found (the pid is a backend's),
+-- started (that backend's start, NULL where this role may not see it), signalled (what
+-- pg_cancel_backend said; false when not asked: not found, or another backend).
+SELECT a.pid IS NOT NULL AS found, a.backend_start AS started,
+       CASE WHEN a.pid IS NOT NULL AND (%(started)s::timestamptz IS NULL OR a.backend_start = %(started)s::timestamptz)
+            THEN pg_cancel_backend(a.pid) ELSE false END AS signalled
+FROM (SELECT 1) AS one
+LEFT JOIN pg_stat_activity AS a ON a.pid = %(pid)s::integer;
 
 -- name: terminate_backend
-SELECT pg_terminate_backend(%(pid)s::integer);
+-- As cancel_backend, with pg_terminate_backend: the session ends, its transaction rolled back.
+SELECT a.pid IS NOT NULL AS found, a.backend_start AS started,
+       CASE WHEN a.pid IS NOT NULL AND (%(started)s::timestamptz IS NULL OR a.backend_start = %(started)s::timestamptz)
+            THEN pg_terminate_backend(a.pid) ELSE false END AS signalled
+FROM (SELECT 1) AS one
+LEFT JOIN pg_stat_activity AS a ON a.pid = %(pid)s::integer;
 
 -- name: database_exists
 SELECT 1 FROM pg_database WHERE datname = %(name)s::text;

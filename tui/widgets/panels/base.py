@@ -126,7 +126,7 @@ def wrap_segments(segments: list[tuple[str, str, str]], width: int, more_width: 
 
 
 # The border subtitle's parts, most important first: the first ones say the panel is incomplete or old.
-SUBTITLE_PARTS = ("stale", "unknown", "rows", "hidden", "sort", "idle", "last run")
+SUBTITLE_PARTS = ("stale", "unknown", "rows", "hidden", "sort", "idle", "backends", "last run")
 
 
 def fit_parts(parts: list[list[str]], room: int) -> list[str]:
@@ -392,6 +392,25 @@ class Panel(Vertical):
 
     def on_keyed_table_fitted(self, message: KeyedTable.Fitted) -> None:
         hidden = message.hidden
+        if message.table.everything:
+            # Zoomed: every column whole, a window at a time; the border names those either side
+            # (← and → move the window a column).
+            left, right = message.left, message.right
+            if not left and not right:
+                self.set_subtitle("hidden")
+                return
+            def side(names: tuple[str, ...], arrow: str, before: bool) -> tuple[str, str]:
+                if not names:
+                    return "", ""
+                return ((f"{arrow} {', '.join(names)}" if before else f"{', '.join(names)} {arrow}"),
+                        (f"{arrow}{len(names)}" if before else f"{len(names)}{arrow}"))
+            (left_long, left_short), (right_long, right_short) = side(left, "←", True), side(right, "→", False)
+            forms = [f"{' · '.join(p for p in (left_long, right_long) if p)} (←/→ columns)",
+                     f"{' · '.join(p for p in (left_long, right_short) if p)} (←/→)",
+                     f"{' · '.join(p for p in (left_short, right_long) if p)} (←/→)",
+                     f"{' · '.join(p for p in (left_short, right_short) if p)} (←/→)"]
+            self.set_subtitle("hidden", *dict.fromkeys(sorted(forms, key=len, reverse=True)))
+            return
         if hidden:
             self.set_subtitle("hidden", f"+{len(hidden)} hidden: {', '.join(hidden)} (z zoom)", f"+{len(hidden)} hidden (z)",
                               f"+{len(hidden)} (z)")

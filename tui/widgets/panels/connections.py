@@ -14,7 +14,7 @@ from textual.widgets import Sparkline, Static
 from probes.model import Connections, Snapshot
 
 from ... import format as fmt
-from ...report import xmin_holder
+from ...report import horizon_age, xmin_holder
 from ..keyed_table import Column, KeyedTable
 from .base import CULPRIT_STATES, SHORT_STATES, Panel, fit_segments, matches_filter, new_sample
 
@@ -23,7 +23,7 @@ class ConnectionsPanel(Panel):
     HORIZON: ClassVar[dict[str, str]] = {"postgresql": "xmin", "mssql": "snapshot"}
     # Sessions: how many connections are in that state, or come from that application.
     COLUMNS: ClassVar[list[Column]] = [Column("n", "Sessions", 0), Column("what", "By", 1, yields_to_names=True),
-                                       Column("name", "State/app", 0, text=True)]
+                                       Column("name", "State/app", 0, text=True, min_width=9)]
     SORTS: ClassVar[tuple[tuple[str, str], ...]] = (("given", "state, then app"), ("sessions", "sessions ↓"), ("name", "name"))
 
     def __init__(self) -> None:
@@ -102,7 +102,7 @@ class ConnectionsPanel(Panel):
 
     def _render_summary(self) -> None:
         c = self._connections
-        width = max(10, self.query_one("#connections-summary", Static).size.width - 2)
+        width = max(10, self.query_one("#connections-summary", Static).size.width)  # the content's: padding apart
         if c is None:
             if self._unknown is not None:  # the probe failed: no figure, and why (on a line of its own where narrow)
                 why = fmt.one_line(self._unknown, 300)
@@ -117,20 +117,37 @@ class ConnectionsPanel(Panel):
                     summary.update(line, layout=False)
             return
         holder = xmin_holder(c, words="short")
-        xmin_style = "bold yellow" if holder else ""
+        xmin_style = "bold yellow" if holder or c.xmin_holder_unknown else ""
         session = c.xmin_holder_kind in (None, "session")
+        # How old the horizon is, where nothing else on the line says it (a standby's feedback, a
+        # slot, a prepared transaction; a session's is its transaction's, the line above).
+        age = horizon_age(c) if holder and not session else None
+        age = age.replace("at least ", "≥") if age else age
         # The oldest transaction, then what holds the horizon: each figure whole or left out, a
-        # name cut last. On one line where it fits whole, else on two (a narrow panel).
-        first = [("oldest xact ", "", False), (fmt.seconds(c.oldest_xact_age_s), "bold", False),
+        # name cut last. On one line where it fits whole, else on two (a narrow panel). Unknown
+        # (other roles' sessions hidden) is said, never a calm "-".
+        first = [("oldest xact ", "", False),
+                 ("unknown", "bold yellow", False) if c.oldest_xact_unknown else (fmt.seconds(c.oldest_xact_age_s), "bold", False),
                  (f" pid {c.oldest_xact_pid}" if c.oldest_xact_pid else "", "", False)]
         second = [
+            (f"{self._horizon} unknown" if c.xmin_holder_unknown else "", xmin_style, False),
             (f"{self._horizon} {holder}" if holder and session else "", xmin_style, False),
-            # A prepared transaction's gid or a slot's name: a name, cut last but one.
-            (f"{self._horizon} {holder}" if holder and not session else "", xmin_style, True),
+            (f"{self._horizon} {age}" if age else "", xmin_style, False),
+            # A standby's name and address, a prepared transaction's gid or a slot's name: a name, cut last but one.
+            (f"{' ' if age else self._horizon + ' '}{holder}" if holder and not session else "", xmin_style, True),
             (f" {c.xmin_holder_application}" if holder and session and c.xmin_holder_application else "", xmin_style, True),
             (f"{' · ' if holder else ''}version store {fmt.kilobytes(c.version_store_kb)}" if c.version_store_kb is not None
              else "", "", False),
         ]
+        if holder and not session and cell_len("".join(t for t, _s, _c in second)) > width:
+            # Narrow: the kind's word ("standby", "slot", "prepared") gives way to the name it
+            # qualifies; then, where even 8 cells of the name would not fit beside it, the age (an
+            # age that names no holder says nothing; zoomed, both are there).
+            name = holder.split(" ", 1)[-1]
+            if age and cell_len(f"{self._horizon} {age} ") + min(8, cell_len(name)) > width:
+                second[2], second[3] = ("", "", False), (f"{self._horizon} {name}", xmin_style, True)
+            else:
+                second[3] = ((" " if age else f"{self._horizon} ") + name, xmin_style, True)
         whole = sum(cell_len(text) for text, _style, _cut in first + second) + (3 if any(t for t, _s, _c in second) else 0)
         if whole <= width or not any(text for text, _style, _cut in second):
             oldest = fit_segments([*first, *((" · " + t if i == 0 and t else t, st, cut)

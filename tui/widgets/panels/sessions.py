@@ -1,7 +1,14 @@
-"""The Sessions panel: every backend the probe's role sees, as pg_activity lists them (pid, state,
-durations, wait, blockers, application, user, database, client, backend type, query), sorted by
-any column (`>`), filtered (`/`), idle ones hidden on request (`a`); the sessions that block
-others and the one that holds the xmin horizon back are marked. Enter opens a session's details.
+"""The Sessions panel: every client session the probe's role sees, as pg_activity lists them (pid,
+state, durations, wait, blockers, application, user, database, client, backend type, query),
+sorted by any column (`>`), filtered (`/`), idle ones hidden on request (`a`); the server's
+background processes and queuetop's own sessions behind a toggle (`A`), never counted as
+blocked; the sessions that block others and the one that holds the xmin horizon back are marked.
+Enter opens a session's details.
+
+The cursor is on a session, not a line: its identity is (pid, backend start). It stays on that
+session while the list re-sorts and rows come and go; when the session ends, its line stays
+under the cursor saying `ended` (until the cursor leaves it), rather than the cursor slipping
+onto another session. Enter, C and K act on the session under the cursor, by that identity.
 
 Cheap with thousands of sessions: only the rows on screen (and a few either side) are formatted
 again each sample; a row out of view keeps its cells until it scrolls back into view."""
@@ -10,6 +17,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from datetime import datetime
 from itertools import chain
 from operator import attrgetter
 from typing import Any, ClassVar, cast
@@ -30,6 +38,13 @@ IDLE_STATES = frozenset({"idle", "sleeping"})
 INF = float("inf")
 PID = attrgetter("pid")
 BLOCKED_BY = attrgetter("blocked_by")
+ENDED = "ended:"  # the key of a line that stands for a session that ended under the cursor
+
+
+def listed_by_default(s: SessionSample) -> bool:
+    """A client's session (not a server process, not one of queuetop's own): what the list shows
+    until `A` shows every backend."""
+    return not s.background and not s.own
 
 # How each order sorts: its keys, the least significant first, each a scalar (stable sorts one
 # after the other: the same order as one tuple key, without a tuple made per session; with
@@ -71,14 +86,16 @@ def sort_sessions(sessions: list[SessionSample], order: str, *, in_default_order
 class SessionsPanel(Panel):
     """One row per session (its pid the key), in the chosen order."""
 
+    # PID, State and Application first: they stay beside each other however narrow the panel (the
+    # lock tree takes the row's room while sessions are blocked).
     COLUMNS: ClassVar[list[Column]] = [
         Column("pid", "PID", 0),
         Column("state", "State", 0),
-        Column("time", "Time", 0),  # how long its query has run (idle: how long it has been idle), pg_activity's TIME+
+        Column("time", "Time", 2),  # how long its query has run (idle: how long it has been idle), pg_activity's TIME+
         Column("xact", "Xact", 3),  # how long its transaction has been open
         Column("role", "Holds up", 1),  # `11, xmin`: the sessions it blocks (as the Locks tree counts them), the xmin horizon
         Column("wait", "Waits for", 4),  # the lock and its blockers, else the wait event
-        Column("application", "Application", 2, text=True, min_width=8),
+        Column("application", "App", 0, text=True, min_width=6),  # pg_activity's APP
         Column("user", "User", 5, text=True, min_width=8),
         Column("database", "Database", 6, text=True, min_width=8),
         Column("client", "Client", 7, text=True, min_width=8),
@@ -94,6 +111,10 @@ class SessionsPanel(Panel):
     def __init__(self) -> None:
         super().__init__("Sessions", id="sessions")
         self.hide_idle = False
+        self.show_all = False  # every backend: the server's processes and queuetop's own sessions too (A)
+        # The line that stands for the session that ended under the cursor: (its key, the
+        # session as last listed, its cells), kept while the cursor stays on it.
+        self._ended: tuple[str, SessionSample, tuple[object, ...]] | None = None
         self._snapshot: Snapshot | None = None
         self._filter_text = ""
         self._rendered: dict[str, tuple[object, tuple[object, ...]]] = {}  # pid → (its facts, its cells)
@@ -125,8 +146,16 @@ class SessionsPanel(Panel):
 
     @property
     def shown_pids(self) -> list[int]:
-        """The pids of the rows, in their order."""
+        """The pids of the sessions listed, in their order (a line for an ended session is none)."""
         return [s.pid for s in self._shown]
+
+    def toggle_all(self) -> bool:
+        """Show every backend (the server's processes, queuetop's own sessions), or the clients'
+        sessions alone again; returns whether every backend is shown now."""
+        self.show_all = not self.show_all
+        if self._snapshot is not None:
+            self.show(self._snapshot, self._filter_text)
+        return self.show_all
 
     def toggle_idle(self) -> bool:
         """Hide the idle sessions, or show them again; returns whether they are hidden now."""
@@ -138,11 +167,29 @@ class SessionsPanel(Panel):
 
     @property
     def selected_pid(self) -> int | None:
-        table = self.query_one(KeyedTable)
-        if not table.row_count or table.cursor_row is None or not self._shown:
-            return None
-        key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        """The pid of the session under the cursor; None on no session (a line saying one ended)."""
+        key = self.query_one(KeyedTable).cursor_key() if self._shown else None
         return int(key) if key is not None and key.isdigit() else None
+
+    @property
+    def selected_identity(self) -> tuple[int, datetime | None] | None:
+        """(pid, backend start) of the session under the cursor, as the list shows it."""
+        session = self.session_of_key(self.query_one(KeyedTable).cursor_key())
+        return session.identity if session is not None else None
+
+    @property
+    def ended_pid(self) -> int | None:
+        """The pid of the session that ended under the cursor, while the cursor is on its line."""
+        key = self.query_one(KeyedTable).cursor_key()
+        ended = self._ended
+        return ended[1].pid if ended is not None and key == ended[0] else None
+
+    def session_of_key(self, key: str | None) -> SessionSample | None:
+        """The session a row stands for, as listed (None for a line of an ended session)."""
+        if key is None or not key.isdigit():
+            return None
+        pid = int(key)
+        return next((s for s in self._shown if s.pid == pid), None)
 
     def select_pid(self, pid: int) -> bool:
         """Put the cursor on session `pid`'s row (where C, K and Enter act), focused; False when
@@ -156,10 +203,7 @@ class SessionsPanel(Panel):
         return self.selected_pid == pid
 
     def selected_session(self) -> SessionSample | None:
-        pid = self.selected_pid
-        if pid is None or self._snapshot is None:
-            return None
-        return next((s for s in self._snapshot.sessions if s.pid == pid), None)
+        return self.session_of_key(self.query_one(KeyedTable).cursor_key())
 
     def show(self, snapshot: Snapshot, filter_text: str = "") -> None:
         self._snapshot, self._filter_text = snapshot, filter_text
@@ -168,6 +212,7 @@ class SessionsPanel(Panel):
         if unknown is not None or "connections" not in snapshot.probes:
             # Not read: unknown (and why), never an empty list, which would read as "no sessions".
             self._shown = []
+            self._ended = None
             self._rendered.clear()
             self._drawn.clear()
             self._synced_keys = []
@@ -175,13 +220,18 @@ class SessionsPanel(Panel):
             reason = unknown if unknown is not None else "not sampled"
             table.sync({"unknown": unknown_row(reason, len(self.COLUMNS), at=len(self.COLUMNS) - 1)})
             return
+        # Client sessions unless every backend is asked for (A): the server's processes and
+        # queuetop's own sessions are never counted as blocked, whatever is shown.
+        clients = [s for s in snapshot.sessions if listed_by_default(s)]
         # pid → how many sessions it holds up: a root blocker's count is the Locks tree's (directly
-        # or behind others), any other blocker's the sessions waiting on it directly.
-        blocks: dict[int, int] = Counter(chain.from_iterable(map(BLOCKED_BY, snapshot.sessions)))
+        # or behind others), any other blocker's the clients' sessions waiting on it directly.
+        blocks: dict[int, int] = Counter(chain.from_iterable(map(BLOCKED_BY, clients)))
         for root in snapshot.blockers:
             blocks[root.pid] = max(root.blocked_count, blocks.get(root.pid, 0))
         locks = {b.pid: b for b in snapshot.blocked}
-        shown = list(snapshot.sessions)
+        shown = list(snapshot.sessions) if self.show_all else clients
+        self._say_backends(len(snapshot.sessions) - len(clients))
+        listed = len(shown)
         if self.hide_idle:
             shown = [s for s in shown if s.state not in IDLE_STATES or s.pid in blocks]
         if filter_text:
@@ -196,9 +246,14 @@ class SessionsPanel(Panel):
         if None in keys:
             keys = [key or key_of.setdefault(pid, str(pid)) for key, pid in zip(keys, pids, strict=True)]
         str_keys = cast(list[str], keys)
+        ended = self._ended_under_cursor(table, snapshot)
+        if ended is not None:  # its line, where it was: the cursor stays on it
+            at = min(self._ended_at(table, ended[0]), len(str_keys))
+            str_keys = [*str_keys[:at], ended[0], *str_keys[at:]]
+            shown_with: list[SessionSample | None] = [*shown[:at], None, *shown[at:]]
         rendered, drawn = self._rendered, self._drawn
         span = table.view_span()
-        if span is not None and str_keys == self._synced_keys:
+        if span is not None and str_keys == self._synced_keys and ended is None:
             # The same rows in the same order as the table has (the usual sample: every session's
             # ages grew alike): only the rows on screen are formatted and handed over. No pass
             # in Python over the other thousands.
@@ -209,7 +264,7 @@ class SessionsPanel(Panel):
                 if changed:
                     fresh_rows[key] = cells
             self._shown = shown
-            self._set_title(snapshot)
+            self._set_title(snapshot, listed)
             table.update_rows(fresh_rows)
             return
         in_view = None if span is None else set(str_keys[span[0]: span[1]])
@@ -217,11 +272,14 @@ class SessionsPanel(Panel):
         # it); the rows in view, and any not drawn yet, are formatted again when their facts
         # changed. Mapped and set-differenced in C: 5,000 rows a sample.
         rows: dict[str, tuple[object, ...] | None] = dict(zip(str_keys, map(drawn.get, str_keys), strict=True))
-        session_of = dict(zip(str_keys, shown, strict=True))
+        session_of = dict(zip(str_keys, shown, strict=True)) if ended is None else \
+            {key: s for key, s in zip(str_keys, shown_with, strict=True) if s is not None}
+        if ended is not None:
+            rows[ended[0]] = ended[2]
         if in_view is None:
-            fresh = str_keys
+            fresh = [key for key in str_keys if key in session_of]
         else:
-            fresh = list(in_view | (session_of.keys() - drawn.keys()))
+            fresh = list((in_view & session_of.keys()) | (session_of.keys() - drawn.keys()))
         for key in fresh:
             rows[key] = self._row_cells(key, session_of[key], blocks, locks)[0]
         if len(rendered) > len(rows):
@@ -229,9 +287,52 @@ class SessionsPanel(Panel):
                 del rendered[gone]
                 drawn.pop(gone, None)
         self._shown = shown
-        self._set_title(snapshot)
-        table.sync(cast(dict[str, tuple[object, ...]], rows))  # every row has its cells now
+        self._set_title(snapshot, listed)
+        table.sync(cast(dict[str, tuple[object, ...]], rows), cursor_to=ended[0] if ended is not None else None)
         self._synced_keys = str_keys
+
+    def _say_backends(self, others: int) -> None:
+        """The border says what the list leaves out (the server's processes and queuetop's own
+        sessions), or that it shows every backend."""
+        if self.show_all:
+            self.set_subtitle("backends", "every backend (A: clients only)", "all (A)")
+        elif others:
+            self.set_subtitle("backends", f"+{others:,} server/queuetop backends (A)", f"+{others:,} (A)")
+        else:
+            self.set_subtitle("backends")
+
+    def _ended_under_cursor(self, table: KeyedTable, snapshot: Snapshot) -> tuple[str, SessionSample, tuple[object, ...]] | None:
+        """The line of the session the operator's cursor is on, if it has ended since the last
+        sample (no session of the snapshot has its pid and backend start); also the line made
+        before, while the cursor stays on it. None when the cursor is on a session that lives (or
+        on none the operator chose)."""
+        key = table.followed_key()
+        if key is None:
+            self._ended = None
+            return None
+        if self._ended is not None and key == self._ended[0]:
+            return self._ended  # the cursor stays on the ended session's line
+        self._ended = None
+        before = self.session_of_key(key)  # as the list showed it last
+        if before is None:
+            return None
+        pid, started = before.identity
+        if any(s.pid == pid and s.backend_start == started for s in snapshot.sessions):
+            return None  # it lives (if it is not listed, the filter, the idle toggle or A hides it)
+        cells: tuple[object, ...] = (
+            Text(str(before.pid), style="dim"), Text("ended", style="bold yellow"), "", "", "", "",
+            fmt.inert(before.application or ""), fmt.inert(before.user or ""), fmt.inert(before.database or ""),
+            fmt.inert(before.client or ""), fmt.inert(before.backend_type or ""),
+            Text(f"session {before.pid} ended", style="yellow"))
+        self._ended = (f"{ENDED}{before.pid}", before, cells)
+        if table.has_focus:
+            self.app.notify(f"session {before.pid} ({fmt.inert(before.application or '-')}) ended; the cursor stays on its "
+                            "line until it moves", timeout=5)
+        return self._ended
+
+    def _ended_at(self, table: KeyedTable, key: str) -> int:
+        """Where the ended session's line goes: where the cursor is (its line, or the session's)."""
+        return table.cursor_row if table.cursor_row is not None else 0
 
     def _row_cells(self, key: str, s: SessionSample, blocks: dict[int, int], locks: dict) -> tuple[tuple[object, ...], bool]:
         """A session's cells, formatted again only when its facts changed; and whether they did."""
@@ -245,11 +346,14 @@ class SessionsPanel(Panel):
         self._drawn[key] = cells
         return cells, True
 
-    def _set_title(self, snapshot: Snapshot) -> None:
+    def _set_title(self, snapshot: Snapshot, listed: int) -> None:
+        """`Sessions N`: the sessions listed (clients', or every backend's with A), before the
+        filter and the idle toggle, which the border says; where the probe capped its list, how
+        many backends there were."""
         total = snapshot.sessions_total if snapshot.sessions_total is not None else len(snapshot.sessions)
-        title = f"Sessions {total:,}"
+        title = f"Sessions {listed:,}"
         if len(snapshot.sessions) < total:  # capped by the probe: the oldest transactions are kept
-            title += f" ({len(snapshot.sessions):,} listed)"
+            title += f" ({len(snapshot.sessions):,} of {total:,} backends read)"
         self._title = title
         self._fit_title()
 
