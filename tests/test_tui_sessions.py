@@ -668,3 +668,43 @@ async def test_terminate_refuses_a_pid_that_is_another_backends_now_and_says_so(
             await settle(pilot, app, gone, "the backend terminated", 500)
     finally:
         live.close()
+
+
+async def test_a_blockers_held_lock_mode_is_shown_beside_what_it_holds_up():
+    """The mode a session holds on a queue's table that stops its consumers (the snapshot's
+    QueueSample.lockers, read from pg_locks), in Holds up beside the count: `11, AccessExclusive`."""
+    from probes.model import Locker
+
+    base = sample_snapshot()
+    locker = Locker(pid=1000, mode="AccessExclusiveLock", relation="accounts", state="idle in transaction",
+                    application="billing", xact_age_s=120.0)
+    snapshot = replace(base, queues=(replace(base.queues[0], lockers=(locker,)), *base.queues[1:]))
+    app = sample_app(snapshots=[snapshot])
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot, app, lambda: 1000 in panel(app).shown_pids, "the sample listed")
+        root = next(b for b in snapshot.blockers if b.pid == 1000)
+        assert cells(app, 1000)["role"] == f"{root.blocked_count}, AccessExclusive, xmin"
+        assert "AccessExclusive" not in cells(app, 1001)["role"]  # only the session that holds it
+
+
+async def test_on_a_real_server_a_migrations_lock_on_a_queue_table_is_shown_with_its_mode(db):
+    from queues.table_queue import TableQueue
+
+    with db.connect() as conn:
+        TableQueue.create(conn, "qt_locked_q")
+    migration = db.connect(application_name="qt-migration", autocommit=False)
+    migration.execute("LOCK TABLE queuetop.q_qt_locked_q IN ACCESS EXCLUSIVE MODE")
+    app = live_app(db)
+    try:
+        async with app.run_test(size=(100, 30)) as pilot:
+            pid = migration.info.backend_pid
+
+            def shown() -> bool:
+                return pid in panel(app).shown_pids and "AccessExclusive" in cells(app, pid)["role"]
+
+            await settle(pilot, app, shown, "the migration's held mode", 500)
+            with db.connect() as conn:  # the server's truth
+                assert conn.execute("SELECT mode FROM pg_locks WHERE pid = %s AND relation = 'queuetop.q_qt_locked_q'::regclass",
+                                    (pid,)).fetchone() == ("AccessExclusiveLock",)
+    finally:
+        migration.close()

@@ -41,6 +41,22 @@ BLOCKED_BY = attrgetter("blocked_by")
 ENDED = "ended:"  # the key of a line that stands for a session that ended under the cursor
 
 
+def held_modes(snapshot: Snapshot) -> dict[int, str]:
+    """pid → the lock mode it holds that stops others, where the snapshot says it: a root
+    blocker's (Blocker.held_mode, where the locks probe gives it) or the strongest a session holds
+    on a queue's table (QueueSample.lockers), as pg_locks names it less `Lock` (AccessExclusive)."""
+    held: dict[int, str] = {}
+    for root in snapshot.blockers:
+        mode = getattr(root, "held_mode", None)
+        if mode:
+            held[root.pid] = str(mode).removesuffix("Lock")
+    for queue in snapshot.queues:
+        for locker in getattr(queue, "lockers", None) or ():
+            if locker.pid > 0 and not locker.waiting and locker.pid not in held:
+                held[locker.pid] = locker.mode.removesuffix("Lock")
+    return held
+
+
 def listed_by_default(s: SessionSample) -> bool:
     """A client's session (not a server process, not one of queuetop's own): what the list shows
     until `A` shows every backend."""
@@ -229,6 +245,9 @@ class SessionsPanel(Panel):
         for root in snapshot.blockers:
             blocks[root.pid] = max(root.blocked_count, blocks.get(root.pid, 0))
         locks = {b.pid: b for b in snapshot.blocked}
+        # The lock a blocker holds that stops others, where the snapshot says it (the mode held
+        # on a queue's table: its verdict's lockers), in the Holds up column.
+        held = held_modes(snapshot)
         shown = list(snapshot.sessions) if self.show_all else clients
         self._say_backends(len(snapshot.sessions) - len(clients))
         listed = len(shown)
@@ -260,7 +279,7 @@ class SessionsPanel(Panel):
             start, stop = span
             fresh_rows = {}
             for s, key in zip(shown[start:stop], str_keys[start:stop], strict=True):
-                cells, changed = self._row_cells(key, s, blocks, locks)
+                cells, changed = self._row_cells(key, s, blocks, locks, held)
                 if changed:
                     fresh_rows[key] = cells
             self._shown = shown
@@ -281,7 +300,7 @@ class SessionsPanel(Panel):
         else:
             fresh = list((in_view & session_of.keys()) | (session_of.keys() - drawn.keys()))
         for key in fresh:
-            rows[key] = self._row_cells(key, session_of[key], blocks, locks)[0]
+            rows[key] = self._row_cells(key, session_of[key], blocks, locks, held)[0]
         if len(rendered) > len(rows):
             for gone in rendered.keys() - rows.keys():
                 del rendered[gone]
@@ -334,14 +353,16 @@ class SessionsPanel(Panel):
         """Where the ended session's line goes: where the cursor is (its line, or the session's)."""
         return table.cursor_row if table.cursor_row is not None else 0
 
-    def _row_cells(self, key: str, s: SessionSample, blocks: dict[int, int], locks: dict) -> tuple[tuple[object, ...], bool]:
+    def _row_cells(self, key: str, s: SessionSample, blocks: dict[int, int], locks: dict,
+                   held: dict[int, str]) -> tuple[tuple[object, ...], bool]:
         """A session's cells, formatted again only when its facts changed; and whether they did."""
         lock = locks.get(s.pid)
-        facts = (s, blocks.get(s.pid, 0), lock)
+        mode = held.get(s.pid)
+        facts = (s, blocks.get(s.pid, 0), lock, mode)
         cached = self._rendered.get(key)
         if cached is not None and cached[0] == facts:
             return cached[1], False
-        cells = self._cells(s, facts[1], lock)
+        cells = self._cells(s, facts[1], lock, mode)
         self._rendered[key] = (facts, cells)
         self._drawn[key] = cells
         return cells, True
@@ -358,11 +379,13 @@ class SessionsPanel(Panel):
         self._fit_title()
 
     @staticmethod
-    def _cells(s: SessionSample, blocks: int, lock) -> tuple[object, ...]:
+    def _cells(s: SessionSample, blocks: int, lock, held: str | None = None) -> tuple[object, ...]:
         culprit = s.state in CULPRIT_STATES
         marks = []
         if blocks:
             marks.append(f"{blocks:,}")
+        if held:
+            marks.append(held)
         if s.xmin_holder:
             marks.append("xmin")
         role = Text(", ".join(marks), style="bold red" if blocks else "bold yellow") if marks else ""
