@@ -475,6 +475,16 @@ async def test_a_session_that_ends_under_the_cursor_says_so_and_keys_do_not_slip
         assert not isinstance(app.screen, DetailsScreen)
         assert sum(f"session {chosen} ended" in text for _a, _s, text in app.notices) >= 3
         assert backend.signalled == [] and backend.details == []
+        # Zoomed, moved sideways to the last columns: PID and State stay, so `ended` is in sight.
+        await pilot.press("z")
+        await settle(pilot, app, lambda: table.everything, "zoomed")
+        for _ in range(len(SessionsPanel.COLUMNS)):
+            await pilot.press("right")
+        await pilot.pause()
+        assert table.shown_columns()[:2] == ["pid", "state"] and "query" in table.shown_columns()
+        assert table.cursor_key() == f"ended:{chosen}"
+        await pilot.press("z")
+        await settle(pilot, app, lambda: not table.everything, "back")
         # A later sample keeps the line while the cursor is on it; once the cursor moves, it goes.
         app.apply_snapshot(ended)
         await pilot.pause()

@@ -53,7 +53,9 @@ LAYOUT_CSS = """
     #rings { width: 24; min-width: 16; max-width: 28%; }
     #compaction { width: 22; min-width: 16; max-width: 30%; }
     #leases { width: 1fr; min-width: 40%; }
-    #connections-spark { height: 1; margin: 0 1; }
+    /* Padding, not a margin: a sibling's margin narrowed the table below (its fraction of the
+       width is the container's less the widest margin), a column lost at 23 cells. */
+    #connections-spark { height: 1; padding: 0 1; }
     #connections-summary { height: 1; padding: 0 1; }
     #filter { dock: bottom; display: none; }
     #filter.visible { display: block; }

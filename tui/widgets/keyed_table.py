@@ -84,8 +84,11 @@ class KeyedTable(DataTable):
             self.left = left
             self.right = right
 
-    def __init__(self, columns: Sequence[Column | tuple[str, str]], **kwargs) -> None:
+    def __init__(self, columns: Sequence[Column | tuple[str, str]], *, pinned: int = 1, **kwargs) -> None:
+        """`pinned`: how many first columns a zoomed table keeps beside its window of the others
+        (the row's name; the Sessions list's pid and state)."""
         super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
+        self._pinned = max(1, pinned)
         # A bare (key, label) list: the first column is the name, the others go last first.
         self._spec = [c if isinstance(c, Column) else Column(c[0], c[1], priority=i, text=i == 0)
                       for i, c in enumerate(columns)]
@@ -104,7 +107,7 @@ class KeyedTable(DataTable):
         self._rows_shown: tuple[int, int, int] | None = None
         self._style_memo: Style | None = None
         self._everything = False  # every column whole, a window at a time (zoomed), not fitted
-        self._first = 1  # zoomed: the window's first column beside the first one (the row's name)
+        self._first = self._pinned  # zoomed: the window's first column beside the pinned ones
         self.left: tuple[str, ...] = ()  # zoomed: the columns before the window, and after it
         self.right: tuple[str, ...] = ()
         # The cursor follows its row's key once the operator chose a row; not while the table
@@ -124,7 +127,7 @@ class KeyedTable(DataTable):
         if on == self._everything:
             return
         self._everything = on
-        self._first = 1
+        self._first = self._pinned
         self.set_class(on, "-everything")
         if self.is_mounted:
             self._refit(force=True)
@@ -146,7 +149,7 @@ class KeyedTable(DataTable):
         are columns that way; False when there are none."""
         if not self._everything or (by > 0 and not self.right) or (by < 0 and not self.left):
             return False
-        self._first = max(1, min(len(self._spec) - 1, self._first + by))
+        self._first = max(self._pinned, min(len(self._spec) - 1, self._first + by))
         self._refit()
         return True
 
@@ -237,21 +240,22 @@ class KeyedTable(DataTable):
         return sorted(chosen), text_widths
 
     def _window(self) -> tuple[list[int], dict[int, int]]:
-        """Zoomed: the first column (the row's name) and, from the window's first, as many
+        """Zoomed: the pinned columns (the row's name) and, from the window's first, as many
         columns as fit whole; a text column too wide for the screen alone (a query) is shortened
         when it is the window's first. The others are either side of it (`left`, `right`)."""
         count = len(self._spec)
         available = self.size.width
-        if available <= 0:
+        pinned = min(self._pinned, count)
+        if available <= 0 or pinned >= count:
             return list(range(count)), {}
         pad = 2 * self.cell_padding
-        chosen = [0]
+        chosen = list(range(pinned))
         text_widths: dict[int, int] = {}
-        used = self._widths[0] + pad
+        used = sum(self._widths[i] + pad for i in chosen)
         if used > available and self._spec[0].text:
-            text_widths[0] = max(self._base(0), available - pad)
-            used = text_widths[0] + pad
-        first = max(1, min(self._first, count - 1))
+            text_widths[0] = max(self._base(0), available - pad - (used - self._widths[0] - pad))
+            used = available
+        first = max(pinned, min(self._first, count - 1))
         for index in range(first, count):
             need = self._widths[index] + pad
             if used + need <= available:
@@ -266,10 +270,10 @@ class KeyedTable(DataTable):
             break
         # The last column reached with room left (a wider screen): the columns before the window
         # come back into it, whole, the nearest first.
-        while chosen[-1] == count - 1 and first > 1 and not text_widths.get(first) \
+        while chosen[-1] == count - 1 and first > pinned and not text_widths.get(first) \
                 and used + self._widths[first - 1] + pad <= available:
             first -= 1
-            chosen.insert(1, first)
+            chosen.insert(pinned, first)
             used += self._widths[first] + pad
         self._first = first
         return chosen, text_widths
@@ -323,7 +327,8 @@ class KeyedTable(DataTable):
         if visible == self._visible and text_widths == self._text_widths and not force:
             return False
         hidden = tuple(self._spec[i].label for i in range(len(self._spec)) if i not in visible)
-        left = tuple(self._spec[i].label for i in range(1, min(visible[1:], default=1)) if i not in visible) \
+        left = tuple(self._spec[i].label for i in range(self._pinned, min(visible[self._pinned:], default=self._pinned))
+                     if i not in visible) \
             if self._everything else ()
         right = tuple(label for label in hidden if label not in left) if self._everything else ()
         self._visible, self._text_widths = visible, text_widths

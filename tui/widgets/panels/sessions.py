@@ -141,7 +141,7 @@ class SessionsPanel(Panel):
         self._title = "Sessions"  # with its count; shown whole where the border has room (_fit_title)
 
     def compose(self):
-        yield KeyedTable(self.COLUMNS, id="sessions-table")
+        yield KeyedTable(self.COLUMNS, id="sessions-table", pinned=2)  # zoomed: PID and State beside every column
 
     def _fit_title(self) -> None:
         """The title with its count where the border has room for it whole, else `Sessions` alone
