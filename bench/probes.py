@@ -35,7 +35,7 @@ import psycopg
 from psycopg import pq, sql
 
 from dbcore.database import Target, connect, for_child_process, one
-from dbcore.errors import UsageError
+from dbcore.errors import OperationFailed, UsageError
 from dbcore.sqlfiles import Queries
 from probes.locks import LockTrees
 from probes.postgres import PostgresProbes, open_probe_connection
@@ -140,13 +140,15 @@ def _locks_pileup(target: Target, clients: int, cycles: int, say: Callable[[str]
         script.write_text(PILEUP_SQL["pgbench_update"] + "\n")
         conninfo, env = for_child_process(target)
         process = subprocess.Popen(
-            [pgbench, "-n", "-f", str(script), "-c", str(clients), "-j", "2", "-T", "600", conninfo],
+            # pgbench opens its clients' connections one thread at a time: a thread per 100 of them.
+            [pgbench, "-n", "-f", str(script), "-c", str(clients), "-j", str(max(1, min(16, clients // 100))), "-T", "3600", conninfo],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**env, "PGAPPNAME": "queuetop-bench-pileup"},
         )
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 60 + clients * 0.1  # a 2,000-session pile-up takes a while to connect
         while one(admin.execute(PILEUP_SQL["waiting"]))[0] < clients:
             if time.monotonic() > deadline or process.poll() is not None:
-                raise RuntimeError("the pgbench clients did not all wait on the held row")
+                raise OperationFailed(f"the {clients} pgbench clients did not all wait on the held row"
+                                      + (f" (pgbench exited {process.returncode})" if process.poll() is not None else ""))
             time.sleep(0.1)
         say(f"pile-up: {clients} pgbench clients waiting on one row")
         probes = PostgresProbes()

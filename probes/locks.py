@@ -32,6 +32,8 @@ _CONFLICTS = {
     "AccessExclusiveLock": set(MODES),
 }
 
+MODE_RANK = {mode: n for n, mode in enumerate(MODES)}
+
 # What identifies a lockable object in pg_locks (the columns that are set depend on its type).
 TARGET_COLUMNS = ("lock_type", "database_oid", "relation_oid", "page", "tuple", "virtualxid", "transactionid", "classid", "objid",
            "objsubid")
@@ -250,9 +252,18 @@ def _tree(waiting_rows: list[dict], others: dict[int, dict], prepared: list[dict
             "holders_note": row.get("holders_note"),
             "worker_pids": workers,
             "root_cycles": shape.root_cycles[pid],
+            "ahead_unread": bool(row.get("ahead_unread")),
         }))
     cycles = tuple((tuple(waiting[m] for m in members), {"id": n, "members": members, "waiting": waiting_on})
                    for n, members, waiting_on in shape.cycles)
+    # The strongest mode each session holds on what someone waits for (a table, an object, a key:
+    # a row's lock is no mode of pg_locks), for the roots.
+    held: dict[int, str] = {}
+    for row in waiting_rows:
+        for holder, mode in row.get("holders") or ():
+            holder = leader.get(holder, holder)
+            if conflicts(mode, row.get("mode")) and MODE_RANK.get(mode, -1) > MODE_RANK.get(held.get(holder, ""), -1):
+                held[holder] = mode
     roots_found: list[tuple[int | None, int | None, dict[str, Any]]] = []
     for root, count in shape.counts:
         other = root if others.get(root) else None  # a cycle's member waits itself
@@ -265,6 +276,7 @@ def _tree(waiting_rows: list[dict], others: dict[int, dict], prepared: list[dict
             "application": info.get("application_name"),
             "blocked_processes": count + workers_behind.get(root, 0),
             "cycle": shape.member_of.get(root),
+            "held_mode": held.get(root),
         }))
     prepared_found = tuple(
         (i, {"gid": p["gid"], "owner": p["owner"], "database": p["database"], "blocked_count": shape.prepared_counts.get(p["gid"], 0)})

@@ -197,6 +197,9 @@ class BlockedSession:
     worker_pids: tuple[int, ...] = ()
     # The wait cycles (WaitCycle.id) at the root of its chains: their members are in root_blockers.
     root_cycles: tuple[int, ...] = ()
+    # In a pile-up (more waiters than the probe reads one by one): blocked_by holds the sessions
+    # holding what it waits for, not those it only queues behind (probes/postgres.py PILE_UP_WAITERS).
+    ahead_unread: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -211,6 +214,10 @@ class Blocker:
     blocked_processes: int | None = None
     # A member of a wait cycle (WaitCycle.id): a deadlock's members are each other's roots.
     cycle: int | None = None
+    # The strongest mode it holds on what a session waiting for it wants (a table, an object, a
+    # key), as pg_locks names it ("AccessExclusiveLock"); None for a row's holder (a row lock is no
+    # mode of pg_locks) and where it is not known.
+    held_mode: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -151,3 +151,56 @@ def test_a_transaction_waiting_for_a_safe_snapshot_is_blocked_by_the_sessions_th
         writer.run("COMMIT")
         wait_until(lambda: reader.pid not in truth(db), timeout=15, what="the reader running once the writer ended")
         assert not any(b.pid == reader.pid for b in run_cycle(db.target).blocked)
+
+
+def _roots(graph: dict[int, set[int]], pid: int) -> set[int]:
+    """The sessions at the root of `pid`'s chains in a wait graph without cycles."""
+    found, todo, seen = set(), [pid], set()
+    while todo:
+        for blocker in graph.get(todo.pop(), ()):
+            if blocker in seen:
+                continue
+            seen.add(blocker)
+            (todo.append(blocker) if blocker in graph else found.add(blocker))
+    return found
+
+
+def test_past_the_pile_up_threshold_each_waiter_is_listed_with_its_holders_and_the_same_roots(db):
+    """More lock waiters than the probe reads one by one (its threshold lowered to 20 here, 300 in
+    use): each waiter's blockers are the sessions holding what it waits for, a subset of what
+    pg_blocking_pids says, with the same roots; one waiting only behind a queued request (readers
+    behind a queued ACCESS EXCLUSIVE) is still read exactly; the probe's note says so, and each
+    root says the mode it holds where it is a table's."""
+    from probes.postgres import PostgresProbes
+
+    with db.connect() as conn:
+        conn.execute("CREATE TABLE pile (id int PRIMARY KEY, v bigint NOT NULL DEFAULT 0)")
+        conn.execute("INSERT INTO pile SELECT g, 0 FROM generate_series(1, 20) g")
+        conn.execute("CREATE TABLE reports (id int)")
+    with sessions(db, "qt-pile-holder", "qt-report", "qt-migration", "qt-reader-1", "qt-reader-2") as (holder, report, migration, *readers), \
+            pile_up(db, holder, 30):
+        report.run("BEGIN")
+        report.run("SELECT count(*) FROM reports")  # holds ACCESS SHARE on reports
+        migration.run("BEGIN")
+        start_waiting(db, migration, "LOCK TABLE reports IN ACCESS EXCLUSIVE MODE")
+        for n, reader in enumerate(readers):
+            start_waiting(db, reader, "SELECT count(*) FROM reports", migration, *readers[:n])
+        probes = PostgresProbes()
+        probes.pile_up = 20
+        before = truth(db)
+        snapshot = run_cycle(db.target, probes=probes)
+        after = truth(db)
+        assert before == after and len(before) == 30 + 1 + len(readers)
+        seen = {b.pid: b for b in snapshot.blocked}
+        assert set(seen) == set(before)
+        for pid, server_says in before.items():
+            assert set(seen[pid].blocked_by) <= server_says and seen[pid].blocked_by, (pid, seen[pid].blocked_by, server_says)
+            assert set(seen[pid].root_blockers) == _roots(before, pid), pid
+        for reader in readers:  # behind a queued request alone: read exactly
+            assert set(seen[reader.pid].blocked_by) == before[reader.pid] and not seen[reader.pid].ahead_unread
+        piled = [b for b in snapshot.blocked if b.application == PILE_APP]
+        assert all(b.ahead_unread for b in piled) and len(piled) == 30
+        assert "a pile-up of 33 waiters" in snapshot.probes["locks"].notes
+        roots = {r.pid: r for r in snapshot.blockers}
+        assert roots[report.pid].held_mode == "AccessShareLock" and roots[holder.pid].held_mode is None
+        assert roots[holder.pid].blocked_count == 30 and roots[report.pid].blocked_count == 1 + len(readers)

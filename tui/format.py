@@ -200,7 +200,9 @@ def wait_phrase(b: BlockedSession, here: str | None, *, parent: int | None = Non
         text = f"waits on {lock_target(b, here)}"
     held = [str(p) for p in b.holders if p != parent] + [f"prepared {gid!r}" for gid in b.blocked_by_prepared]
     ahead: list[str] = []
-    if queued and most is not None and len(b.blocked_by) > most + len(b.holders) + 1:
+    if queued and b.ahead_unread:
+        pass  # said after the holders
+    elif queued and most is not None and len(b.blocked_by) > most + len(b.holders) + 1:
         # Counted, not named: a pile-up's 2,000th waiter queues behind 1,999 (a label each sample).
         ahead = [f"{queued_behind(b, parent):,} sessions"]
     elif queued:
@@ -212,6 +214,8 @@ def wait_phrase(b: BlockedSession, here: str | None, *, parent: int | None = Non
     if ahead and (b.wants or held):
         named = ", ".join(ahead) if most is None or len(ahead) <= most else f"{len(ahead):,} sessions"
         text += f"{',' if held else ''} queued behind {named}"
+    if queued and b.ahead_unread:
+        text += " (its place in the queue not read: a pile-up)"
     return inert(text)
 
 

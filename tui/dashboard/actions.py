@@ -424,7 +424,7 @@ def _queue_details(backend, source: str, name: str, current: Callable[[], QueueS
     a table or column that is not there, a privilege is missing), unless its verdict says it, and its
     rows where they can be read."""
     queue = current() if current is not None else None
-    said = queue is not None and queue.diagnosis is not None and bool(queue.error) and queue.error in queue.diagnosis.reason
+    said = queue is not None and queue.diagnosis is not None and queue.error is not None and queue.error in queue.diagnosis.reason
     unknown = ([Text(f"unknown: {fmt.one_line(queue.error, 400)}", style="bold red")]
                if queue is not None and queue.error and queue.depth is None and not said else [])
     try:

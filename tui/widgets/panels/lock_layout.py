@@ -145,7 +145,9 @@ def lay_out(snapshot: Snapshot, matches: Callable[..., bool] | None = None) -> L
             for sig, pids in groups.items():
                 if len(pids) >= GROUP_MIN:
                     # In the order they queue in: the fewest ahead of it first.
-                    in_line = tuple(sorted(pids, key=lambda pid: (len(blocked[pid].blocked_by), pid)))
+                    # (A pile-up the probe did not read one by one: the longest wait first.)
+                    in_line = tuple(sorted(pids, key=lambda pid: (-(blocked[pid].wait_s or 0.0), pid) if blocked[pid].ahead_unread
+                                           else (len(blocked[pid].blocked_by), pid)))
                     items.append((pids[0], ("g", key, sig), in_line))
                 else:
                     singles.extend(pids)

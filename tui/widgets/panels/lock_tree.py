@@ -7,6 +7,7 @@ from rich.text import Text
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
+from probes.locklabels import MODE_WORDS
 from probes.model import BlockedSession, Blocker, PreparedXact
 
 from ... import format as fmt
@@ -34,6 +35,7 @@ def blocker_label(r: Blocker, tree_width: int) -> list[Text]:
     return wrap_segments([
         (f"{r.pid} ", "bold", FIGURE),
         (SHORT_STATES.get(r.state or "?", r.state or "?"), "bold red" if r.state in CULPRIT_STATES else "yellow", FIGURE),
+        (f"  holds {MODE_WORDS.get(r.held_mode, r.held_mode)}" if r.held_mode else "", "magenta", WORDS),
         (f"  blocks {fmt.blocks_text(r.blocked_count, r.blocked_processes)}", "", FIGURE),
         (f"  xact {fmt.seconds(r.xact_age_s)}".ljust(XACT_CELLS), "", FIGURE),
         (f"  {r.application or '-'}", "cyan", CUT), (f"  {fmt.one_line(r.query, 200)}", "", CUT),
@@ -76,9 +78,11 @@ def group_label(members: list[BlockedSession], depth: int, tree_width: int, here
     span = shortest if shortest == longest else f"{shortest}–{longest}"
     workers = sum(len(b.worker_pids) for b in members)
     first = members[0]
+    unread = any(b.ahead_unread for b in members)
     return wrap_segments([
         (f"{len(members):,} sessions ", "bold red", FIGURE), (f"wait {span}", "red", FIGURE),
         (f"  {fmt.wait_phrase(first, here, parent=parent, queued=False)}", "magenta", WORDS),
+        ("  (their order in the queue not read: a pile-up)" if unread else "", "dim", WORDS),
         (f"  +{workers} parallel worker{'s' if workers > 1 else ''}" if workers else "", "yellow", FIGURE),
         (f"  {first.application or '-'}", "cyan", CUT),
         (f"  {fmt.one_line(first.query, 200)}", "", CUT),
@@ -90,9 +94,10 @@ def member_label(b: BlockedSession, depth: int, tree_width: int, parent: int | N
     the line, each whole or left out (what it wants, from whom, its application and statement are
     the group's line; Enter shows the rest). One line, not wrapped: a group may list 2,000."""
     ahead = fmt.queued_behind(b, parent)
+    place = "" if b.ahead_unread else f"  queued behind {ahead:,}" if ahead else "  first in line"
     return [fit_segments([
         (f"{b.pid} ", "bold", False), (f"waits {fmt.seconds(b.wait_s)}".ljust(WAIT_CELLS), "red", False),
-        (f"  queued behind {ahead:,}" if ahead else "  first in line", "magenta", False),
+        (place, "magenta", False),
         (f"  +{len(b.worker_pids)} parallel worker{'s' if len(b.worker_pids) > 1 else ''}" if b.worker_pids else "", "yellow", False),
     ], label_width(tree_width, depth))]
 
