@@ -92,6 +92,9 @@ class MssqlProbes(PostgresProbes):
     def _sessions_query(self) -> str:
         return CONNECTIONS_SQL["sessions"]  # the session runs SQL Server's text of it
 
+    def _sessions_parameters(self) -> dict[str, object]:
+        return {}  # its sessions statement reads each blocker from the DMVs, no pile-up threshold
+
     def queues(self, conn: ProbeConnection) -> tuple[QueueSample, ...]:
         """PostgreSQL's queue probe, and the dead-tuple analogue, ghost records, on a slow
         schedule: `dead_tuples` carries the clustered index's ghost records as last read."""

@@ -517,7 +517,8 @@ class PostgresProbes:
         (connections.sql's `sessions`), bounded by the number of backends. None is flagged as the
         xmin horizon's holder: connections_and_sessions flags it (flag_xmin_holder). (Other roles'
         sessions whose state privileges hide are the connections' note.)"""
-        rows = conn.execute(self._sessions_query(), {"cap": SESSIONS_CAP, "query_chars": SESSION_QUERY_CHARS}).fetchall()
+        rows = conn.execute(self._sessions_query(), {"cap": SESSIONS_CAP, "query_chars": SESSION_QUERY_CHARS,
+                                                     **self._sessions_parameters()}).fetchall()
         total = int(rows[0]["total"]) if rows else 0
         if total > len(rows):
             self.notes["sessions"] = f"{len(rows):,} of {total:,} sessions listed, the oldest transactions first"
@@ -531,6 +532,11 @@ class PostgresProbes:
             )
             for r in rows
         ), total
+
+    def _sessions_parameters(self) -> dict[str, object]:
+        """The sessions statement's parameters but the cap and the query's length: past how many
+        lock waiters it leaves their blockers to the locks probe's picture (compose)."""
+        return {"pile_up": self.pile_up}
 
     def _sessions_query(self) -> sql.SQL | str:
         return sessions_statement(self._version_num)

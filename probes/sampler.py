@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
 
@@ -34,7 +35,7 @@ from .config import Config
 from .diagnosis import Diagnoser
 from .failures import PROBE_FAILURES, describe_error, describe_failure
 from .locks import LockPicture
-from .model import Connections, ProbeStatus, ServerInfo, Snapshot
+from .model import BlockedSession, Connections, ProbeStatus, ServerInfo, SessionSample, Snapshot
 from .postgres import (
     APPLICATION_NAME,
     PROBE_METHODS,
@@ -94,6 +95,8 @@ def compose(server: ServerInfo, results: dict[str, tuple[ProbeStatus, object]], 
     blocked, blockers, prepared, app_locks, cycles = value("locks", LockPicture((), (), (), (), ()))
     connections, listed = value("connections", cast("tuple[Connections | None, SessionPicture | None]", (None, None)))
     sessions, sessions_total = listed if listed is not None else ((), None)  # unknown: no count either
+    if blocked and any(s.wait_event_type == "Lock" and not s.blocked_by for s in sessions):
+        sessions = with_blockers(sessions, blocked)
     return Snapshot(
         taken_at=datetime.now(UTC),
         server=server,
@@ -113,6 +116,18 @@ def compose(server: ServerInfo, results: dict[str, tuple[ProbeStatus, object]], 
         sessions_in_order=sessions_in_order and listed is not None,
         extra={**(extra or {}), **({"host": host} if host is not None else {})},
     )
+
+
+def with_blockers(sessions: tuple[SessionSample, ...], blocked: tuple[BlockedSession, ...]) -> tuple[SessionSample, ...]:
+    """The sessions, those waiting on a lock whose blockers the sessions statement left unread (a
+    pile-up: connections.sql's `sessions`) given the lock picture's (0 for a prepared transaction)."""
+    picture = {b.pid: b for b in blocked}
+
+    def blockers(b: BlockedSession) -> tuple[int, ...]:
+        return (*b.blocked_by, *((0,) if b.blocked_by_prepared else ()))
+
+    return tuple(replace(s, blocked_by=blockers(picture[s.pid])) if s.wait_event_type == "Lock" and not s.blocked_by and s.pid in picture
+                 else s for s in sessions)
 
 
 # The probes of each dialect, by module and class (SQL Server's are PostgreSQL's logic on its DMVs).

@@ -145,6 +145,7 @@ def test_a_transaction_waiting_for_a_safe_snapshot_is_blocked_by_the_sessions_th
         assert waiting.lock_type == "safe snapshot" and waiting.blocked_by == (writer.pid,) and waiting.holders == (writer.pid,)
         assert waiting.wants == "a safe snapshot (SERIALIZABLE READ ONLY DEFERRABLE)"
         assert [(r.pid, r.blocked_count) for r in snapshot.blockers] == [(writer.pid, 1)]
+        assert next(s for s in snapshot.sessions if s.pid == reader.pid).blocked_by == (writer.pid,)  # the Sessions list too
         from tui.format import wait_phrase
 
         assert wait_phrase(waiting, None) == f"wants a safe snapshot (SERIALIZABLE READ ONLY DEFERRABLE) until {writer.pid} ends"
@@ -177,8 +178,8 @@ def test_past_the_pile_up_threshold_each_waiter_is_listed_with_its_holders_and_t
         conn.execute("CREATE TABLE pile (id int PRIMARY KEY, v bigint NOT NULL DEFAULT 0)")
         conn.execute("INSERT INTO pile SELECT g, 0 FROM generate_series(1, 20) g")
         conn.execute("CREATE TABLE reports (id int)")
-    with sessions(db, "qt-pile-holder", "qt-report", "qt-migration", "qt-reader-1", "qt-reader-2") as (holder, report, migration, *readers), \
-            pile_up(db, holder, 30):
+    names = ("qt-pile-holder", "qt-report", "qt-migration", "qt-reader-1", "qt-reader-2")
+    with sessions(db, *names) as (holder, report, migration, *readers), pile_up(db, holder, 30):
         report.run("BEGIN")
         report.run("SELECT count(*) FROM reports")  # holds ACCESS SHARE on reports
         migration.run("BEGIN")
@@ -201,6 +202,9 @@ def test_past_the_pile_up_threshold_each_waiter_is_listed_with_its_holders_and_t
         piled = [b for b in snapshot.blocked if b.application == PILE_APP]
         assert all(b.ahead_unread for b in piled) and len(piled) == 30
         assert "a pile-up of 33 waiters" in snapshot.probes["locks"].notes
+        # The sessions statement leaves a pile-up's blockers to the lock picture, which gives them.
+        listed = {s.pid: s for s in snapshot.sessions}
+        assert all(listed[pid].blocked_by == seen[pid].blocked_by for pid in before)
         roots = {r.pid: r for r in snapshot.blockers}
         assert roots[report.pid].held_mode == "AccessShareLock" and roots[holder.pid].held_mode is None
         assert roots[holder.pid].blocked_count == 30 and roots[report.pid].blocked_count == 1 + len(readers)

@@ -334,7 +334,8 @@ def test_the_cost_is_one_statement_whatever_the_number_of_sessions(db, admin):
             assert sum(1 for s in probed.sessions if s.application == "qt-idle-many") == size
     with open_probe_connection(db.target) as conn:
         plan = conn.execute(sql.SQL("EXPLAIN (FORMAT JSON) ") + sessions_statement(conn.info.server_version),
-                            {"cap": postgres.SESSIONS_CAP, "query_chars": SESSION_QUERY_CHARS}).fetchone()
+                            {"cap": postgres.SESSIONS_CAP, "query_chars": SESSION_QUERY_CHARS,
+                             "pile_up": postgres.PILE_UP_WAITERS}).fetchone()
     relations = set()
 
     def walk(node: dict) -> None:

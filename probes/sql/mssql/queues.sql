@@ -101,12 +101,19 @@ SET NOCOUNT OFF;
 -- sys.partitions maps to its table), with its state and how long it has been in it. queuetop's
 -- own probe sessions are left out. sys.dm_tran_locks needs VIEW SERVER STATE (2022: VIEW SERVER
 -- PERFORMANCE STATE); without it, no rows. Bounded by the locks held, never by the tables' rows.
+-- `holds`: the strongest table lock granted to it that stops the queue's consumers (their
+-- UPDATE or DELETE takes IX on the table: S, SIX, X and Sch-M conflict with it), on `locked`,
+-- with how long its transaction has been open. `gid` is PostgreSQL's prepared transaction's:
+-- NULL here (an orphaned distributed transaction is the lock tree's session -2).
 SET NOCOUNT ON;
 DECLARE @relids nvarchar(max) = CONVERT(nvarchar(max), %(relids)s);
 WITH tables AS (
     SELECT DISTINCT TRY_CONVERT(int, j.[value]) AS relid FROM OPENJSON(@relids) AS j
 ), held AS (
-    SELECT t.relid, l.request_session_id AS pid, MAX(CASE WHEN l.request_status = N'WAIT' THEN 1 ELSE 0 END) AS waiting
+    SELECT t.relid, l.request_session_id AS pid, MAX(CASE WHEN l.request_status = N'WAIT' THEN 1 ELSE 0 END) AS waiting,
+           MAX(CASE WHEN l.request_status = N'GRANT' AND l.resource_type = N'OBJECT'
+                    THEN CASE l.request_mode WHEN N'Sch-M' THEN 4 WHEN N'X' THEN 3 WHEN N'SIX' THEN 2 WHEN N'S' THEN 1 END
+               END) AS holds_rank
     FROM sys.dm_tran_locks AS l
     LEFT JOIN sys.partitions AS p
            ON l.resource_type IN (N'KEY', N'PAGE', N'RID', N'HOBT') AND p.hobt_id = l.resource_associated_entity_id
@@ -120,11 +127,20 @@ SELECT TOP (5000) h.relid, h.pid, CONVERT(bit, h.waiting) AS waiting,
             WHEN s.open_transaction_count > 0 THEN N'idle in transaction'
             ELSE N'idle' END AS state,
        s.program_name AS application_name,
-       DATEDIFF_BIG(millisecond, COALESCE(r.start_time, s.last_request_end_time), SYSDATETIME()) / 1000.0 AS for_s
+       DATEDIFF_BIG(millisecond, COALESCE(r.start_time, s.last_request_end_time), SYSDATETIME()) / 1000.0 AS for_s,
+       CASE h.holds_rank WHEN 4 THEN N'Sch-M' WHEN 3 THEN N'X' WHEN 2 THEN N'SIX' WHEN 1 THEN N'S' END AS holds,
+       CASE WHEN h.holds_rank IS NOT NULL
+            THEN QUOTENAME(OBJECT_SCHEMA_NAME(h.relid)) + N'.' + QUOTENAME(OBJECT_NAME(h.relid)) END AS locked,
+       DATEDIFF_BIG(millisecond, x.began, SYSDATETIME()) / 1000.0 AS xact_age_s,
+       CONVERT(nvarchar(256), NULL) AS gid
 FROM held AS h
 JOIN sys.dm_exec_sessions AS s ON s.session_id = h.pid AND s.is_user_process = 1
 OUTER APPLY (SELECT TOP (1) q.session_id, q.start_time FROM sys.dm_exec_requests AS q
              WHERE q.session_id = h.pid ORDER BY q.start_time) AS r
+OUTER APPLY (SELECT MIN(a.transaction_begin_time) AS began
+             FROM sys.dm_tran_session_transactions AS st
+             JOIN sys.dm_tran_active_transactions AS a ON a.transaction_id = st.transaction_id
+             WHERE st.session_id = h.pid) AS x
 WHERE COALESCE(s.program_name, N'') NOT LIKE N'queuetop-probe%%'
-ORDER BY h.relid, h.pid;
+ORDER BY CASE WHEN h.holds_rank IS NULL THEN 1 ELSE 0 END, h.relid, h.pid;
 SET NOCOUNT OFF;

@@ -124,7 +124,11 @@ LEFT JOIN LATERAL (
 --   text is details.sql's `session`).
 -- - blocked_by: pg_blocking_pids, asked only of a session waiting on a heavyweight lock
 --   (wait_event_type 'Lock'), and only for the rows the cap kept: it takes every lock-manager
---   partition lock. 0 stands for a prepared transaction. NULL for any other session.
+--   partition lock. 0 stands for a prepared transaction. NULL for any other session, and in a
+--   pile-up (more than %(pile_up)s sessions waiting on locks: pg_blocking_pids for each is
+--   quadratic, 0.9 s of the server's time for 2,000), where the locks probe's picture fills it
+--   (probes/sampler.py, compose). A transaction waiting for a safe snapshot: the serializable
+--   writers pg_safe_snapshot_blocking_pids names.
 -- Which session holds the xmin horizon is xmin_horizon's answer (Connections.xmin_holder_pid),
 -- read once a cycle: the Python side flags it (probes/postgres.py, flag_xmin_holder).
 -- {leader_pid} differs by major (dbcore/pgversions.py).
@@ -150,7 +154,9 @@ WITH listed AS (
 )
 SELECT l.pid, l.backend_start, l.leader_pid, l.database, l.usename, l.application_name, l.client, l.backend_type, l.state,
        l.xact_age_s, l.query_age_s, l.wait_event_type, l.wait_event,
-       CASE WHEN l.wait_event_type = 'Lock' THEN pg_blocking_pids(l.pid) END AS blocked_by,
+       CASE WHEN l.wait_event_type = 'Lock' AND NOT pile.pile_up THEN pg_blocking_pids(l.pid)
+            WHEN l.wait_event = 'SafeSnapshot' THEN pg_safe_snapshot_blocking_pids(l.pid) END AS blocked_by,
        l.query, l.query_is_cut, l.total
 FROM listed l
+CROSS JOIN (SELECT count(*) > %(pile_up)s AS pile_up FROM pg_stat_activity WHERE wait_event_type = 'Lock') AS pile
 ORDER BY l.ordinal;
