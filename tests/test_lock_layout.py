@@ -103,7 +103,7 @@ async def test_the_dashboard_draws_a_pile_up_of_two_thousand_and_opens_its_group
             return next((n for n in tree.root.children[0].children if str(n.label).startswith("2,000 sessions")), None)
 
         await settle(pilot, app, lambda: group_node() is not None, "the pile-up's group under its holder")
-        assert str(tree.root.label).startswith("2050 blocked session(s)")
+        assert str(tree.root.label).startswith("2,050 blocked session(s)")
         label = " ".join(str(n.label) for n in [group_node(), *group_node().children])
         assert "wait 0.1s–3m20s" in label and "wants to update a row of accounts (0,7)" in label
         # Selecting a member opens the group's list and puts the cursor on it: every pid is there.

@@ -234,7 +234,7 @@ def queued_behind(b: BlockedSession, parent: int | None = None) -> int:
 
 def blocks_text(count: int, processes: int | None) -> str:
     """How many sessions a root holds up, and the processes when its parallel workers wait too."""
-    return f"{count}" + (f" ({processes} processes)" if processes is not None and processes > count else "")
+    return f"{count:,}" + (f" ({processes:,} processes)" if processes is not None and processes > count else "")
 
 
 # How the screen names each database (a snapshot's `server.dialect` is the machine's word).

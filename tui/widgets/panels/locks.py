@@ -196,12 +196,12 @@ class LocksPanel(Panel):
         summary = []
         if self._ended is not None:
             summary.append((f"session {self._ended} ended · ", "bold yellow", False))
-        summary.append((f"{count} blocked session(s)", "bold red", False))
+        summary.append((f"{count:,} blocked session(s)", "bold red", False))
         if layout.cycles:  # the rarest and worst first
             summary.append((f", {len(layout.cycles)} wait cycle(s)", "bold red", False))
         if layout.prepared:
             summary.append((f", {len(layout.prepared)} prepared transaction(s)", "bold red", False))
-        summary.append((f", {len(layout.roots)} root blocker(s)", "bold red", False))
+        summary.append((f", {len(layout.roots):,} root blocker(s)", "bold red", False))
         if not count:
             summary = summary[:1] if self._ended is not None else []
             # "None blocked" only when the probe read the locks: a failed probe (no privilege, a
