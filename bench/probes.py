@@ -102,6 +102,8 @@ def run_probe_bench(
         "locks_probe_ms_p50_pileup": pile["p50"] if pile else None,
         "locks_probe_ms_p95_pileup": pile["p95"] if pile else None,
         "locks_probe_round_trips": pile["round_trips"] if pile else None,
+        # Past PILE_UP_WAITERS the probe lists each waiter's holders, not every session queued ahead.
+        "locks_probe_holders_only": pile["holders_only"] if pile else None,
         "pg_activity_version": pile["pg_activity_version"] if pile else None,
         "pg_activity_blocking_ms_p50_pileup": pile["pg_activity_p50"] if pile else None,
         "pg_activity_blocking_rows": pile["pg_activity_rows"] if pile else None,
@@ -168,7 +170,7 @@ def _locks_pileup(target: Target, clients: int, cycles: int, say: Callable[[str]
                 for _ in range(6):  # warm, and past psycopg's prepare threshold, as pg_activity runs it
                     theirs()
             with RoundTrips(conn) as trips:
-                probes.locks(conn)
+                holders_only = any(b.ahead_unread for b in probes.locks(conn).blocked)
             round_trips = trips.count
             backends = (conn.info.backend_pid, other.info.backend_pid)
             cpu_before = [backend_cpu_s(pid) for pid in backends]
@@ -194,6 +196,7 @@ def _locks_pileup(target: Target, clients: int, cycles: int, say: Callable[[str]
             "p95": round(statistics.quantiles(timings, n=20)[-1], 3) if len(timings) >= 2 else round(timings[0], 3),
             "blocked": blocked,
             "round_trips": round_trips,
+            "holders_only": holders_only,
             "pg_activity_version": reference[2] if reference is not None else None,
             "pg_activity_p50": round(their_p50, 3) if their_p50 is not None else None,
             "pg_activity_rows": their_rows if reference is not None else None,

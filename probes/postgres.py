@@ -68,9 +68,12 @@ QUEUES_SQL = Queries("probes", "queues.sql")  # what every queue's table shares:
 RINGS_SQL = Queries("probes", "rings.sql")
 LEASES_SQL = Queries("probes", "leases.sql")
 LOCKS_SQL = Queries("probes", "locks.sql")
-# A pile-up, for the locks probe: more lock waiters than this (200 read exactly: 0.04 s of the
-# server's time; 2,000 took 0.9 s, past the statement timeout).
-PILE_UP_WAITERS = 300
+# A pile-up, for the locks and sessions probes: more lock waiters than this. Up to it each waiter's
+# blockers are pg_blocking_pids' exactly, at no more than pg_activity's blocking query costs (100
+# waiters on a row: 0.88 of it; 150: 1.07); past it, the sessions holding what it waits for (200:
+# 0.87 of pg_activity's query, where the exact list cost 1.25; 2,000: 70-140 ms, where
+# pg_blocking_pids for each took the server 0.9 s, past the probe's statement timeout).
+PILE_UP_WAITERS = 100
 CONNECTIONS_SQL = Queries("probes", "connections.sql")
 # The sessions listed, and how many there were before the cap.
 SessionPicture: TypeAlias = "tuple[tuple[SessionSample, ...], int]"

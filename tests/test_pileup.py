@@ -16,6 +16,7 @@ import pytest
 from textual.widgets import Tree
 
 from bench.engine import find_pgbench
+from probes.postgres import PostgresProbes
 from probes.sampler import run_cycle
 
 from .conftest import wait_until
@@ -72,18 +73,26 @@ def test_a_pile_up_of_200_and_a_chain_of_10_as_the_server_says_them(db):
             s.run("UPDATE pile SET v = 1 WHERE id = %s", (n + 2,))
         for n, s in enumerate(chain[1:], 1):
             start_waiting(db, s, f"UPDATE pile SET v = 2 WHERE id = {n + 1}", *chain[1:n])
+        exactly = PostgresProbes()
+        exactly.pile_up = 1000  # every waiter's blockers as pg_blocking_pids names them
         before = truth(db)
-        snapshot = run_cycle(db.target)
+        snapshot, read_exactly = run_cycle(db.target), run_cycle(db.target, probes=exactly)
         after = truth(db)
-        assert before == after and len(before) == PILE + CHAIN  # nothing moved while the probe read
-        seen = {b.pid: set(b.blocked_by) for b in snapshot.blocked}
-        assert seen == before
-        roots = {r.pid: r.blocked_count for r in snapshot.blockers}
-        assert roots == {holder.pid: PILE, chain[0].pid: CHAIN}
-        pile_pids = {pid for pid in before if pid not in {s.pid for s in chain}}
-        assert {b.pid for b in snapshot.blocked if b.root_blockers == (holder.pid,)} == pile_pids
-        document = snapshot.to_json()
-        assert {b["pid"] for b in document["blocked"]} == set(before)  # every pid in the JSON
+        assert before == after and len(before) == PILE + CHAIN  # nothing moved while the probes read
+        assert {b.pid: set(b.blocked_by) for b in read_exactly.blocked} == before
+        # Past the pile-up threshold (100): each listed with the sessions holding what it waits for.
+        seen = {b.pid: b for b in snapshot.blocked}
+        assert set(seen) == set(before)
+        for pid, server_says in before.items():
+            assert seen[pid].blocked_by and set(seen[pid].blocked_by) <= server_says, pid
+            assert set(seen[pid].root_blockers) == _roots(before, pid), pid
+        for picture in (snapshot, read_exactly):
+            roots = {r.pid: r.blocked_count for r in picture.blockers}
+            assert roots == {holder.pid: PILE, chain[0].pid: CHAIN}
+            pile_pids = {pid for pid in before if pid not in {s.pid for s in chain}}
+            assert {b.pid for b in picture.blocked if b.root_blockers == (holder.pid,)} == pile_pids
+            document = picture.to_json()
+            assert {b["pid"] for b in document["blocked"]} == set(before)  # every pid in the JSON
 
 
 async def test_the_dashboard_in_a_pile_up_groups_it_answers_keys_and_keeps_its_cursor(db):
@@ -167,13 +176,11 @@ def _roots(graph: dict[int, set[int]], pid: int) -> set[int]:
 
 
 def test_past_the_pile_up_threshold_each_waiter_is_listed_with_its_holders_and_the_same_roots(db):
-    """More lock waiters than the probe reads one by one (its threshold lowered to 20 here, 300 in
+    """More lock waiters than the probe reads one by one (its threshold lowered to 20 here, 100 in
     use): each waiter's blockers are the sessions holding what it waits for, a subset of what
     pg_blocking_pids says, with the same roots; one waiting only behind a queued request (readers
     behind a queued ACCESS EXCLUSIVE) is still read exactly; the probe's note says so, and each
     root says the mode it holds where it is a table's."""
-    from probes.postgres import PostgresProbes
-
     with db.connect() as conn:
         conn.execute("CREATE TABLE pile (id int PRIMARY KEY, v bigint NOT NULL DEFAULT 0)")
         conn.execute("INSERT INTO pile SELECT g, 0 FROM generate_series(1, 20) g")
