@@ -34,16 +34,23 @@ LAYOUT_CSS = """
     #row-small KeyedTable { height: auto; }
     /* Locks, Sessions and Connections. While sessions are blocked the lock tree gets the room
        (its labels: who, how long, on what), the Sessions list enough for PID, State and App
-       side by side (31: a 4-digit pid, `idle in xact` and 7 cells of a name; a longer pid
+       side by side (32: a 4-digit pid, `idle in xact` and 8 cells of a name; a longer pid
        shortens the name, down to 6), and Connections its figures' lines and a count per state
-       (23), the tree the rest (26 at 80 columns: its header whole); when
+       (23), the tree the rest (25 at 80 columns: its header whole); when
        none is, the tree says one line and the Sessions list gets the room. */
     #locks { width: 5fr; }
-    #sessions { width: 2fr; min-width: 31; }
+    #sessions { width: 2fr; min-width: 32; }
     #connections { width: 2fr; min-width: 23; }
     /* Application locks held and nobody blocked: the tree says one line (its count whole), the
        Sessions list what is left beside Connections. */
     #row-locks.-held #sessions { width: 1fr; min-width: 14; }
+    /* Narrower than 100 columns (80x24), sessions blocked: the tree keeps the 37 columns it
+       needs to say every explanation whole; Sessions PID and State (App joins from 100 columns,
+       the border lists it among the hidden), Connections its figures' lines and a count per
+       name (19). */
+    #row-locks.-narrow #locks { width: 1fr; min-width: 37; }
+    #row-locks.-narrow #sessions { width: 24; min-width: 24; }
+    #row-locks.-narrow #connections { width: 19; min-width: 19; }
     #row-locks.-calm #locks { width: 24; }
     #row-locks.-calm #sessions { width: 2fr; }
     #row-locks.-calm #connections { width: 1fr; }
@@ -96,6 +103,18 @@ class PanelsView(Vertical):
             row = self.query_one("#row-locks")
             row.set_class(calm, "-calm")
             row.set_class(not calm and not snapshot.blocked and not snapshot.cycles, "-held")
+            self._narrow()
+
+    NARROW = 100  # below it, the blocked row's layout for 80 columns (LAYOUT_CSS: -narrow)
+
+    def _narrow(self) -> None:
+        """The blocked row's narrow layout below NARROW columns (not calm, not app locks alone)."""
+        row = self.query_one("#row-locks")
+        blocked = not row.has_class("-calm") and not row.has_class("-held")
+        row.set_class(blocked and 0 < self.size.width < self.NARROW, "-narrow")
+
+    def on_resize(self) -> None:
+        self._narrow()
 
     def record(self, snapshot: Snapshot) -> None:
         """Another host's snapshot, not shown: its trends and countdowns go on."""

@@ -314,7 +314,8 @@ class KeyedTable(DataTable):
             label = labels.get(column.key)
             if label is not None and label != column.label:
                 self._spec[index] = replace(column, label=label)
-                self._widths[index] = max(self._widths[index], cell_len(label))
+                # As wide as the new header and the widest cell (a shorter header: narrower).
+                self._widths[index] = max([cell_len(label), *(_cell_width(cells[index]) for cells in self._full.values())])
                 changed = True
         if changed and self.is_mounted:
             self._refit(force=True)

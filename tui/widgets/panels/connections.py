@@ -21,7 +21,9 @@ from .base import CULPRIT_STATES, SHORT_STATES, Panel, fit_segments, matches_fil
 
 class ConnectionsPanel(Panel):
     HORIZON: ClassVar[dict[str, str]] = {"postgresql": "xmin", "mssql": "snapshot"}
-    # Sessions: how many connections are in that state, or come from that application.
+    # Sessions: how many connections are in that state, or come from that application (`N` where
+    # the panel is narrower than the two headers: the names beside the counts stay, 19 columns,
+    # the blocked row's at 80).
     COLUMNS: ClassVar[list[Column]] = [Column("n", "Sessions", 0), Column("what", "By", 1, yields_to_names=True),
                                        Column("name", "State/app", 0, text=True, min_width=9)]
     SORTS: ClassVar[tuple[tuple[str, str], ...]] = (("given", "state, then app"), ("sessions", "sessions ↓"), ("name", "name"))
@@ -129,6 +131,8 @@ class ConnectionsPanel(Panel):
         first = [("oldest xact ", "", False),
                  ("unknown", "bold yellow", False) if c.oldest_xact_unknown else (fmt.seconds(c.oldest_xact_age_s), "bold", False),
                  (f" pid {c.oldest_xact_pid}" if c.oldest_xact_pid else "", "", False)]
+        if cell_len(first[0][0] + first[1][0]) > width:  # narrow (the blocked row at 80 columns): the figure before the words
+            first[0] = ("oldest ", "", False)
         second = [
             (f"{self._horizon} unknown" if c.xmin_holder_unknown else "", xmin_style, False),
             (f"{self._horizon} {holder}" if holder and session else "", xmin_style, False),
@@ -172,5 +176,7 @@ class ConnectionsPanel(Panel):
 
     def on_resize(self) -> None:
         self._render_summary()  # refit the line to the new width
+        table = self.query_one(KeyedTable)
+        table.relabel({"n": "Sessions" if self.size.width >= 21 else "N"})
         # The history line only where it leaves room for at least three rows.
         self.query_one(Sparkline).display = self.size.height - 2 >= 6
