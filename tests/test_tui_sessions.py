@@ -691,7 +691,7 @@ async def test_terminate_refuses_a_pid_that_is_another_backends_now_and_says_so(
 
 async def test_a_blockers_held_lock_mode_is_shown_beside_what_it_holds_up():
     """The mode a session holds on a queue's table that stops its consumers (the snapshot's
-    QueueSample.lockers, read from pg_locks), in Holds up beside the count: `11, AccessExclusive`."""
+    QueueSample.lockers, read from pg_locks), in Holds up beside the count: `11, ACCESS EXCLUSIVE`."""
     from probes.model import Locker
 
     base = sample_snapshot()
@@ -702,8 +702,15 @@ async def test_a_blockers_held_lock_mode_is_shown_beside_what_it_holds_up():
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(pilot, app, lambda: 1000 in panel(app).shown_pids, "the sample listed")
         root = next(b for b in snapshot.blockers if b.pid == 1000)
-        assert cells(app, 1000)["role"] == f"{root.blocked_count}, AccessExclusive, xmin"
-        assert "AccessExclusive" not in cells(app, 1001)["role"]  # only the session that holds it
+        assert cells(app, 1000)["role"] == f"{root.blocked_count}, ACCESS EXCLUSIVE, xmin"
+        assert "EXCLUSIVE" not in cells(app, 1001)["role"]  # only the session that holds it
+    # The locks probe's own word for a root blocker (on what its waiters want) comes first.
+    rooted = replace(snapshot, blockers=tuple(replace(b, held_mode="ShareLock") if b.pid == 1000 else b
+                                              for b in snapshot.blockers))
+    app = sample_app(snapshots=[rooted])
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot, app, lambda: 1000 in panel(app).shown_pids, "the sample listed")
+        assert cells(app, 1000)["role"] == f"{root.blocked_count}, SHARE, xmin"
 
 
 async def test_on_a_real_server_a_migrations_lock_on_a_queue_table_is_shown_with_its_mode(db):
@@ -719,7 +726,7 @@ async def test_on_a_real_server_a_migrations_lock_on_a_queue_table_is_shown_with
             pid = migration.info.backend_pid
 
             def shown() -> bool:
-                return pid in panel(app).shown_pids and "AccessExclusive" in cells(app, pid)["role"]
+                return pid in panel(app).shown_pids and "ACCESS EXCLUSIVE" in cells(app, pid)["role"]
 
             await settle(pilot, app, shown, "the migration's held mode", 500)
             with db.connect() as conn:  # the server's truth

@@ -24,6 +24,7 @@ from typing import Any, ClassVar, cast
 
 from rich.text import Text
 
+from probes.locklabels import MODE_WORDS
 from probes.model import SessionSample, Snapshot
 
 from ... import format as fmt
@@ -42,18 +43,17 @@ ENDED = "ended:"  # the key of a line that stands for a session that ended under
 
 
 def held_modes(snapshot: Snapshot) -> dict[int, str]:
-    """pid → the lock mode it holds that stops others, where the snapshot says it: a root
-    blocker's (Blocker.held_mode, where the locks probe gives it) or the strongest a session holds
-    on a queue's table (QueueSample.lockers), as pg_locks names it less `Lock` (AccessExclusive)."""
+    """pid → the lock mode it holds that stops others, in the lock tree's words (ACCESS
+    EXCLUSIVE): a root blocker's (Blocker.held_mode: on what its waiters want), or, for a session
+    nobody waits on yet, the strongest it holds on a queue's table (QueueSample.lockers)."""
     held: dict[int, str] = {}
     for root in snapshot.blockers:
-        mode = getattr(root, "held_mode", None)
-        if mode:
-            held[root.pid] = str(mode).removesuffix("Lock")
+        if root.held_mode:
+            held[root.pid] = MODE_WORDS.get(root.held_mode, root.held_mode)
     for queue in snapshot.queues:
-        for locker in getattr(queue, "lockers", None) or ():
+        for locker in queue.lockers or ():
             if locker.pid > 0 and not locker.waiting and locker.pid not in held:
-                held[locker.pid] = locker.mode.removesuffix("Lock")
+                held[locker.pid] = MODE_WORDS.get(locker.mode, locker.mode)
     return held
 
 
