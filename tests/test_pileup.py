@@ -215,3 +215,21 @@ def test_past_the_pile_up_threshold_each_waiter_is_listed_with_its_holders_and_t
         roots = {r.pid: r for r in snapshot.blockers}
         assert roots[report.pid].held_mode == "AccessShareLock" and roots[holder.pid].held_mode is None
         assert roots[holder.pid].blocked_count == 30 and roots[report.pid].blocked_count == 1 + len(readers)
+
+
+@pytest.mark.matrix
+def test_another_queuetop_probe_waiting_on_a_lock_is_not_listed_as_blocked(db):
+    """A second dashboard's or an exporter's probe session waiting on a lock (for at most its
+    lock_timeout) is queuetop's own: never a blocked session; the client session beside it is."""
+    with db.connect() as conn:
+        conn.execute("CREATE TABLE held (id int PRIMARY KEY)")
+        conn.execute("INSERT INTO held VALUES (1)")
+    with sessions(db, "qt-holder", "queuetop-probe-other", "qt-client") as (holder, probe, client):
+        holder.run("BEGIN")
+        holder.run("LOCK TABLE held IN ACCESS EXCLUSIVE MODE")
+        probe.start("SELECT count(*) FROM held")
+        client.start("SELECT count(*) FROM held")
+        wait_until(lambda: {probe.pid, client.pid} <= set(truth(db)), timeout=15, what="both waiting")
+        snapshot = run_cycle(db.target)
+        assert {b.pid for b in snapshot.blocked} == {client.pid}
+        assert [(r.pid, r.blocked_count, r.held_mode) for r in snapshot.blockers] == [(holder.pid, 1, "AccessExclusiveLock")]

@@ -50,6 +50,12 @@ WITH locks AS MATERIALIZED (
     SELECT a.pid, {leader_pid} AS leader_pid, a.datid, a.state, a.query, a.application_name, a.xact_start, a.state_change,
            a.wait_event
     FROM pg_stat_get_activity(NULL) a
+), own AS (
+    -- queuetop's own probe sessions (this one, another dashboard's, an exporter's): never listed as
+    -- waiting (a probe's lock_timeout ends its waits within 100 ms).
+    SELECT pg_backend_pid() AS pid
+    UNION
+    SELECT a.pid FROM activity a WHERE a.application_name LIKE 'queuetop-probe%%'
 ), pile AS (
     -- More than %(pile_up)s waiters: a pile-up. pg_blocking_pids copies every holder and waiter of
     -- the lock it is asked about, and names every one queued ahead: asked of each of 2,000 waiters
@@ -94,14 +100,14 @@ WITH locks AS MATERIALIZED (
     FROM locks l
     CROSS JOIN pile p
     LEFT JOIN held_by hb ON hb.pid = l.pid
-    WHERE NOT l.granted AND l.pid <> pg_backend_pid()
+    WHERE NOT l.granted AND l.pid NOT IN (SELECT o.pid FROM own o)
 ), safe_waiting AS MATERIALIZED (
     -- A SERIALIZABLE READ ONLY DEFERRABLE transaction waiting for a safe snapshot holds no lock and
     -- waits for none: it waits (wait event SafeSnapshot) for the read-write serializable
     -- transactions that were running when it began, which pg_safe_snapshot_blocking_pids names.
     SELECT a.pid, pg_safe_snapshot_blocking_pids(a.pid) AS blocked_by
     FROM activity a
-    WHERE a.wait_event = 'SafeSnapshot' AND a.pid <> pg_backend_pid()
+    WHERE a.wait_event = 'SafeSnapshot' AND a.pid NOT IN (SELECT o.pid FROM own o)
 ), blockers AS (
     -- The sessions that hold what a waiter waits for (a granted lock on the same object: a
     -- transaction id, a tuple, a table, a key), a parallel worker's as its leader's, as
