@@ -61,18 +61,26 @@ def pile_up(db, holder, clients: int):
         os.unlink(path)
 
 
-def test_a_pile_up_of_200_and_a_chain_of_10_as_the_server_says_them(db):
+@contextmanager
+def pile_and_chain(db):
+    """PILE pgbench sessions waiting on row 1 of `pile` behind `holder`, and beside them a chain
+    CHAIN deep: chain[0] holds row 2; chain[n] holds row n + 2, then waits for row n + 1.
+    Yields (holder, chain)."""
     with db.connect() as conn:
         conn.execute("CREATE TABLE pile (id int PRIMARY KEY, v bigint NOT NULL DEFAULT 0)")
         conn.execute("INSERT INTO pile SELECT g, 0 FROM generate_series(1, 20) g")
     names = ["qt-pile-holder", *(f"qt-chain-{n}" for n in range(CHAIN + 1))]
     with sessions(db, *names) as (holder, *chain), pile_up(db, holder, PILE):
-        # The chain: chain[0] holds row 2; chain[n] holds row n + 2, then waits for row n + 1.
         for n, s in enumerate(chain):
             s.run("BEGIN")
             s.run("UPDATE pile SET v = 1 WHERE id = %s", (n + 2,))
         for n, s in enumerate(chain[1:], 1):
             start_waiting(db, s, f"UPDATE pile SET v = 2 WHERE id = {n + 1}", *chain[1:n])
+        yield holder, chain
+
+
+def test_a_pile_up_of_200_and_a_chain_of_10_as_the_server_says_them(db):
+    with pile_and_chain(db) as (holder, chain):
         exactly = PostgresProbes()
         exactly.pile_up = 1000  # every waiter's blockers as pg_blocking_pids names them
         before = truth(db)
@@ -98,16 +106,7 @@ def test_a_pile_up_of_200_and_a_chain_of_10_as_the_server_says_them(db):
 async def test_the_dashboard_in_a_pile_up_groups_it_answers_keys_and_keeps_its_cursor(db):
     from tui.widgets.panels import LocksPanel
 
-    with db.connect() as conn:
-        conn.execute("CREATE TABLE pile (id int PRIMARY KEY, v bigint NOT NULL DEFAULT 0)")
-        conn.execute("INSERT INTO pile SELECT g, 0 FROM generate_series(1, 20) g")
-    names = ["qt-pile-holder", *(f"qt-chain-{n}" for n in range(CHAIN + 1))]
-    with sessions(db, *names) as (holder, *chain), pile_up(db, holder, PILE):
-        for n, s in enumerate(chain):
-            s.run("BEGIN")
-            s.run("UPDATE pile SET v = 1 WHERE id = %s", (n + 2,))
-        for n, s in enumerate(chain[1:], 1):
-            start_waiting(db, s, f"UPDATE pile SET v = 2 WHERE id = {n + 1}", *chain[1:n])
+    with pile_and_chain(db) as (holder, chain):
         app = live_app(db)
         async with app.run_test(size=(100, 30)) as pilot:
             panel = app.query_one(LocksPanel)

@@ -254,6 +254,17 @@ def test_a_prepared_transaction_holds_it_named_by_its_gid(db, admin):
             assert_age(c, xid, before, after)
 
 
+def feed_back(admin, walsender, slot: str | None, held: int) -> None:
+    """The standby's hot_standby_feedback at `held`, seen where it lands: its slot's xmin, or
+    (without a slot) its walsender's."""
+    walsender.feedback(held)
+    if slot:
+        wait_until(lambda: admin.execute("SELECT xmin::text::bigint FROM pg_replication_slots WHERE slot_name = %s",
+                                         (slot,)).fetchone()[0] == held & XID_MASK, what="the slot's xmin")
+    else:
+        wait_until(lambda: activity(admin, walsender.pid)["xmin"] == held & XID_MASK, what="the walsender's xmin")
+
+
 @pytest.mark.parametrize("through_slot", [True, False], ids=["through a slot", "without a slot"])
 def test_a_standbys_feedback_holds_it(db, admin, through_slot):
     """A standby's hot_standby_feedback: through its replication slot, the slot's xmin holds every
@@ -261,12 +272,7 @@ def test_a_standbys_feedback_holds_it(db, admin, through_slot):
     xmin does (a session of no database)."""
     with standby(db, admin, slot=through_slot) as (walsender, slot):
         held = oldest_running(admin)
-        walsender.feedback(held)
-        if slot:
-            wait_until(lambda: admin.execute("SELECT xmin::text::bigint FROM pg_replication_slots WHERE slot_name = %s",
-                                             (slot,)).fetchone()[0] == held & XID_MASK, what="the slot's xmin")
-        else:
-            wait_until(lambda: activity(admin, walsender.pid)["xmin"] == held & XID_MASK, what="the walsender's xmin")
+        feed_back(admin, walsender, slot, held)
         for _ in range(3):
             next_xid(admin)
         with reader(db) as (_r, later):  # a younger snapshot of this database
@@ -313,12 +319,7 @@ def test_a_standbys_horizon_is_dated_by_the_probes_clock_of_transaction_ids(db, 
         first = probes.xid_clock.last()
         assert first is not None
         held = first[1]  # the next transaction id the first cycle read: the standby holds it from now on
-        walsender.feedback(held)
-        if slot:
-            wait_until(lambda: admin.execute("SELECT xmin::text::bigint FROM pg_replication_slots WHERE slot_name = %s",
-                                             (slot,)).fetchone()[0] == held & XID_MASK, what="the slot's xmin")
-        else:
-            wait_until(lambda: activity(admin, walsender.pid)["xmin"] == held & XID_MASK, what="the walsender's xmin")
+        feed_back(admin, walsender, slot, held)
         for _ in range(3):  # cycles while transactions go on
             next_xid(admin)
             probes.connections(conn)
