@@ -215,7 +215,7 @@ def wait_phrase(b: BlockedSession, here: str | None, *, parent: int | None = Non
         named = ", ".join(ahead) if most is None or len(ahead) <= most else f"{len(ahead):,} sessions"
         text += f"{',' if held else ''} queued behind {named}"
     if queued and b.ahead_unread:
-        text += " (its place in the queue not read: a pile-up)"
+        text += " (its place in the queue not read)"
     return inert(text)
 
 

@@ -82,7 +82,7 @@ def group_label(members: list[BlockedSession], depth: int, tree_width: int, here
     return wrap_segments([
         (f"{len(members):,} sessions ", "bold red", FIGURE), (f"wait {span}", "red", FIGURE),
         (f"  {fmt.wait_phrase(first, here, parent=parent, queued=False)}", "magenta", WORDS),
-        ("  (their order in the queue not read: a pile-up)" if unread else "", "dim", WORDS),
+        ("  (their order in the queue not read)" if unread else "", "dim", WORDS),
         (f"  +{workers} parallel worker{'s' if workers > 1 else ''}" if workers else "", "yellow", FIGURE),
         (f"  {first.application or '-'}", "cyan", CUT),
         (f"  {fmt.one_line(first.query, 200)}", "", CUT),
