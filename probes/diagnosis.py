@@ -731,7 +731,8 @@ def _bloat(case: _Case) -> Diagnosis | None:
 def _saturated(case: _Case) -> Diagnosis | None:
     """Consumers at work, none waiting, and the backlog growing over the window: more arrivals than
     departures, and its low points rising from each third of the window to the next, by at least
-    SATURATED_MIN_GROWTH (and a tenth of what it was) in all. Low points, not every sample: under
+    SATURATED_MIN_GROWTH (and a tenth of what it was) in all, the last third's above everything the
+    first third saw. Low points, not every sample: under
     bursts a backlog that grows falls between them (one falling sample does not reset it), and a
     burst that comes and is drained raises one third's low point at most, not two."""
     q, consumers, window = case.q, case.consumers, case.window
@@ -745,6 +746,7 @@ def _saturated(case: _Case) -> Diagnosis | None:
     if span < SATURATED_MIN_S:
         return None
     lows: list[int] = []
+    highs: list[int] = []
     for third in range(3):
         low, high = span * third / 3, span * (third + 1) / 3
         depths = [p.depth for p in points if p.depth is not None
@@ -752,8 +754,14 @@ def _saturated(case: _Case) -> Diagnosis | None:
         if not depths:
             return None
         lows.append(min(depths))
+        highs.append(max(depths))
     grew = lows[2] - lows[0]
     if not (lows[0] < lows[1] < lows[2]) or grew < max(SATURATED_MIN_GROWTH, lows[0] // 10):
+        return None
+    if lows[2] <= highs[0]:
+        # The last third's floor not above the first third's ceiling: a backlog that swings (a
+        # busy queue's own ebb and flow, the first seconds of a churn filling it) is not one that
+        # grows, however its low points fall.
         return None
     arrived = (last.enqueued_total - first.enqueued_total) if last.enqueued_total is not None and first.enqueued_total is not None else None
     left = (last.dequeued_total - first.dequeued_total) if last.dequeued_total is not None and first.dequeued_total is not None else None
