@@ -215,8 +215,12 @@ def test_the_command_prints_one_json_line_and_exits_0(db, cli):
 
 def test_interrupted_it_ends_the_condition_and_cleans_up(db):
     """Ctrl-C while it holds the condition: exit 130, the queue and the blocker's sessions gone."""
+    # Ctrl-C as a terminal sends it, whatever this suite inherited: a shell's background job (a CI
+    # runner's, a `make test &`) ignores SIGINT, and a Python started with it ignored never raises
+    # KeyboardInterrupt.
     proc = subprocess.Popen([sys.executable, "-m", "tui", "engine", "scenario", "diagnose", "--cause", "blocked",
-                             "--hold", "120", "--dsn", db.dsn], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--hold", "120", "--dsn", db.dsn], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert proc.stderr is not None
         deadline = time.monotonic() + 60
