@@ -200,12 +200,11 @@ def wait_phrase(b: BlockedSession, here: str | None, *, parent: int | None = Non
         text = f"waits on {lock_target(b, here)}"
     held = [str(p) for p in b.holders if p != parent] + [f"prepared {gid!r}" for gid in b.blocked_by_prepared]
     ahead: list[str] = []
-    if queued and b.ahead_unread:
-        pass  # said after the holders
-    elif queued and most is not None and len(b.blocked_by) > most + len(b.holders) + 1:
+    listed = queued and not b.ahead_unread  # (a pile-up read by its holders: its place is said after them)
+    if listed and most is not None and len(b.blocked_by) > most + len(b.holders) + 1:
         # Counted, not named: a pile-up's 2,000th waiter queues behind 1,999 (a label each sample).
         ahead = [f"{queued_behind(b, parent):,} sessions"]
-    elif queued:
+    elif listed:
         ahead = [str(p) for p in b.blocked_by if p not in b.holders and p != parent]
     if held and b.lock_type == "safe snapshot":  # the serializable transactions it waits out
         text += f" until {', '.join(held)} end{'s' if len(held) == 1 else ''}"

@@ -48,6 +48,7 @@ class LocksPanel(Panel):
         self._key_of: dict[int, Key] = {}  # id(tree node) -> its key (a wrapped line: its node's)
         self._shown: dict[Key, list[Text]] = {}  # the lines each node shows now
         self._layout: Layout | None = None
+        self._layout_nodes: list[Node] = []  # the layout's nodes, each group's list line among them
         self._opened: set[Key] = set()  # the groups whose sessions are listed (opened by the user)
         self._listed: dict[Key, tuple] = {}  # an opened group -> the sessions listed under it (and their lines)
         self._ended: int | None = None  # the session the cursor was on, which has ended since
@@ -148,7 +149,7 @@ class LocksPanel(Panel):
         # Each label fitted to the width, over more lines where an explanation needs them; zoomed,
         # on one line (the tree scrolls sideways instead).
         width = self._fitted_to = self._label_width()
-        nodes = list(_with_member_lists(layout.nodes))
+        nodes = self._layout_nodes = _with_member_lists(layout.nodes)
         lines_of = {node.key: self._lines_of(node, width) for node in nodes}
         opened = [node for node in nodes if node.key[0] == "m" and node.key in self._opened]
         keep = set(lines_of) | {("s", pid) for node in opened for pid in node.members}
@@ -275,7 +276,7 @@ class LocksPanel(Panel):
         if key is None or key[0] != "m" or key in self._opened or self._layout is None:
             return
         self._opened.add(key)
-        node = next((n for n in _with_member_lists(self._layout.nodes) if n.key == key), None)
+        node = next((n for n in self._layout_nodes if n.key == key), None)
         if node is not None:
             self._list_members(node, self._fitted_to or self._label_width())
 
@@ -300,12 +301,16 @@ class LocksPanel(Panel):
         _ = tree.last_line  # the lines built: each node's line is known
         target = self._tree_nodes.get(key)
         if target is None and key[0] == "s" and self._layout is not None:
-            group = next((n.key for n in _with_member_lists(self._layout.nodes) if n.key[0] == "m" and key[1] in n.members), None)
-            target = self._tree_nodes.get(group) if group is not None else None
+            group = self._list_holding(key[1])
+            target = self._tree_nodes.get(group.key) if group is not None else None
             if target is None and key[1] not in self._layout.blocked and key[1] not in self._layout.roots and self._snapshot is not None:
                 self._ended = key[1]
                 tree.root.set_label(fit_segments(self._summary(self._snapshot, self._layout, self._fitted_to), self._fitted_to - 2))
         tree.move_cursor(target if target is not None else tree.root)
+
+    def _list_holding(self, pid: int) -> Node | None:
+        """The line listing the group whose member `pid` is (its sessions drawn when opened)."""
+        return next((n for n in self._layout_nodes if n.key[0] == "m" and pid in n.members), None)
 
     def zoom_changed(self, zoomed: bool) -> None:
         self.on_resize()  # whole labels zoomed, fitted ones back
@@ -333,7 +338,7 @@ class LocksPanel(Panel):
         tree = self.query_one(LockTree)
         key = ("s", pid)
         if key not in self._tree_nodes and self._layout is not None:
-            group = next((n for n in _with_member_lists(self._layout.nodes) if n.key[0] == "m" and pid in n.members), None)
+            group = self._list_holding(pid)
             if group is None or group.key not in self._tree_nodes:
                 return False
             self._opened.add(group.key)
