@@ -26,6 +26,7 @@ from .dsn import resolve_target as resolve_target
 from .dsn import secrets_of as secrets_of
 from .errors import ConnectionFailed, OperationFailed, QueuetopError, UsageError, first_line
 from .pgversions import UnsupportedServer, check_supported
+from .pooler import settle, startup_options_allowed
 from .redact import MASK as MASK
 from .target import Target as Target
 from .target import host_name as host_name
@@ -106,14 +107,19 @@ def connect(
     """Open a psycopg connection that identifies itself as queuetop's (rows as tuples, or as
     `row_factory` makes them).
 
-    `options` are server settings applied at connection start (statement_timeout, ...), so they
-    cost no extra round trip.
+    `options` are server settings for the session (statement_timeout, ...): sent at connection
+    start to a server known to be direct (no extra round trip), set by one statement after it on
+    a session a pooler pins, and not set on one it does not pin (dbcore/pooler.py: each
+    transaction then sets its own).
     """
     if target.dialect != "postgresql":
         # The engine and the probes reach SQL Server through the dialect seam (dbcore/dialect.py)
         # command by command; those not moved yet say so rather than hand a URL to libpq.
         raise UsageError(f"this command does not reach SQL Server yet (docs/mssql.md lists those that do): {target.masked}")
-    kwargs = connection_kwargs(application_name, connect_timeout, options, target.conninfo)
+    # Settings go in libpq's `options` only to a server known to be direct: a stock PgBouncer
+    # refuses that start-up parameter (dbcore/pooler.py); elsewhere `settle` applies them.
+    at_startup = bool(options) and startup_options_allowed(target)
+    kwargs = connection_kwargs(application_name, connect_timeout, options if at_startup else None, target.conninfo)
     if row_factory is not None:
         kwargs["row_factory"] = row_factory
     try:
@@ -123,7 +129,14 @@ def connect(
         raise ConnectionFailed(describe_connect_error(target, exc)) from None
     try:
         check_supported(conn.info.server_version)  # before any statement: nothing is written on a server too old
+        settle(conn, target, options, sent_at_startup=at_startup)
     except UnsupportedServer:
+        conn.close()
+        raise
+    except psycopg.OperationalError as exc:
+        conn.close()
+        raise ConnectionFailed(describe_connect_error(target, exc)) from None
+    except BaseException:
         conn.close()
         raise
     return conn

@@ -25,12 +25,17 @@ class Target:
     conninfo: str  # libpq conninfo for PostgreSQL; the SQLAlchemy URL string for others
     masked: str  # printable form, password replaced by ***
     embedded: bool = False
+    # What stands between queuetop and the server (dbcore/pooler.py): "auto" (find out), "none"
+    # (a direct connection), "session" or "transaction" (a pooler in that mode: --pooler, or a
+    # config target's `pooler`).
+    pooler: str = "auto"
 
     def __str__(self) -> str:  # never let the raw DSN leak through formatting
         return self.masked
 
     def __repr__(self) -> str:
-        return f"Target(dialect={self.dialect!r}, dsn={self.masked!r}, embedded={self.embedded})"
+        pooler = "" if self.pooler == "auto" else f", pooler={self.pooler!r}"
+        return f"Target(dialect={self.dialect!r}, dsn={self.masked!r}, embedded={self.embedded}{pooler})"
 
 
 def host_name(target: Target, detail: int = 0) -> str:

@@ -460,3 +460,35 @@ class PrivateServer:
         if not (self.pgdata / "postmaster.pid").exists():
             self.start()  # a test that failed while the server was down: pgserver stops what runs
         self._server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def pgbouncer_session(pg_server: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Debian's PgBouncer in session mode in front of the test server (tests/pgbouncer.py)."""
+    from .pgbouncer import STATS_USER, running_pgbouncer
+
+    _ensure_role(pg_server, STATS_USER)
+    with running_pgbouncer(pg_server.socket_dir, tmp_path_factory.mktemp("pgb-session"), mode="session") as bouncer:
+        yield bouncer
+
+
+@pytest.fixture(scope="session")
+def pgbouncer_transaction(pg_server: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Debian's PgBouncer in transaction mode in front of the test server (tests/pgbouncer.py)."""
+    from .pgbouncer import STATS_USER, running_pgbouncer
+
+    _ensure_role(pg_server, STATS_USER)
+    with running_pgbouncer(pg_server.socket_dir, tmp_path_factory.mktemp("pgb-transaction"), mode="transaction") as bouncer:
+        yield bouncer
+
+
+@pytest.fixture(params=["session", "transaction"])
+def pgbouncer(request: pytest.FixtureRequest) -> Any:
+    """PgBouncer in each mode: a test taking it runs once per pool mode."""
+    return request.getfixturevalue(f"pgbouncer_{request.param}")
+
+
+def _ensure_role(server: Server, role: str) -> None:
+    with psycopg.connect(server.admin_uri, autocommit=True) as conn:
+        if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone() is None:
+            conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
