@@ -71,7 +71,7 @@ def tls_server(tmp_path_factory):
 
 
 def test_snapshot_and_the_engine_connect_encrypted_and_an_untrusted_certificate_is_refused(tls_server):
-    server, dsn, untrusted = tls_server
+    _server, dsn, untrusted = tls_server
     assert run_cli("engine", "init", "--dsn", dsn).returncode == 0
     assert run_cli("engine", "enqueue", "tls-queue", "--count", "3", "--dsn", dsn).returncode == 0
     with psycopg.connect(dsn) as conn:  # the client's side: libpq negotiated TLS
