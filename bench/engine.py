@@ -27,6 +27,7 @@ import psycopg
 
 from dbcore.database import Target, connect, for_child_process, one
 from dbcore.errors import UsageError
+from dbcore.pooler import link_of
 from dbcore.sqlfiles import PLACEHOLDER, Queries
 from queues import schema
 from queues.handlers import parse_handler
@@ -80,6 +81,9 @@ class EngineBench:
         self.pgbench = find_pgbench()
         self.workdir = Path(tempfile.mkdtemp(prefix="queuetop-bench-"))
         self.conn = connect(target, application_name="queuetop-bench")
+        # pgbench prepares as queuetop does: by name where the server session is the connection's,
+        # unnamed (-M extended) through a pooler that does not pin it, where queuetop does the same.
+        self.pgbench_protocol = "prepared" if link_of(self.conn).pinned else "extended"
         schema.install(self.conn)
         self.queue = TableQueue.create(self.conn, BENCH_QUEUE)
 
@@ -99,7 +103,7 @@ class EngineBench:
         path = self.workdir / "script.sql"
         path.write_text(script)
         cmd = [
-            self.pgbench, "-n", "-M", "prepared", "-f", str(path),
+            self.pgbench, "-n", "-M", self.pgbench_protocol, "-f", str(path),
             "-c", str(self.concurrency), "-j", str(self.concurrency),
             "-t", str(transactions_per_client),
         ]
@@ -310,6 +314,7 @@ def run_engine_bench(
     }
     try:
         server_version = one(first.conn.execute(BENCH_SQL["server_version"]))[0]
+        link, protocol = link_of(first.conn).says, first.pgbench_protocol
         for round_no in range(rounds):
             for clients, bench in benches.items():
                 plan: dict[str, tuple[Callable[[], float], Callable[[], float]]] = {
@@ -341,6 +346,10 @@ def run_engine_bench(
         "benchmark": "engine",
         "server_version": server_version,
         "mode": "claim",
+        # What stands between (dbcore/pooler.py): direct, or a pooler, where both sides run their
+        # statements unnamed (pgbench -M extended) when it does not pin the server session.
+        "link": link,
+        "pgbench_protocol": protocol,
         # queuetop's dequeue side: "threads" (one process) or "processes" (one per worker, engine work --processes).
         "pool": pool,
         "prefetch": prefetch,  # queuetop's workers claim ahead (engine work --prefetch)

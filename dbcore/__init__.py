@@ -6,8 +6,9 @@
   Target and DSN names), and the dialect seam between PostgreSQL and SQL Server (dialect.py:
   the interface in seam.py, the choice of a dialect in registry.py, the dialects in postgres.py
   and mssql.py), with the lock timeout of the engine's commands and the one line that names
-  the holder (lockwait.py), and what differs between the PostgreSQL majors supported
-  (pgversions.py);
+  the holder (lockwait.py), what differs between the PostgreSQL majors supported
+  (pgversions.py), what a connection pooler between leaves of a session (pooler.py), and a
+  deadline on a server's answer that no statement timeout bounds (deadline.py);
 - queuetop's errors and their exit codes (errors.py), names (names.py), text made safe to show
   (text.py), and the loader of the named SQL in each package's `.sql` files (sqlfiles.py).
 

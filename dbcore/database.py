@@ -17,6 +17,8 @@ import psycopg
 from psycopg import conninfo as pg_conninfo
 from psycopg.rows import RowFactory, TupleRow
 
+from .deadline import NoAnswer
+
 # Re-exported (`X as X`): where the engine, the probes and the dashboard import them from.
 from .dsn import ENV_DSN as ENV_DSN
 from .dsn import has_password as has_password
@@ -24,7 +26,7 @@ from .dsn import hide_secrets as hide_secrets
 from .dsn import mask_dsn as mask_dsn
 from .dsn import resolve_target as resolve_target
 from .dsn import secrets_of as secrets_of
-from .errors import ConnectionFailed, OperationFailed, QueuetopError, UsageError, first_line
+from .errors import ConnectionFailed, OperationFailed, QueuetopError, Unanswered, UsageError, first_line
 from .pgversions import UnsupportedServer, check_supported
 from .pooler import settle, startup_options_allowed
 from .redact import MASK as MASK
@@ -129,10 +131,14 @@ def connect(
         raise ConnectionFailed(describe_connect_error(target, exc)) from None
     try:
         check_supported(conn.info.server_version)  # before any statement: nothing is written on a server too old
-        settle(conn, target, options, sent_at_startup=at_startup)
+        # Its statements (through a pooler, a server connection to wait for) within the connect timeout too.
+        settle(conn, target, options, sent_at_startup=at_startup, answer_within_s=connect_timeout)
     except UnsupportedServer:
         conn.close()
         raise
+    except NoAnswer as exc:  # a pooler with no server connection to give (dbcore/deadline.py): its one line
+        conn.close()
+        raise Unanswered(str(exc)) from None
     except psycopg.OperationalError as exc:
         conn.close()
         raise ConnectionFailed(describe_connect_error(target, exc)) from None

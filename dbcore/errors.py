@@ -50,10 +50,24 @@ class MissingPrivilege(UsageError):
     sqlstate = "42501"
 
 
+class StandbyReadOnly(UsageError):
+    """A write aimed at a hot standby (a server in recovery): refused up front, nothing written
+    (exit 2: point the command at the primary). `where` is the masked target."""
+
+    def __init__(self, where: str) -> None:
+        super().__init__(f"{where} is a standby: read-only")
+        self.where = where
+
+
 class ConnectionFailed(QueuetopError):
     """The database could not be reached or refused us (exit 2)."""
 
     exit_code = 2
+
+
+class Unanswered(ConnectionFailed):
+    """Connected, but no answer came within the deadline: a pooler (PgBouncer) holds the queries
+    of a pool whose every server connection is taken (exit 2). Its message says what was waited for."""
 
 
 class RingFull(QueuetopError):

@@ -117,6 +117,12 @@ class MssqlDialect:
     def set_isolation(self, session: MssqlSession, level: str) -> None:
         session.set_isolation(level)
 
+    def in_recovery(self, session: MssqlSession) -> bool:
+        """False: an Always On readable secondary is not told apart up front (its replica state needs
+        VIEW SERVER STATE, and no SQL Server runs here to test it); a write there fails as SQL
+        Server refuses it (read-only database: exit 1)."""
+        return False
+
     def run_script(self, session: MssqlSession, script: str) -> None:
         """A schema script: batches separated by a line `-- batch`, each run on its own (T-SQL's
         `GO` is a client convention that ODBC does not know)."""

@@ -32,6 +32,10 @@ from typing import Any
 
 import psycopg
 
+from .deadline import WATCHDOG
+from .sqlfiles import Queries
+
+POOLER_SQL = Queries("dbcore", "pooler.sql")
 POOLER_MODES = ("auto", "none", "session", "transaction")
 
 
@@ -47,6 +51,8 @@ class Link:
     @property
     def says(self) -> str:
         """How the link reads in a header or a note."""
+        if self.mode == "undetermined":
+            return "not known yet"
         if not self.pooled:
             return "direct"
         how = "detected, taken as transaction mode" if self.detected else f"{self.mode} mode"
@@ -54,7 +60,13 @@ class Link:
 
 
 DIRECT = Link(pooled=False, pinned=True)
+# Not found out yet (settle without asking): taken as unpinned until `found` says.
+UNDETERMINED = Link(pooled=False, pinned=False, mode="undetermined")
+# psycopg's own default: a statement run this many times is prepared.
+PREPARE_THRESHOLD = 5
 _LINKS: weakref.WeakKeyDictionary[psycopg.Connection[Any], Link] = weakref.WeakKeyDictionary()
+# The conninfo of each connection whose link is not found out yet (settle without asking).
+_PENDING: weakref.WeakKeyDictionary[psycopg.Connection[Any], str] = weakref.WeakKeyDictionary()
 # What "auto" found for a conninfo, once: True a pooler, False direct (the next connections to it
 # then send their settings at start-up, as before, at no extra round trip).
 _FOUND: dict[str, bool] = {}
@@ -86,25 +98,50 @@ def startup_options_allowed(target: Any) -> bool:
 
 
 def settle(conn: psycopg.Connection[Any], target: Any, settings: dict[str, str] | None = None,
-           *, sent_at_startup: bool = False) -> Link:
+           *, sent_at_startup: bool = False, ask: bool = True, answer_within_s: float = 10.0) -> Link:
     """Find out (or take as declared) what stands between `conn` and its server session, and set
     the connection up for it: `settings` as session settings on a pinned session (unless they were
     sent at start-up), none on one that is not; no automatic prepared statements there. Returns the
-    link, which `link_of(conn)` gives again later."""
+    link, which `link_of(conn)` gives again later.
+
+    Asking the server takes a server connection, which a pooler whose pool is taken gives only
+    when one is free: the wait is bounded by `answer_within_s` (dbcore/deadline.py: NoAnswer). With
+    `ask` false nothing is asked: a link not known yet is UNDETERMINED (no prepared statements,
+    no session settings) until `found` is told the server's pid (the probes read it in their first
+    transaction's round trip, probes/session.py)."""
     link = declared(target)
-    if link is None:
-        row = conn.execute("SELECT pg_backend_pid()", prepare=False).fetchone()
-        server_pid = int(row[0] if not isinstance(row, dict) else next(iter(row.values()))) if row else 0
-        pooled = server_pid != conn.info.backend_pid
+    if link is None and not ask:
+        link = UNDETERMINED
+        _PENDING[conn] = target.conninfo
+    with WATCHDOG.watch(conn, answer_within_s, what=getattr(target, "masked", None)):
+        if link is None:
+            row = conn.execute(POOLER_SQL["server_pid"], prepare=False).fetchone()
+            server_pid = int(row[0] if not isinstance(row, dict) else next(iter(row.values()))) if row else 0
+            _PENDING[conn] = target.conninfo
+            link = found(conn, server_pid)
+        if not link.pinned:
+            conn.prepare_threshold = None  # psycopg's automatic PREPARE names a statement on one server session
+        elif settings and not sent_at_startup:
+            apply_session_settings(conn, settings)
+        if not conn.autocommit and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            conn.commit()
+    _LINKS[conn] = link
+    return link
+
+
+def found(conn: psycopg.Connection[Any], server_pid: int) -> Link:
+    """What `pg_backend_pid()` read on `conn` (`server_pid`), a connection `settle` left
+    UNDETERMINED, says of its link against the pid its start-up gave: recorded for its target
+    (as "auto" finds it) and for the connection, whose automatic prepared statements come back
+    when it turns out direct."""
+    conninfo = _PENDING.pop(conn, None)
+    pooled = server_pid != conn.info.backend_pid
+    if conninfo is not None:
         with _FOUND_LOCK:
-            _FOUND[target.conninfo] = pooled
-        link = Link(pooled=True, pinned=False, detected=True, mode="transaction") if pooled else DIRECT
-    if not link.pinned:
-        conn.prepare_threshold = None  # psycopg's automatic PREPARE names a statement on one server session
-    elif settings and not sent_at_startup:
-        apply_session_settings(conn, settings)
-    if not conn.autocommit and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-        conn.commit()
+            _FOUND[conninfo] = pooled
+    link = Link(pooled=True, pinned=False, detected=True, mode="transaction") if pooled else DIRECT
+    if _LINKS.get(conn) is UNDETERMINED and link.pinned:
+        conn.prepare_threshold = PREPARE_THRESHOLD
     _LINKS[conn] = link
     return link
 

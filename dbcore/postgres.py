@@ -15,15 +15,18 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 
 from .database import Target, connect
-from .errors import ConnectionFailed, LockTimeout, OperationFailed, QueuetopError, UsageError, first_line
+from .errors import ConnectionFailed, LockTimeout, OperationFailed, QueuetopError, StandbyReadOnly, UsageError, first_line
 from .lockwait import apply_lock_timeout
 from .seam import Capabilities, LockTimeoutSetting
+from .sqlfiles import Queries
+
+SESSION_SQL = Queries("dbcore", "session.sql")  # (in_recovery)
 
 
 class PostgresDialect:
     name = "postgresql"
     label = "PostgreSQL"
-    capabilities = Capabilities(notify=True, arrays=True, prepared_hot_path=True, binary_params=True)
+    capabilities = Capabilities(notify=True, arrays=True, prepared_hot_path=True, binary_params=True, hot_standby=True)
 
     def connect(self, target: Target, *, application_name: str, autocommit: bool = True, connect_timeout: int = 10,
                 options: dict[str, str] | None = None, lock_timeout: LockTimeoutSetting | None = None) -> psycopg.Connection[Any]:
@@ -52,6 +55,10 @@ class PostgresDialect:
     def open_probe_session(self, target: Target, *, application_name: str, settings: dict[str, str]) -> psycopg.Connection[Any]:
         return connect(target, application_name=application_name, options=settings, row_factory=dict_row)
 
+    def in_recovery(self, session: psycopg.Connection[Any]) -> bool:
+        row = session.execute(SESSION_SQL["in_recovery"]).fetchone()
+        return bool(row is not None and row[0])
+
     def translate(self, exc: BaseException, target: Target | None) -> QueuetopError | None:
         if not isinstance(exc, psycopg.Error):
             return None
@@ -66,7 +73,19 @@ class PostgresDialect:
             return ConnectionFailed(f"database connection failed: {first_line(exc)}")
         if isinstance(exc, psycopg.errors.InsufficientPrivilege):
             return UsageError(f"missing privilege: {first_line(exc)}")
+        if isinstance(exc, psycopg.errors.ReadOnlySqlTransaction) and target is not None and self._standby(target):
+            return StandbyReadOnly(target.masked)  # a write that got past the check up front (a server demoted since)
         return OperationFailed(f"database error: {first_line(exc)}")
+
+    def _standby(self, target: Target) -> bool:
+        """Whether the server that refused a write as read-only (25006) is a hot standby, not a
+        read-only transaction or setting (a role's default_transaction_read_only): asked on a
+        connection of its own (the one that failed may be in a failed transaction, or gone)."""
+        try:
+            with connect(target, application_name="queuetop-cli:check", connect_timeout=5) as conn:
+                return self.in_recovery(conn)
+        except Exception:  # the server is gone meanwhile: the read-only refusal is said as it is
+            return False
 
 
 # SQLSTATEs of a connection lost or refused, rather than a statement's failure: class 08

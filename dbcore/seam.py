@@ -67,6 +67,7 @@ class Capabilities:
     cancel_query: bool = True  # cancel another session's running statement, keeping the session (pg_cancel_backend)
     binary_params: bool = False  # psycopg's `%(x)b`: parameters sent in binary (the engine's measured PostgreSQL text)
     driver_pools: bool = False  # the driver keeps a pool of connections itself (SQLAlchemy's), so sessions are cheap to reopen
+    hot_standby: bool = False  # Dialect.in_recovery tells a hot standby (PostgreSQL in recovery) from a primary
 
 
 class Result(Protocol):
@@ -132,6 +133,11 @@ class Dialect(Protocol):
     def set_isolation(self, session: Any, level: str) -> None:
         """The isolation level of `session`'s next transactions ("SERIALIZABLE", "READ COMMITTED"),
         undone when the session is closed (a pooled connection does not carry it to its next user)."""
+        ...
+
+    def in_recovery(self, session: Any) -> bool:
+        """Whether `session`'s server is a hot standby, where nothing can be written (the engine's
+        commands refuse up front: dbcore.errors.StandbyReadOnly)."""
         ...
 
     def open_probe_session(self, target: Any, *, application_name: str, settings: dict[str, str]) -> Any:

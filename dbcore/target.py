@@ -29,6 +29,9 @@ class Target:
     # (a direct connection), "session" or "transaction" (a pooler in that mode: --pooler, or a
     # config target's `pooler`).
     pooler: str = "auto"
+    # A PgBouncer's admin console in front of it (--pgbouncer, a config target's `pgbouncer`):
+    # the pooler probe reads its pools (probes/pooler_console.py). None: no PgBouncer given.
+    pgbouncer: Target | None = None
 
     def __str__(self) -> str:  # never let the raw DSN leak through formatting
         return self.masked

@@ -13,6 +13,9 @@
     dsn_env = "BILLING_DSN"   # the DSN from this environment variable, or
     # service = "billing"     # a libpq service (~/.pg_service.conf), or
     # dsn = "host=db1 dbname=billing"   # a DSN: its password from ~/.pgpass or PGPASSWORD
+    # pgbouncer = "postgresql://stats@db1:6432/pgbouncer"   # optional: its PgBouncer's admin console
+    # pooler = "transaction"  # optional: reached through a pooler in this mode (session, transaction,
+    #                         # none: direct); by default found out (a pooler found: transaction mode)
 
     [[queues]]
     name = "messages"         # shown in the dashboard
@@ -45,6 +48,7 @@ from platformdirs import user_config_dir
 
 from dbcore.errors import UsageError, first_line
 from dbcore.names import is_valid_name
+from dbcore.pooler import POOLER_MODES
 
 from .configmodel import CONTROL
 from .configmodel import DEFAULT_INTERVAL_S as DEFAULT_INTERVAL_S
@@ -172,14 +176,15 @@ def _listed(names: set[str]) -> str:
 
 def _targets(entries: object, where: str) -> tuple[TargetSpec, ...]:
     """`[[targets]]`: each a name and one of dsn, dsn_env (an environment variable holding the
-    DSN) or service (a libpq service)."""
+    DSN) or service (a libpq service); optionally `pgbouncer`, the DSN of its PgBouncer's admin
+    console (the pooler probe)."""
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
         raise UsageError(f"{where}: targets must be an array of tables ([[targets]])")
     if len(entries) > MAX_TARGETS:
         raise UsageError(f"{where}: at most {MAX_TARGETS} targets")
     targets = []
     for index, entry in enumerate(entries):
-        unknown = set(entry) - {"name", "dsn", "dsn_env", "service"}
+        unknown = set(entry) - {"name", "dsn", "dsn_env", "service", "pgbouncer", "pooler"}
         if unknown:
             raise UsageError(f"{where}: targets[{index}]: unknown key(s) {_listed(unknown)}")
         name = entry.get("name")
@@ -193,7 +198,14 @@ def _targets(entries: object, where: str) -> tuple[TargetSpec, ...]:
                 raise UsageError(f"{where}: target {name!r}: {key} must be one line, without control characters")
         if "dsn_env" in given and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", given["dsn_env"]):
             raise UsageError(f"{where}: target {name!r}: dsn_env must name an environment variable")
-        targets.append(TargetSpec(name=name, **{k: v.strip() for k, v in given.items()}))
+        pgbouncer = entry.get("pgbouncer")
+        if pgbouncer is not None and (not isinstance(pgbouncer, str) or not pgbouncer.strip() or CONTROL.search(pgbouncer)):
+            raise UsageError(f"{where}: target {name!r}: pgbouncer must be the DSN of PgBouncer's admin console, one line")
+        pooler = entry.get("pooler", "auto")
+        if pooler not in POOLER_MODES:
+            raise UsageError(f"{where}: target {name!r}: pooler must be one of {', '.join(POOLER_MODES)}")
+        targets.append(TargetSpec(name=name, **{k: v.strip() for k, v in given.items()},
+                                  pgbouncer=pgbouncer.strip() if pgbouncer is not None else None, pooler=pooler))
     names = [t.name for t in targets]
     if len(set(names)) != len(names):
         raise UsageError(f"{where}: target names must be unique")

@@ -55,6 +55,8 @@ class TargetSpec:
     dsn: str | None = None
     dsn_env: str | None = None
     service: str | None = None
+    pgbouncer: str | None = None  # the DSN of its PgBouncer's admin console (the pooler probe)
+    pooler: str = "auto"  # what stands between: auto | none | session | transaction (dbcore/pooler.py)
 
     def resolve_dsn(self) -> str:
         if self.dsn_env is not None:

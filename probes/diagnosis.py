@@ -15,6 +15,11 @@ The verdicts, the first that holds wins:
   `pids`. Said whether or not the queue's figures could be read (a table locked ACCESS EXCLUSIVE
   cannot be read at all: its figures stay unknown beside the verdict), from one sample once the
   locker's transaction is MIN_WAIT_S old (or a consumer waited that long), and for every source.
+- `starved`: ready messages wait, no session consumes the queue, and clients wait in a PgBouncer
+  pool of its database for a server connection (the pooler probe: a PgBouncer was given): its
+  consumers are there, held in the pooler, not missing. Said from one sample: `starved: 4 clients
+  waiting in pool app/postgres for 40 s`, the pool (database/user, as PgBouncer names it) with the
+  most clients waiting, and how long the first of them has waited (its maxwait).
 - `no-consumers`: ready messages wait, none is in flight, and no session consumes the queue (none
   on its table, none taking from it, none listening for it). From one sample when it is the first
   the diagnoser sees of the queue (a one-shot snapshot, a dashboard just started); a condition that
@@ -22,7 +27,9 @@ The verdicts, the first that holds wins:
   long) first: workers that are starting are not flashed `no-consumers` (meanwhile `not-judged`,
   never `healthy`). A queue whose consumers were seen earlier in the window (polling workers leave
   no trace between polls), or whose table other queues share, is `no-consumers` once its oldest
-  ready message has outlived the samples and a poll (SHARED_IDLE_S).
+  ready message has outlived the samples and a poll (SHARED_IDLE_S). Where the server's
+  connections are at 90 % or more of those ordinary roles may use (Connections.near_limit), the
+  reason names that cause: "…; connections at 2,002 of 2,097: consumers may be unable to connect".
 - `failing`: messages went dead faster than they completed over the window; and then for as long
   as none completes (a queue whose every message died stays failing when nothing arrives any more,
   and says so).
@@ -37,6 +44,12 @@ The verdicts, the first that holds wins:
 - `healthy`: judged over a window (two samples at least MIN_WINDOW_S apart), nothing above holds.
 - `not-judged`: none of the above can be said yet, and why ("one sample: rates and growth need
   two"; the queue's figures could not be read; ready messages with no consumer seen yet).
+
+On a hot standby (the snapshot's server.role) only `blocked` is judged, from the standby's own
+locks; every other queue is `not-judged`, "consumers run on the primary" (ON_STANDBY): its
+consumers and producers work on the primary, its figures are the primary's as of the last
+transaction replayed, and its table statistics count the standby's own work, so neither a
+missing consumer, nor failures, nor growth, nor bloat can be told there.
 
 The consumers of a queue are the sessions the probe saw holding or awaiting a lock on its table
 (the queues probe: `Consumer.evidence == "lock"`) unless their statement takes no messages (the
@@ -70,9 +83,10 @@ from datetime import datetime
 
 from .locklabels import MODE_WORDS
 from .model import BlockedSession, Connections, Consumer, Diagnosis, Locker, QueueSample, SessionSample, Snapshot
+from .pooler_console import pool_name, pools_of
 from .session import APPLICATION_NAME
 
-CODES = ("healthy", "blocked", "no-consumers", "failing", "bloat", "saturated", "not-judged")
+CODES = ("healthy", "blocked", "starved", "no-consumers", "failing", "bloat", "saturated", "not-judged")
 
 WINDOW_S = 60.0  # how far back the growth of a backlog, of dead letters and of dead tuples is judged
 MIN_WINDOW_S = 0.5  # two samples closer than this are one instant: not yet a window (a 1 s refresh jitters below 1 s)
@@ -88,6 +102,12 @@ AUTOVACUUM_LATE_S = 300.0  # above its threshold, a table autovacuum has not rea
 # UPDATE or DELETE takes (the queues probe reports only these, granted).
 STOPPING_MODES = frozenset({"ShareLock", "ShareRowExclusiveLock", "ExclusiveLock", "AccessExclusiveLock"})
 ONE_SAMPLE = "one sample: rates and growth need two"
+# A hot standby's queues: their consumers (and producers) run on the primary, the figures are the
+# primary's as of the last transaction replayed, and the table statistics (rates, dead tuples,
+# vacuums) are the standby's own: none of no-consumers, failing, bloat, saturated or healthy can
+# be said there. `blocked` still can, from the standby's own locks (a lock replayed from the
+# primary is held by the startup process, which the queues probe does not list).
+ON_STANDBY = "consumers run on the primary (a standby: figures as of its last replayed transaction)"
 
 # A statement that takes or finishes messages (a library's fetch, an engine's claim or ack), as
 # opposed to one that only adds them (INSERT, COPY) or reads them (a monitoring count).
@@ -335,10 +355,12 @@ class Diagnoser:
         key = queue_key(q)
         case = _Case(q, consumers, points, window, snapshot, blocked, self._over_threshold(key, q, snapshot.taken_at),
                      self._since.get(key, (None, None))[0], self._lockers.get(key, frozenset()), self._first.get(key))
-        for judge in (_blocked, _no_consumers):
+        if snapshot.server.standby:  # a hot standby: what its own locks say, and nothing else
+            return _blocked(case) or Diagnosis(code="not-judged", reason=ON_STANDBY, objects=(q.table,))
+        for judge in (_blocked, _starved, _no_consumers):
             verdict = judge(case)
             if verdict is not None:
-                return verdict
+                return _short_of_connections(verdict, snapshot.connections)
         failing = _failing(case)
         if failing is not None:
             self._failing[key] = points[-1]
@@ -577,6 +599,20 @@ def _no_consumers(case: _Case) -> Diagnosis | None:
                      f"holds {STARVED_HOLD_S:.0f} s (its workers may be starting)", objects=(q.table,))
 
 
+def _starved(case: _Case) -> Diagnosis | None:
+    """Ready messages, no session on the server consumes the queue, and clients wait in a pool of
+    its database: its consumers wait for a server connection the pooler has none left to give."""
+    q, snapshot = case.q, case.snapshot
+    if not q.ready or case.consumers:
+        return None
+    waiting = [p for p in pools_of(snapshot.pooler, snapshot.server.database) if p.cl_waiting > 0]
+    if not waiting:
+        return None
+    pool = max(waiting, key=lambda p: (p.cl_waiting, p.maxwait_s))
+    return Diagnosis(code="starved", reason=f"starved: {_plural(pool.cl_waiting, 'client')} waiting in pool {pool_name(pool)} "
+                     f"for {pool.maxwait_s:.0f} s", objects=(q.table, f"pool:{pool_name(pool)}"), since_s=round(pool.maxwait_s, 3))
+
+
 def _completed(q: QueueSample, died: int, left: int | None) -> int | None:
     # pg-boss 10 fails a job by deleting it and inserting it back (failed, or retry): each is an
     # arrival and a departure more in its partition's counters, not a completion.
@@ -696,10 +732,10 @@ def _holder(case: _Case) -> tuple[str, tuple[int, ...], tuple[str, ...]] | None:
         return f"prepared transaction {c.xmin_holder_name}{_horizon_age(c)}", (), (q.table, f"prepared:{c.xmin_holder_name}")
     if kind == "standby":
         client = f" at {c.xmin_holder_client}" if c.xmin_holder_client else ""
-        return (f"the hot_standby_feedback of standby {c.xmin_holder_name}{client}{_horizon_age(c)}", (),
+        return (f"standby feedback from {c.xmin_holder_name}{client}{_horizon_age(c)}", (),
                 (q.table, f"standby:{c.xmin_holder_name}"))
     streamed = f" (standby {c.xmin_holder_application})" if c.xmin_holder_application else ""
-    return f"replication slot {c.xmin_holder_name}{streamed}{_horizon_age(c)}", (), (q.table, f"slot:{c.xmin_holder_name}")
+    return f"slot {c.xmin_holder_name}{streamed}{_horizon_age(c)}", (), (q.table, f"slot:{c.xmin_holder_name}")
 
 
 def _bloat(case: _Case) -> Diagnosis | None:
@@ -773,3 +809,13 @@ def _saturated(case: _Case) -> Diagnosis | None:
         rates = f": {arrived / span * 60:,.0f}/min in, {left / span * 60:,.0f}/min out"
     return Diagnosis(code="saturated", reason=f"backlog +{max(last.depth - first.depth, grew):,} in {span:.0f} s with "
                      f"{_plural(len(consumers), 'consumer')}{rates}", pids=tuple(c.pid for c in consumers), objects=(q.table,))
+
+
+def _short_of_connections(verdict: Diagnosis, c: Connections | None) -> Diagnosis:
+    """A queue with no consumer on a server whose connections are nearly all taken (90 % of those
+    ordinary roles may use: Connections.near_limit): its consumers may be refused a connection,
+    which the reason says, with the figures."""
+    if verdict.code != "no-consumers" or c is None or not c.near_limit or c.usable is None:
+        return verdict
+    cannot = "cannot connect" if c.total >= c.usable else "may be unable to connect"
+    return replace(verdict, reason=f"{verdict.reason}; connections at {c.total:,} of {c.usable:,}: consumers {cannot}")

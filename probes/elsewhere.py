@@ -22,7 +22,7 @@ from dbcore.database import hide_secrets, secrets_of
 from dbcore.sqlfiles import Queries
 
 from .failures import PROBE_FAILURES, describe_error
-from .session import ProbeConnection
+from .session import ProbeConnection, probe_transaction
 
 # A name is kept this long: a dropped table's OID is reused only after the OID counter wraps
 # (4 billion objects), but a table may be renamed.
@@ -90,7 +90,8 @@ class RelationsElsewhere:
     def _look_up(self, conninfo: str, oids: list[int]) -> list[tuple[int, str]]:
         """The names of `oids` in the database `conninfo` reaches, on a connection closed at once."""
         self.lookups += 1
-        with psycopg.connect(conninfo, autocommit=True) as there:
+        # In a probe transaction, as every probe read: its settings hold there through a pooler too.
+        with psycopg.connect(conninfo, autocommit=True) as there, probe_transaction(there):
             return [(int(oid), name) for oid, name in there.execute(LOCKS_SQL["relation_names"], {"oids": oids}).fetchall()]
 
 

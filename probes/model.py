@@ -31,12 +31,17 @@ from .samples import Consumer as Consumer
 from .samples import Diagnosis as Diagnosis
 from .samples import LeaseSample as LeaseSample
 from .samples import Locker as Locker
+from .samples import PoolerSample as PoolerSample
+from .samples import PoolSample as PoolSample
 from .samples import PreparedXact as PreparedXact
 from .samples import ProbeStatus as ProbeStatus
 from .samples import QueueSample as QueueSample
+from .samples import Replication as Replication
+from .samples import ReplicationSlot as ReplicationSlot
 from .samples import RingSample as RingSample
 from .samples import ServerInfo as ServerInfo
 from .samples import SessionSample as SessionSample
+from .samples import Standby as Standby
 from .samples import WaitCycle as WaitCycle
 
 SNAPSHOT_VERSION = 1
@@ -57,6 +62,13 @@ class Snapshot:
     cycles: tuple[WaitCycle, ...] = ()  # wait cycles (deadlocks not broken yet), with who waits on them
     connections: Connections | None = None
     compaction: tuple[CompactionSample, ...] = ()
+    # The standbys and replication slots (the replication probe); None where it did not read them
+    # (SQL Server, the probe failed, a snapshot recorded before it).
+    replication: Replication | None = None
+    # A PgBouncer's pools (the pooler probe, on its admin console: --pgbouncer, a target's
+    # `pgbouncer`); None where no PgBouncer was given, or its console could not be read (the
+    # pooler probe's status says why).
+    pooler: PoolerSample | None = None
     # Every session the connections probe saw (the sessions view), the oldest transaction first,
     # at most probes.postgres.SESSIONS_CAP of them; sessions_total counts them all (more than
     # len(sessions) when the list was capped; None when they were not read, or in a snapshot
@@ -119,6 +131,8 @@ class Snapshot:
             "cycles": [plain(c) for c in self.cycles],
             "connections": plain(self.connections) if self.connections else _EMPTY_CONNECTIONS,
             "compaction": [plain(c) for c in self.compaction],
+            "replication": plain(self.replication) if self.replication is not None else None,
+            "pooler": plain(self.pooler) if self.pooler is not None else None,
             "sessions": [plain(s) for s in self.sessions],
             "sessions_total": self.sessions_total,
             **self.extra,
@@ -155,7 +169,8 @@ class Snapshot:
                 values["connections"] = None  # to_json's empty object: the probe did not run or failed
                 continue
             if value is None and name in PROBE_OF and _failed(values.get("probes"), PROBE_OF[name]):
-                values[name] = None if name == "connections" else ()  # to_json's null for a list its probe could not read
+                # to_json's null for a list (or an object) its probe could not read
+                values[name] = None if name in ("connections", "replication", "pooler") else ()
                 continue
             try:
                 values[name] = decode(value)
@@ -171,7 +186,7 @@ class Snapshot:
 PROBE_OF: dict[str, str] = {
     "queues": "queues", "rings": "rings", "leases": "leases", "blocked": "locks", "blockers": "locks",
     "prepared_xacts": "locks", "app_locks": "locks", "cycles": "locks", "connections": "connections", "compaction": "compaction",
-    "sessions": "connections",
+    "sessions": "connections", "replication": "replication", "pooler": "pooler",
 }
 
 

@@ -30,7 +30,7 @@ from .config import Config
 from .failures import PROBE_FAILURES, describe_error
 from .lockrows import app_locks_of
 from .locks import LockPicture
-from .model import Connections, QueueSample, ServerInfo
+from .model import Connections, QueueSample, Replication, ServerInfo
 from .postgres import CONNECTIONS_SQL, PostgresProbes, ProbeConnection, SessionPicture, json_value
 
 # SQL Server's own sections of the probes' files (ghost records; what the login may see; the version store).
@@ -56,6 +56,13 @@ class MssqlProbes(PostgresProbes):
         info = super().server(conn, label)
         self._sees_server_state = bool(one(conn.execute(MSSQL_SERVER_SQL["permission_check"]))["sees_server_state"])
         return info
+
+    def recovery(self, conn: ProbeConnection, server: ServerInfo) -> ServerInfo:
+        """A primary, always: an Always On readable secondary is not told apart (its replica state,
+        sys.fn_hadr_is_primary_replica or sys.dm_hadr_database_replica_states, needs VIEW SERVER
+        STATE, and no SQL Server runs here to test it: docs/mssql.md). No statement is run."""
+        self._server = replace(server, role="primary")
+        return self._server
 
     def _require_server_state(self, what: str) -> None:
         """Without VIEW SERVER STATE the session DMVs show this login's own sessions only: an
@@ -84,6 +91,13 @@ class MssqlProbes(PostgresProbes):
             return None
         return {"kind": "session", "pid": oldest["pid"], "name": None, "application_name": oldest["application_name"],
                 "age_xids": oldest["xmin_age"], "age_s": float(oldest["xmin_age"])}
+
+    def replication(self, conn: ProbeConnection) -> Replication | None:
+        """Not read on SQL Server (no statement runs): its availability group replicas are not
+        PostgreSQL's standbys and slots, and queuetop does not read them yet. Unknown (null), said
+        in the probe's note, never an empty list that would read as "no replica"."""
+        self.notes["replication"] = "not read on SQL Server (availability group replicas are not shown)"
+        return None
 
     def sessions(self, conn: ProbeConnection) -> SessionPicture:
         self._require_server_state("other sessions")

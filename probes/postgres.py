@@ -36,20 +36,24 @@ from .model import (
     LeaseSample,
     Locker,
     QueueSample,
+    Replication,
+    ReplicationSlot,
     RingSample,
     ServerInfo,
     SessionSample,
+    Standby,
 )
 from .session import APPLICATION_NAME as APPLICATION_NAME
 from .session import PROBE_SETTINGS as PROBE_SETTINGS
 from .session import ProbeConnection as ProbeConnection
+from .session import contained
 from .session import open_probe_connection as open_probe_connection
 from .sources import QueueFigures, QueueSource, SourceSet
 from .sources.base import has_table, is_relation_name
 from .sources.tally import CycleTallies
 from .xidclock import XidClock
 
-PROBE_NAMES = ("queues", "rings", "leases", "locks", "connections", "compaction")
+PROBE_NAMES = ("queues", "rings", "leases", "locks", "connections", "compaction", "replication")
 # The method a probe runs, where it is not the probe's name: the connections probe also lists
 # every session (the sessions view), a statement of its own, so that a cycle's connections and
 # sessions are read by one probe with one status.
@@ -81,6 +85,7 @@ SessionPicture: TypeAlias = "tuple[tuple[SessionSample, ...], int]"
 # their statement failed: unknown, the probe's error says why).
 ConnectionsPicture: TypeAlias = "tuple[Connections, SessionPicture | None]"
 COMPACTION_SQL = Queries("probes", "compaction.sql")
+REPLICATION_SQL = Queries("probes", "replication.sql")  # PostgreSQL only
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +147,22 @@ class PostgresProbes:
         check_supported(self._version_num)
         self._server = ServerInfo(dialect=self.dialect, version=row["version"], database=row["database"], label=label,
                                   deadlock_timeout_s=row["deadlock_timeout_s"])
+        return self.recovery(conn, self._server)
+
+    def recovery(self, conn: ProbeConnection, server: ServerInfo) -> ServerInfo:
+        """`server` with its role and a standby's replay as they are now (server.sql's `recovery`):
+        the sampler reads them every cycle (a standby's lag moves, a standby may be promoted). On a
+        standby the queues' table statistics are the standby's own, not the primary's: see queues()."""
+        row = one(conn.execute(self._versioned(SERVER_SQL["recovery"])))
+        self._server = replace(server, role=row["role"], replay_lag_s=row["replay_lag_s"],
+                               replay_lag_bytes=None if row["replay_lag_bytes"] is None else int(row["replay_lag_bytes"]),
+                               replay_paused=row["replay_paused"], replayed_at=row["replayed_at"])
         return self._server
+
+    @property
+    def standby(self) -> bool:
+        """Whether the server was a hot standby when last read (server() or recovery())."""
+        return self._server is not None and self._server.standby
 
     def _versioned(self, query: str) -> sql.SQL:
         """`query` as this server's major writes it (dbcore/pgversions.py; the version is the
@@ -163,10 +183,11 @@ class PostgresProbes:
         with self.sources.cycle(conn) as found, self.tallies.cycle():
             for source, install in found:
                 try:
-                    detection = source.detect(conn) if install is None else source.detected(conn, install)
-                    if detection is None:
-                        continue
-                    figures.extend((source, f) for f in source.qualified(source.sample(conn, detection)))
+                    with contained(conn):  # a statement of its that fails leaves the probe's transaction usable
+                        detection = source.detect(conn) if install is None else source.detected(conn, install)
+                        if detection is None:
+                            continue
+                        figures.extend((source, f) for f in source.qualified(source.sample(conn, detection)))
                 except Exception as exc:  # a source's failure, whatever it is, is its own: the others go on
                     problems.append(f"{source.label}: {describe_failure(exc)}")
                     if source.name not in unread:
@@ -180,7 +201,11 @@ class PostgresProbes:
         if notes:
             self.notes["queues"] = "; ".join(notes)
         relids = sorted({f.relid for _, f in figures if f.relid is not None})
-        stats = {row["relid"]: row for row in conn.execute(QUEUES_SQL["table_stats"], {"relids": relids})} if relids else {}
+        # A standby's table statistics count its own work, not the primary's (replayed inserts and
+        # deletes are not counted, nor dead tuples, nor vacuums): no rates and no bloat figures
+        # there (unknown, not a calm 0/s).
+        stats = {row["relid"]: row for row in conn.execute(QUEUES_SQL["table_stats"], {"relids": relids})} \
+            if relids and not self.standby else {}
         # A queue whose figures failed before its table was resolved (a declared table locked
         # ACCESS EXCLUSIVE: reading its catalog facts times out too) is found on its table's locks
         # all the same, by the table's name (to_regclass takes no lock).
@@ -207,7 +232,8 @@ class PostgresProbes:
         if not relids:
             return {}, {}
         try:
-            rows = conn.execute(QUEUES_SQL["consumers"], {"relids": relids}).fetchall()
+            with contained(conn):
+                rows = conn.execute(QUEUES_SQL["consumers"], {"relids": relids}).fetchall()
         except PROBE_FAILURES as exc:
             self.notes["queues"] = "; ".join(filter(None, [self.notes.get("queues"), f"consumers: {describe_error(exc)}"]))
             return None
@@ -396,23 +422,25 @@ class PostgresProbes:
             # Reading the row takes ACCESS SHARE on its table, which would queue behind that request.
             return [], f"the other lockers of a row of {row['row_relation']} not read: an ACCESS EXCLUSIVE request is queued on it"
         try:
-            oid, now = row["row_relation_oid"], time.monotonic()
-            if oid not in self._table_names or self._table_names[oid][0] < now:  # (a table renamed: a minute at most)
-                found_names = conn.execute(LOCKS_SQL["table_names"], {"oid": oid}).fetchone()
-                if found_names is None:
-                    return [], None  # dropped since
-                if len(self._table_names) > 1000:
-                    self._table_names.clear()
-                self._table_names[oid] = (now + 60.0, found_names["schema"], found_names["table"])
-            _expires, schema, table = self._table_names[oid]
-            statement = sql.SQL(LOCKS_SQL["row_xmax"]).format(table=sql.Identifier(schema, table))
-            read = conn.execute(statement, {"ctid": f"({row['row_page']},{row['row_tuple']})"}).fetchone()
+            with contained(conn):
+                oid, now = row["row_relation_oid"], time.monotonic()
+                if oid not in self._table_names or self._table_names[oid][0] < now:  # (a table renamed: a minute at most)
+                    found_names = conn.execute(LOCKS_SQL["table_names"], {"oid": oid}).fetchone()
+                    if found_names is None:
+                        return [], None  # dropped since
+                    if len(self._table_names) > 1000:
+                        self._table_names.clear()
+                    self._table_names[oid] = (now + 60.0, found_names["schema"], found_names["table"])
+                _expires, schema, table = self._table_names[oid]
+                statement = sql.SQL(LOCKS_SQL["row_xmax"]).format(table=sql.Identifier(schema, table))
+                read = conn.execute(statement, {"ctid": f"({row['row_page']},{row['row_tuple']})"}).fetchone()
         except PROBE_FAILURES as exc:
             return [], f"the other lockers of a row of {row['row_relation']} not read: {describe_error(exc)}"
         if read is None or read["xmax"] in (row["transactionid"], "0"):
             return [], None  # locked by the transaction waited for alone (or gone): the server's blocker holds it
         try:
-            found = conn.execute(self._versioned(LOCKS_SQL["row_lockers"]), {"xmax": read["xmax"]}).fetchall()
+            with contained(conn):
+                found = conn.execute(self._versioned(LOCKS_SQL["row_lockers"]), {"xmax": read["xmax"]}).fetchall()
         except PROBE_FAILURES:
             return [], None  # a plain transaction id is not a multixact (an xmax set since): nothing shares the row
         if row["transactionid"] not in {r["member"] for r in found}:
@@ -441,8 +469,12 @@ class PostgresProbes:
         hidden = 0
         for r in rows:
             state = r["state"] or "unknown"  # other roles' sessions without pg_read_all_stats
-            by_state[state] = by_state.get(state, 0) + 1
             app = r["application_name"] or ""
+            if state == "idle in transaction" and app.startswith(APPLICATION_NAME):
+                # A probe session between two statements of its own transaction (read-only: no
+                # xid, no snapshot held): idle, not the culprit an idle transaction is.
+                state = "idle"
+            by_state[state] = by_state.get(state, 0) + 1
             by_app[app] = by_app.get(app, 0) + 1
             if app.startswith(APPLICATION_NAME):
                 continue  # queuetop's own: never the oldest transaction
@@ -467,6 +499,7 @@ class PostgresProbes:
         return Connections(
             total=len(rows) + 1,  # and this probe's own session
             max=settings["max_connections"],
+            usable=settings["max_connections"] - settings["reserved"],
             by_state=dict(sorted(by_state.items(), key=lambda kv: -kv[1])),
             by_application=dict(sorted(by_app.items(), key=lambda kv: -kv[1])),
             oldest_xact_age_s=oldest["xact_age_s"] if oldest and not hidden else None,
@@ -493,6 +526,39 @@ class PostgresProbes:
         found = self.xid_clock.age(int(next_xid) - int(age_xids))
         return (found.seconds, found.at_least) if found is not None else (None, False)
 
+    # -- replication ---------------------------------------------------------------------
+
+    def replication(self, conn: ProbeConnection) -> Replication | None:
+        """The standbys streaming from this server and its replication slots (replication.sql),
+        on a primary and on a standby alike. Without pg_read_all_stats the server hides each
+        standby's state, client and lags: they are None, `standbys_unknown` and the probe's note
+        say why."""
+        standbys = []
+        hidden = 0
+        for r in conn.execute(REPLICATION_SQL["standbys"]).fetchall():
+            hidden += bool(r["hidden"])
+            lags = [r["write_lag_s"], r["flush_lag_s"], r["replay_lag_s"]]
+            if not r["hidden"] and r["replay_lag_bytes"] == 0:
+                # Caught up, nothing new written: the server shows no lag (NULL) then; it is 0.
+                lags = [0.0 if lag is None else lag for lag in lags]
+            standbys.append(Standby(
+                application=r["application_name"], client=r["client"], state=r["state"], sync_state=r["sync_state"],
+                write_lag_s=lags[0], flush_lag_s=lags[1], replay_lag_s=lags[2],
+                replay_lag_bytes=None if r["replay_lag_bytes"] is None else int(r["replay_lag_bytes"]), pid=r["pid"]))
+        slots = tuple(
+            ReplicationSlot(
+                name=r["name"], type=r["type"], active=bool(r["active"]), active_pid=r["active_pid"],
+                retained_wal_bytes=None if r["retained_wal_bytes"] is None else int(r["retained_wal_bytes"]),
+                xmin_age=r["xmin_age"], catalog_xmin_age=r["catalog_xmin_age"], database=r["database"], plugin=r["plugin"],
+                wal_status=r["wal_status"])
+            for r in conn.execute(self._versioned(REPLICATION_SQL["slots"])).fetchall())
+        unknown = None
+        if hidden:
+            unknown = (f"{hidden} standby(s)' state, address and lag hidden from this role: grant pg_read_all_stats "
+                       "(or pg_monitor) to see them")
+            self.notes["replication"] = unknown
+        return Replication(standbys=tuple(standbys), slots=slots, standbys_unknown=unknown)
+
     # -- sessions ------------------------------------------------------------------------
 
     def connections_and_sessions(self, conn: ProbeConnection) -> ConnectionsPicture:
@@ -503,7 +569,8 @@ class PostgresProbes:
         ("sessions",)) and its error says why."""
         connections = self.connections(conn)
         try:
-            sessions, total = self.sessions(conn)
+            with contained(conn):
+                sessions, total = self.sessions(conn)
             listed: SessionPicture | None = (flag_xmin_holder(sessions, connections.xmin_holder_pid), total)
         except PROBE_FAILURES as exc:
             self.errors["connections"] = f"sessions: {describe_error(exc)}"

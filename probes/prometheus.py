@@ -49,6 +49,7 @@ from dbcore.text import inert
 
 from .diagnosis import CODES
 from .model import ProbeStatus, QueueSample, Snapshot, as_utc
+from .pooler_console import POOLER
 from .sampler import unreachable_status
 
 
@@ -63,6 +64,7 @@ class MetricSpec:
 
 
 Q = ("host", "source", "queue")
+POOL = ("host", "database", "user")  # a PgBouncer pool: its database as PgBouncer names it, and user
 
 
 def _queue(kind: str, help: str) -> MetricSpec:
@@ -75,6 +77,19 @@ METRICS: dict[str, MetricSpec] = {
     "queuetop_up": MetricSpec("gauge", "1 while the host's database answers, 0 while it is unreachable", ("host",)),
     "queuetop_server_info": MetricSpec("gauge", "1, with the database server's dialect and version (while it answers)",
                                        ("host", "dialect", "version")),
+    "queuetop_server_in_recovery": MetricSpec("gauge", "1 while the server is a hot standby (in recovery: read-only, its "
+                                              "figures the primary's as of its last replayed transaction), 0 on a primary",
+                                              ("host",)),
+    "queuetop_server_replay_lag_seconds": MetricSpec("gauge", "A standby's replay lag: 0 when it replayed all the WAL it "
+                                                     "received, else the time since the last transaction it replayed "
+                                                     "committed on the primary (absent on a primary)", ("host",)),
+    "queuetop_server_replay_lag_bytes": MetricSpec("gauge", "WAL a standby received and has not replayed yet (absent on a "
+                                                   "primary, or with no WAL receiver)", ("host",)),
+    "queuetop_server_replay_paused": MetricSpec("gauge", "1 while a standby's replay is paused (pg_wal_replay_pause), 0 "
+                                                "while it runs (absent on a primary)", ("host",)),
+    "queuetop_server_last_replay_timestamp_seconds": MetricSpec(
+        "gauge", "When the last transaction a standby replayed committed on the primary (Unix time): what its figures are "
+        "as of (absent on a primary)", ("host",)),
     "queuetop_snapshot_timestamp_seconds": MetricSpec("gauge", "When the cached snapshot was taken (Unix time)", ("host",)),
     "queuetop_probe_duration_seconds": MetricSpec("gauge", "What the probe cost on the database, last run (absent: it did not run)",
                                                   ("host", "probe")),
@@ -105,8 +120,8 @@ METRICS: dict[str, MetricSpec] = {
     "queuetop_queue_table_deleted_rows": _queue("counter", "Rows deleted from the queue's table (the table's statistics)"),
     # each queue's verdict (probes/diagnosis.py): a state set over CODES, as queuetop_lease_state
     "queuetop_queue_diagnosis": MetricSpec(
-        "gauge", "1 for the queue's verdict, judged over a window of samples (healthy, blocked, no-consumers, failing, "
-        "bloat, saturated, not-judged), 0 for the others; absent while the queue has no verdict", (*Q, "code"), "queues"),
+        "gauge", "1 for the queue's verdict, judged over a window of samples (healthy, blocked, starved, no-consumers, "
+        "failing, bloat, saturated, not-judged), 0 for the others; absent while the queue has no verdict", (*Q, "code"), "queues"),
     "queuetop_queue_diagnosis_seconds": _queue("gauge", "How long the queue's current verdict has held (absent: not judged, "
                                                "or not known)"),
     # rings
@@ -137,6 +152,10 @@ METRICS: dict[str, MetricSpec] = {
     # connections
     "queuetop_sessions": MetricSpec("gauge", "Sessions on the server", ("host",), "connections"),
     "queuetop_sessions_max": MetricSpec("gauge", "max_connections (@@MAX_CONNECTIONS)", ("host",), "connections"),
+    "queuetop_sessions_usable": MetricSpec(
+        "gauge", "The connections ordinary roles may use: max_connections less superuser_reserved_connections (and, "
+        "PostgreSQL 16+, reserved_connections); past queuetop_sessions of them an ordinary role is refused", ("host",),
+        "connections"),
     "queuetop_sessions_by_state": MetricSpec("gauge", "Sessions by state", ("host", "state"), "connections"),
     "queuetop_sessions_by_application": MetricSpec(
         "gauge", "Sessions by application name: the 10 applications with the most, the rest under (other)",
@@ -145,6 +164,37 @@ METRICS: dict[str, MetricSpec] = {
     "queuetop_xmin_horizon_age_xids": MetricSpec(
         "gauge", "Transactions by which the session holding the xmin horizon (oldest snapshot or transaction) holds it back",
         ("host",), "connections"),
+    # replication (PostgreSQL): the standbys streaming from the server, its replication slots
+    "queuetop_standbys": MetricSpec("gauge", "Standbys (walsenders: physical standbys, logical subscribers, base backups) "
+                                    "streaming from the server", ("host",), "replication"),
+    "queuetop_standby_replay_lag_seconds": MetricSpec(
+        "gauge", "How long the standby's replay is behind this server's flushed WAL (0 when it replayed it all; absent "
+        "without pg_read_all_stats)", ("host", "standby", "client"), "replication"),
+    "queuetop_standby_replay_lag_bytes": MetricSpec(
+        "gauge", "WAL written here and not yet replayed on the standby (absent without pg_read_all_stats)",
+        ("host", "standby", "client"), "replication"),
+    "queuetop_replication_slot_retained_wal_bytes": MetricSpec(
+        "gauge", "WAL the server keeps for the replication slot (from its restart_lsn)", ("host", "slot", "type"), "replication"),
+    "queuetop_replication_slot_active": MetricSpec("gauge", "1 while a consumer streams from the slot, 0 while none does",
+                                                   ("host", "slot", "type"), "replication"),
+    "queuetop_replication_slot_xmin_age_xids": MetricSpec(
+        "gauge", "Transactions by which the slot's xmin (a standby's feedback) holds every table's horizon back (absent: "
+        "it holds none)", ("host", "slot", "type"), "replication"),
+    "queuetop_replication_slot_catalog_xmin_age_xids": MetricSpec(
+        "gauge", "Transactions by which the slot's catalog_xmin (logical decoding) holds the system catalogs' horizon back "
+        "(absent: it holds none)", ("host", "slot", "type"), "replication"),
+    # a PgBouncer's pools (the pooler probe, on its admin console: --pgbouncer), every pool but the
+    # console's own, by the database (as PgBouncer names it) and user
+    "queuetop_pool_clients_active": MetricSpec("gauge", "Clients of the PgBouncer pool linked to a server connection, or "
+                                               "idle needing none (cl_active)", POOL, "pooler"),
+    "queuetop_pool_clients_waiting": MetricSpec("gauge", "Clients of the PgBouncer pool waiting for a server connection "
+                                                "(cl_waiting): its server connections are all in use", POOL, "pooler"),
+    "queuetop_pool_servers_active": MetricSpec("gauge", "Server connections of the PgBouncer pool linked to a client (sv_active)",
+                                               POOL, "pooler"),
+    "queuetop_pool_servers_idle": MetricSpec("gauge", "Server connections of the PgBouncer pool free for a client (sv_idle)",
+                                             POOL, "pooler"),
+    "queuetop_pool_maxwait_seconds": MetricSpec("gauge", "How long the PgBouncer pool's oldest waiting client has waited "
+                                                "(maxwait; 0: none waits)", POOL, "pooler"),
     # the compactor
     "queuetop_compaction_pending_deltas": MetricSpec("gauge", "Delta rows waiting to be folded", ("host", "name"), "compaction"),
     "queuetop_compaction_groups": MetricSpec("gauge", "Groups with pending deltas", ("host", "name"), "compaction"),
@@ -235,6 +285,8 @@ def families(snapshots: Iterable[Snapshot]) -> list[Metric]:
         out.known = {probe for probe, status in s.probes.items() if not probe_failed(status)} if connected else set()
         if connected and s.server.version is not None:
             out.add("queuetop_server_info", [host, s.server.dialect, s.server.version], 1)
+        if connected and s.server.role is not None:
+            _recovery(out, s)
         _queues(out, s)
         for r in s.rings:
             out.add("queuetop_ring_capacity", [host, r.name], r.capacity)
@@ -247,12 +299,25 @@ def families(snapshots: Iterable[Snapshot]) -> list[Metric]:
                 out.add("queuetop_lease_state", [host, lease.name, state], lease.state == state)
         _locks(out, s)
         _connections(out, s)
+        _replication(out, s)
+        _pooler(out, s)
         for comp in s.compaction:
             out.add("queuetop_compaction_pending_deltas", [host, comp.name], comp.pending_deltas)
             out.add("queuetop_compaction_groups", [host, comp.name], comp.groups)
             out.add("queuetop_compaction_last_run_timestamp_seconds", [host, comp.name], _epoch(comp.last_run_at))
             out.add("queuetop_compaction_runs", [host, comp.name], comp.runs_total)
     return list(out)
+
+
+def _recovery(out: _Families, s: Snapshot) -> None:
+    """Whether the server is a standby, and its replay: how far behind, paused, as of when."""
+    server, host = s.server, s.host
+    out.add("queuetop_server_in_recovery", [host], server.standby)
+    if server.standby:
+        out.add("queuetop_server_replay_lag_seconds", [host], server.replay_lag_s)
+        out.add("queuetop_server_replay_lag_bytes", [host], server.replay_lag_bytes)
+        out.add("queuetop_server_replay_paused", [host], server.replay_paused)
+        out.add("queuetop_server_last_replay_timestamp_seconds", [host], _epoch(server.replayed_at))
 
 
 def _queues(out: _Families, s: Snapshot) -> None:
@@ -278,6 +343,23 @@ def _queues(out: _Families, s: Snapshot) -> None:
             for code in CODES:
                 out.add("queuetop_queue_diagnosis", [*labels, code], q.diagnosis.code == code)
             out.add("queuetop_queue_diagnosis_seconds", labels, q.diagnosis.since_s)
+
+
+def _pooler(out: _Families, s: Snapshot) -> None:
+    """A PgBouncer's pools. Read on a connection of their own, they are known whether or not the
+    database answers (a pool with no connection left is when they matter most); unknown (absent)
+    while the console cannot be read."""
+    status = s.probes.get(POOLER)
+    if status is None or probe_failed(status) or s.pooler is None:
+        return
+    out.known.add(POOLER)
+    for pool in s.pooler.pools:
+        labels = [s.host, pool.database, pool.user]
+        out.add("queuetop_pool_clients_active", labels, pool.cl_active)
+        out.add("queuetop_pool_clients_waiting", labels, pool.cl_waiting)
+        out.add("queuetop_pool_servers_active", labels, pool.sv_active)
+        out.add("queuetop_pool_servers_idle", labels, pool.sv_idle)
+        out.add("queuetop_pool_maxwait_seconds", labels, pool.maxwait_s)
 
 
 def _count_age(q: QueueSample) -> float | None:
@@ -315,12 +397,41 @@ def _connections(out: _Families, s: Snapshot) -> None:
     host = s.host
     out.add("queuetop_sessions", [host], c.total)
     out.add("queuetop_sessions_max", [host], c.max)
+    out.add("queuetop_sessions_usable", [host], c.usable)
     for state, n in c.by_state.items():
         out.add("queuetop_sessions_by_state", [host, state], n)
     for application, n in top_applications(c.by_application).items():
         out.add("queuetop_sessions_by_application", [host, application], n)
     out.add("queuetop_oldest_transaction_age_seconds", [host], c.oldest_xact_age_s)
     out.add("queuetop_xmin_horizon_age_xids", [host], c.xmin_holder_age_xids)
+
+
+def _replication(out: _Families, s: Snapshot) -> None:
+    """The standbys, each by its name and client (two standbys both called `walreceiver` on the
+    same host are one series: the one further behind), and the replication slots."""
+    r = s.replication
+    if r is None:
+        return
+    host = s.host
+    out.add("queuetop_standbys", [host], len(r.standbys))
+    worst: dict[tuple[str, str], tuple[float | None, float | None]] = {}
+    for standby in r.standbys:
+        key = (inert(standby.application or ""), inert(standby.client or ""))
+        seconds, size = worst.get(key, (None, None))
+        worst[key] = (_most(seconds, standby.replay_lag_s), _most(size, standby.replay_lag_bytes))
+    for (name, client), (seconds, size) in worst.items():
+        out.add("queuetop_standby_replay_lag_seconds", [host, name, client], seconds)
+        out.add("queuetop_standby_replay_lag_bytes", [host, name, client], size)
+    for slot in r.slots:
+        labels = [host, slot.name, slot.type]
+        out.add("queuetop_replication_slot_retained_wal_bytes", labels, slot.retained_wal_bytes)
+        out.add("queuetop_replication_slot_active", labels, slot.active)
+        out.add("queuetop_replication_slot_xmin_age_xids", labels, slot.xmin_age)
+        out.add("queuetop_replication_slot_catalog_xmin_age_xids", labels, slot.catalog_xmin_age)
+
+
+def _most(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else max(a, b)
 
 
 def top_applications(by_application: dict[str, int], top: int = TOP_APPLICATIONS) -> dict[str, int]:

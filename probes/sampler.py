@@ -3,15 +3,23 @@
 The schedule is APScheduler's: one interval job per probe, `max_instances=1` so a probe never
 overlaps itself, `coalesce=True` so runs missed while the database was slow collapse into one.
 Probe sessions come from a small psycopg pool (at most two sessions on the monitored server),
-each configured by `open_probe_connection`'s rules. Whenever the probes that were running
-have all finished, the latest sample of every probe is composed into one `Snapshot` and handed to
-the sink (the dashboard posts it to its event loop; the sink must not block).
+each probe run in a probe transaction of its own (probes/session.py: read-only, its settings set
+and checked in it). Whenever the probes that were running have all finished, the latest sample of
+every probe is composed into one `Snapshot` and handed to the sink (the dashboard posts it to its
+event loop; the sink must not block).
+
+No wait for the server is unbounded: connecting has its timeout, and each probe transaction's
+first answer a deadline (FIRST_ANSWER_S), past which the wait is ended and the sampler is without
+an answer ("waiting for a server connection (N s): pool exhausted?", N counting since the last
+answer) until one comes; meanwhile one probe at a time waits for one, and the others say so at
+once. `stop` ends the waits under way: it never waits for a deadline.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
+import select
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -27,15 +35,18 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from dbcore.database import Target, connection_kwargs, hide_secrets, refuse_if_too_old, secrets_of
+from dbcore.deadline import WATCHDOG, NoAnswer
 from dbcore.dialect import dialect_named
-from dbcore.errors import ConnectionFailed, connection_cause
+from dbcore.errors import ConnectionFailed, Unanswered, connection_cause
 from dbcore.pgversions import UnsupportedServer
+from dbcore.pooler import settle, startup_options_allowed
 
 from .config import Config
 from .diagnosis import Diagnoser
 from .failures import PROBE_FAILURES, describe_error, describe_failure
 from .locks import LockPicture
-from .model import BlockedSession, Connections, ProbeStatus, ServerInfo, SessionSample, Snapshot
+from .model import BlockedSession, Connections, PoolerSample, ProbeStatus, Replication, ServerInfo, SessionSample, Snapshot
+from .pooler_console import POOLER, run_pooler
 from .postgres import (
     APPLICATION_NAME,
     PROBE_METHODS,
@@ -46,6 +57,7 @@ from .postgres import (
     SessionPicture,
     open_probe_connection,
 )
+from .session import ProbeSettingsRefused, probe_transaction
 
 log = logging.getLogger("queuetop.sampler")
 # psycopg_pool warns on every failed attempt, over several lines, to stderr (under a dashboard,
@@ -59,27 +71,40 @@ logging.getLogger("apscheduler.executors.default").setLevel(logging.ERROR)
 Sink = Callable[[Snapshot], None]
 T = TypeVar("T")
 MAX_PROBE_SESSIONS = 2
+# The probe whose run also reads the server's role and a standby's replay lag (server.sql's
+# `recovery`, a few function calls) again, on its connection: once a round.
+RECOVERY_READ_WITH = "connections"
 
 
-def run_probe(probes: PostgresProbes, name: str, conn: ProbeConnection) -> tuple[ProbeStatus, object]:
-    """One probe, timed; its failure is its status, not an exception: whatever it raised (a fault
-    of queuetop's own too, said as an internal error), it is unknown with that reason and the other
-    probes go on, in a snapshot, the dashboard and the exporter alike."""
+def run_probe(probes: PostgresProbes, name: str, conn: ProbeConnection, *, group: object | None = None,
+              where: str | None = None) -> tuple[ProbeStatus, object]:
+    """One probe, timed, in a probe transaction of its own (probes/session.py; or the one `conn` is
+    in already); its failure is its status, not an exception: whatever it raised (a fault of
+    queuetop's own too, said as an internal error; settings the server did not take, and the probe
+    did not run), it is unknown with that reason and the other probes go on, in a snapshot, the
+    dashboard and the exporter alike. No answer within the first answer's deadline (NoAnswer) and
+    a lost connection are the caller's: raised."""
     started = time.perf_counter()
     for pending in (probes.notes, probes.errors, probes.unread):
         pending.pop(name, None)
     unread: tuple[str, ...] = ()
     notes = None
     try:
-        result = getattr(probes, PROBE_METHODS.get(name, name))(conn)
-        error = probes.errors.pop(name, None)  # the part of it that failed (a queue source)
-        notes = probes.notes.pop(name, None)  # what it says beside figures it read
-        unread = probes.unread.pop(name, ())
-    except PROBE_FAILURES as exc:
-        result, error, unread = None, describe_error(exc), ("all",)
-    except Exception as exc:
-        log.debug("probe %s failed", name, exc_info=True)  # its status says why; the traceback is for --debug logs
-        result, error, unread = None, describe_failure(exc), ("all",)
+        with probe_transaction(conn, group=group, where=where):
+            try:
+                result = getattr(probes, PROBE_METHODS.get(name, name))(conn)
+                error = probes.errors.pop(name, None)  # the part of it that failed (a queue source)
+                notes = probes.notes.pop(name, None)  # what it says beside figures it read
+                unread = probes.unread.pop(name, ())
+            except NoAnswer:
+                raise
+            except PROBE_FAILURES as exc:
+                result, error, unread = None, describe_error(exc), ("all",)
+            except Exception as exc:
+                log.debug("probe %s failed", name, exc_info=True)  # its status says why; the traceback is for --debug logs
+                result, error, unread = None, describe_failure(exc), ("all",)
+    except ProbeSettingsRefused as exc:
+        result, error, unread = None, str(exc), ("all",)
     return ProbeStatus(elapsed_ms=(time.perf_counter() - started) * 1000, error=error, notes=notes, unread=unread), result
 
 
@@ -100,7 +125,7 @@ def compose(server: ServerInfo, results: dict[str, tuple[ProbeStatus, object]], 
     return Snapshot(
         taken_at=datetime.now(UTC),
         server=server,
-        probes={name: results[name][0] for name in PROBE_NAMES if name in results},
+        probes={name: results[name][0] for name in (*PROBE_NAMES, POOLER) if name in results},
         queues=value("queues", ()),
         rings=value("rings", ()),
         leases=value("leases", ()),
@@ -111,6 +136,8 @@ def compose(server: ServerInfo, results: dict[str, tuple[ProbeStatus, object]], 
         cycles=cycles,
         connections=connections,
         compaction=value("compaction", ()),
+        replication=value("replication", cast("Replication | None", None)),
+        pooler=value(POOLER, cast("PoolerSample | None", None)),
         sessions=sessions,
         sessions_total=sessions_total,
         sessions_in_order=sessions_in_order and listed is not None,
@@ -149,10 +176,16 @@ def blocked_applications(target: Target) -> Iterator[Callable[[], list[str | Non
     the target's dialect."""
     probes = probes_for(target)
     with open_probe_connection(target, application_name=f"{APPLICATION_NAME}:scenario") as conn:
-        here = probes.server(conn).database
-        # The lock views are the whole server's: only this database's sessions are the scenario's
-        # (another run, or a test in a database of its own, may use the same application name).
-        yield lambda: [session.application for session in probes.locks(conn)[0] if session.database in (None, here)]
+        with probe_transaction(conn, where=target.masked):
+            here = probes.server(conn).database
+
+        def blocked() -> list[str | None]:
+            # The lock views are the whole server's: only this database's sessions are the scenario's
+            # (another run, or a test in a database of its own, may use the same application name).
+            with probe_transaction(conn, where=target.masked):
+                return [session.application for session in probes.locks(conn)[0] if session.database in (None, here)]
+
+        yield blocked
 
 
 def run_cycle(target: Target, config: Config | None = None, *, probes: PostgresProbes | None = None,
@@ -163,8 +196,17 @@ def run_cycle(target: Target, config: Config | None = None, *, probes: PostgresP
     probes = probes or probes_for(target, config)
     session = conn or open_probe_connection(target)
     try:
-        server = probes.server(session, label=target.masked)
-        results = {name: run_probe(probes, name, session) for name in PROBE_NAMES}
+        try:
+            first, *rest = PROBE_NAMES
+            # The server's facts in the first probe's transaction (no round trip of their own).
+            with probe_transaction(session, where=target.masked):
+                server = probes.server(session, label=target.masked)
+                results = {first: run_probe(probes, first, session)}
+            results.update((name, run_probe(probes, name, session, where=target.masked)) for name in rest)
+        except NoAnswer as exc:  # a pooler with no server connection to give: said in one line (exit 2)
+            raise Unanswered(str(exc)) from None
+        if target.pgbouncer is not None:  # its console, on a connection of its own, just after the sessions were read
+            results[POOLER] = run_pooler(target.pgbouncer, target)
     finally:
         if conn is None:
             session.close()
@@ -201,6 +243,26 @@ class ExplainingPool(ConnectionPool[PooledConnection]):
             raise
         self.last_connect_error = None
         return conn
+
+def still_open(conn: ProbeConnection) -> None:
+    """The pool's check of a connection it gives out, without a round trip (a query would take a
+    server connection from a pooler, and wait for one when its pool has none): a session sitting
+    in the pool is sent nothing but its end (the server's FATAL as it shuts down or terminates it,
+    a pooler's close), so anything readable on its socket means it is gone. A connection lost
+    silently is found by the probe transaction's first answer (its deadline)."""
+    if conn.closed or conn.broken or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        raise psycopg.OperationalError("the probe session is closed")
+    fd = conn.pgconn.socket
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        readable = bool(poller.poll(0))
+    else:  # (no poll: Windows)
+        readable = bool(select.select([fd], [], [], 0)[0])
+    if readable:
+        conn.close()  # (closed: the pool discards it and opens another, rather than giving it out again)
+        raise psycopg.OperationalError("the probe session was sent something while idle: its end")
+
 
 class SessionPerUse:
     """Probe sessions for a dialect without a psycopg pool (SQL Server): a session opened for
@@ -269,6 +331,8 @@ class Sampler:
         self.config = config or Config()
         self.interval_s = interval_s or self.config.interval_s
         self.probes = probes_for(target, self.config)
+        # The probes it runs: the database's, and the pooler probe where a PgBouncer is given.
+        self.names: tuple[str, ...] = (*PROBE_NAMES, POOLER) if target.pgbouncer is not None else PROBE_NAMES
         self._diagnoser = Diagnoser()  # the queues' verdicts, over the samples of a window
         self._diagnosing = threading.Lock()
         self._results: dict[str, tuple[ProbeStatus, object]] = {}
@@ -279,6 +343,14 @@ class Sampler:
         self._lock = threading.Lock()
         self._connected = False
         self._last_error: str | None = None
+        # The last answer from the server (monotonic; the start until one came), and since when no
+        # answer comes (a pooler holding the probes' queries: pool exhausted?), with whether a probe
+        # is waiting for one now: while one is, the others do not wait too but say so at once.
+        self._answered_at = time.monotonic()
+        self._unanswered_since: float | None = None
+        self._unanswered_pooled = True
+        self._scout: str | None = None
+        self._stopping = False
         # A driver that pools its own connections (SQLAlchemy's, for SQL Server) gets a session per
         # probe run; psycopg's connections come from a psycopg pool.
         driver_pools = dialect_named(target.dialect).capabilities.driver_pools
@@ -289,17 +361,23 @@ class Sampler:
             open=False,
             timeout=5.0,
             reconnect_timeout=365 * 24 * 3600.0,  # keep trying: the database may come back
-            check=ConnectionPool.check_connection,
+            check=still_open,
+            configure=self._configure,
             connection_class=ProbeConnection,
             kwargs={
                 "autocommit": True,
                 "row_factory": dict_row,
-                **connection_kwargs(APPLICATION_NAME, connect_timeout=5, options=PROBE_SETTINGS, conninfo=target.conninfo),
+                # The settings at start-up only where the server is known to be reached directly
+                # (a stock PgBouncer refuses libpq's `options`); each probe transaction sets them
+                # all the same, and checks them (probes/session.py).
+                **connection_kwargs(APPLICATION_NAME, connect_timeout=5, conninfo=target.conninfo,
+                                    options=PROBE_SETTINGS if startup_options_allowed(target) else None),
             },
             name="queuetop-probes",
         )
         self._scheduler = BackgroundScheduler(
-            executors={"default": ThreadPoolExecutor(MAX_PROBE_SESSIONS)},
+            # The pooler probe's thread of its own: a console slow to answer delays no probe.
+            executors={"default": ThreadPoolExecutor(MAX_PROBE_SESSIONS), "pooler": ThreadPoolExecutor(1)},
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
             timezone=UTC,
         )
@@ -307,22 +385,34 @@ class Sampler:
     # -- control --------------------------------------------------------------------------
 
     def start(self) -> None:
+        self._answered_at = time.monotonic()
         self._pool.open(wait=False)
-        for name in PROBE_NAMES:
+        for name in self.names:
             self._scheduler.add_job(
                 self._run, "interval", args=(name,), id=name, name=f"probe {name}",
-                seconds=self.interval_s, next_run_time=datetime.now(UTC),
+                seconds=self.interval_s, next_run_time=datetime.now(UTC), executor="pooler" if name == POOLER else "default",
             )
         self._scheduler.start()
 
     def stop(self) -> None:
+        # A probe waiting for a first answer that may never come (a pooler with no server
+        # connection to give) stops waiting now: the scheduler's threads end at once.
+        self._stopping = True
+        WATCHDOG.cut(self)
         if self._scheduler.running:
             self._scheduler.shutdown(wait=True)
-        self._pool.close(timeout=5)
+        self._pool.close(timeout=1.0)  # a connection attempt still under way is left to its connect_timeout
+
+    def _configure(self, conn: ProbeConnection) -> None:
+        """A new pooled probe connection: what stands between it and its server session
+        (dbcore/pooler.py), not asked if not known (the first probe transaction's round trip reads
+        it): a query here would wait, unbounded by the pool, for a pooler's server connection.
+        No session settings: each probe transaction sets its own."""
+        settle(conn, self.target, None, ask=False)
 
     def set_interval(self, seconds: float) -> None:
         self.interval_s = seconds
-        for name in PROBE_NAMES:
+        for name in self.names:
             self._scheduler.reschedule_job(name, trigger="interval", seconds=seconds)
 
     def pause(self) -> None:
@@ -334,7 +424,7 @@ class Sampler:
     def refresh_now(self) -> None:
         """Run every probe now (a probe already running is not started twice)."""
         now = datetime.now(UTC)
-        for name in PROBE_NAMES:
+        for name in self.names:
             job = self._scheduler.get_job(name)
             if job is not None:
                 job.modify(next_run_time=now)
@@ -342,30 +432,45 @@ class Sampler:
     # -- jobs -----------------------------------------------------------------------------
 
     def _run(self, name: str) -> None:
+        if name == POOLER:
+            self._run_pooler()
+            return
         with self._lock:
             self._running += 1
+            # While no answer comes, one probe at a time waits for one; the others say so at once.
+            waiting = self._unanswered_since is not None and self._scout is not None
+            if self._unanswered_since is not None and self._scout is None:
+                self._scout = name
         try:
+            if self._stopping:
+                return
+            if waiting:
+                with self._lock:
+                    self._last_error = reason = self._no_answer_reason()
+                    self._results[name] = (unreachable_status(reason), None)
+                return
             try:
                 # Once the database is known to be down, the other probes fail fast.
-                with self._pool.connection(timeout=5.0 if self._connected else 0.5) as conn:
+                with self._pool.connection(timeout=5.0 if self._connected else 0.5) as conn, \
+                        probe_transaction(conn, group=self, where=self.target.masked):
                     if self._server is None:
                         self._server = self.probes.server(conn, label=self.target.masked)
+                    elif name == RECOVERY_READ_WITH:  # once a round: a standby's lag moves, a standby may be promoted
+                        self._server = self.probes.recovery(conn, self._server)
                     result = run_probe(self.probes, name, conn)
                 if not self._connected and self._last_error is not None:
                     log.warning("the database answers again")
                 self._connected, self._last_error = True, None
-            except (PoolTimeout, psycopg.OperationalError, ConnectionFailed, UnsupportedServer) as exc:
-                self._connected = False
-                # The pool's own timeout says only "couldn't get a connection after 0.50 sec";
-                # the reason is what its last attempt to connect was told.
-                # A server too old is a host the probes cannot use: shown as one that is down, with its reason.
-                cause = str(exc) if isinstance(exc, UnsupportedServer) else (
-                    self._pool.last_connect_error if isinstance(exc, (PoolTimeout, ConnectionFailed)) else None)
-                reason = cause or hide_secrets(connection_cause(exc), secrets_of(self.target.conninfo))
-                if self._connected or reason != self._last_error:  # one line per change, not per probe
-                    log.warning("lost the database: %s; retrying", reason)
-                self._last_error = reason
-                result = (unreachable_status(reason), None)
+                self._answered_at, self._unanswered_since = time.monotonic(), None
+            except NoAnswer as exc:  # connected, but nothing answers: a pooler with no server connection to give
+                result = self._unanswered(exc.pooled)
+            except PoolTimeout as exc:
+                if self._unanswered_since is not None and not self._pool.last_connect_error:
+                    result = self._unanswered(self._unanswered_pooled)  # the broken connections' replacements not made yet
+                else:
+                    result = self._lost(exc)
+            except (psycopg.OperationalError, ConnectionFailed, UnsupportedServer) as exc:
+                result = self._lost(exc)
             except Exception as exc:  # anything else (the server's own probe refused): this probe unknown, the round goes on
                 log.debug("probe %s failed", name, exc_info=True)
                 result = (ProbeStatus(elapsed_ms=0.0, error=describe_failure(exc), unread=("all",)), None)
@@ -373,23 +478,83 @@ class Sampler:
                 self._results[name] = result
         finally:
             with self._lock:
-                self._running -= 1
-                self._fresh.add(name)
-                complete = all(p in self._results for p in PROBE_NAMES)
-                # Probes due together are reported together: one snapshot once every probe has
-                # run since the last one (the scheduler starts them one after another, and a fast
-                # one may end before the last one starts: "none running" is no sign of a round's
-                # end; emitting then and again at its end wrote two snapshots 10 ms apart). When
-                # a round never completes (a probe slower than the interval is skipped), still a
-                # snapshot every interval and a half, with what the others read.
-                overdue = time.monotonic() - self._last_emit >= 1.5 * self.interval_s
-                ready = complete and (self._fresh.issuperset(PROBE_NAMES) or overdue)
-                if ready:
-                    self._last_emit = time.monotonic()
-                    self._fresh.clear()
-                results = dict(self._results)
+                if self._scout == name:
+                    self._scout = None
+            self._finished(name)
+
+    def _lost(self, exc: Exception) -> tuple[ProbeStatus, None]:
+        """No connection to run a probe on: the database is down, refuses, or is too old."""
+        was_connected, self._connected = self._connected, False
+        self._unanswered_since = None  # (an answer that does not come is another story: _unanswered)
+        # The pool's own timeout says only "couldn't get a connection after 0.50 sec";
+        # the reason is what its last attempt to connect was told.
+        # A server too old is a host the probes cannot use: shown as one that is down, with its reason.
+        cause = str(exc) if isinstance(exc, UnsupportedServer) else (
+            self._pool.last_connect_error if isinstance(exc, (PoolTimeout, ConnectionFailed)) else None)
+        reason = cause or hide_secrets(connection_cause(exc), secrets_of(self.target.conninfo))
+        if was_connected or reason != self._last_error:  # one line per change, not per probe
+            log.warning("lost the database: %s; retrying", reason)
+        self._last_error = reason
+        return unreachable_status(reason), None
+
+    def _unanswered(self, pooled: bool) -> tuple[ProbeStatus, None]:
+        """A probe's wait for its first answer ended with none: the sampler is without an answer
+        (disconnected, the reason counting the seconds), and every probe that has not run yet says
+        so too, so that the snapshot saying it is out at once."""
+        with self._lock:
+            self._connected = False
+            self._unanswered_pooled = pooled
+            reason = self._no_answer_reason()
+            if self._unanswered_since is None:  # one line when it starts, not one per probe
+                self._unanswered_since = time.monotonic()
+                log.warning("no answer from the database: %s", reason)
+            self._last_error = reason
+            status = unreachable_status(reason)
+            for other in PROBE_NAMES:  # (not the pooler probe: its console answers on a connection of its own)
+                self._results.setdefault(other, (status, None))
+        return status, None
+
+    def _no_answer_reason(self) -> str:
+        """How long the sampler has been without an answer, and what it takes that to be."""
+        waited = time.monotonic() - self._answered_at
+        if self._unanswered_pooled:
+            return f"waiting for a server connection ({waited:.0f} s): pool exhausted?"
+        return f"no answer from the server ({waited:.0f} s)"
+
+    def _run_pooler(self) -> None:
+        """The pooler probe: PgBouncer's admin console on a connection of its own
+        (probes/pooler_console.py), never one of the probe pool's: a console that hangs holds no
+        probe session, and a database that is down, or a pool with no connection left, stops it not."""
+        assert self.target.pgbouncer is not None
+        with self._lock:
+            self._running += 1
+        try:
+            result = run_pooler(self.target.pgbouncer, self.target)
+            with self._lock:
+                self._results[POOLER] = result
+        finally:
+            self._finished(POOLER)
+
+    def _finished(self, name: str) -> None:
+        """A probe ended: the snapshot of the round, once every probe has run since the last one."""
+        with self._lock:
+            self._running -= 1
+            self._fresh.add(name)
+            complete = all(p in self._results for p in self.names)
+            # Probes due together are reported together: one snapshot once every probe has
+            # run since the last one (the scheduler starts them one after another, and a fast
+            # one may end before the last one starts: "none running" is no sign of a round's
+            # end; emitting then and again at its end wrote two snapshots 10 ms apart). When
+            # a round never completes (a probe slower than the interval is skipped), still a
+            # snapshot every interval and a half, with what the others read.
+            overdue = time.monotonic() - self._last_emit >= 1.5 * self.interval_s
+            ready = complete and (self._fresh.issuperset(self.names) or overdue)
             if ready:
-                self._emit(results)
+                self._last_emit = time.monotonic()
+                self._fresh.clear()
+            results = dict(self._results)
+        if ready:
+            self._emit(results)
 
     def _emit(self, results: dict[str, tuple[ProbeStatus, object]]) -> None:
         server = self._server or unknown_server(self.target)

@@ -99,7 +99,7 @@ class Locker:
 class Diagnosis:
     """Why a queue is as it is: a verdict judged over a window of samples (probes/diagnosis.py)."""
 
-    code: str  # healthy | blocked | no-consumers | failing | bloat | saturated | not-judged
+    code: str  # healthy | blocked | starved | no-consumers | failing | bloat | saturated | not-judged
     reason: str  # one line, for an operator
     pids: tuple[int, ...] = ()  # the sessions involved: the root blocker first, the xmin holder
     objects: tuple[str, ...] = ()  # the relations, prepared transactions or slots involved
@@ -303,6 +303,79 @@ class Connections:
     # (no pg_read_all_stats). None: known (the figures, or their absence, are the answer).
     oldest_xact_unknown: str | None = None
     xmin_holder_unknown: str | None = None
+    # The connections ordinary roles may use: max_connections less the slots kept for superusers
+    # (superuser_reserved_connections) and, from PostgreSQL 16, for roles with
+    # pg_use_reserved_connections (reserved_connections). An ordinary role's connection is refused
+    # once `total` (every client session takes one) reaches it. None in snapshots recorded before it
+    # was read.
+    usable: int | None = None
+
+    @property
+    def near_limit(self) -> bool:
+        """At least NEAR_LIMIT of the connections ordinary roles may use are taken: consumers may
+        soon be unable to connect (at `usable`, they are refused)."""
+        return self.usable is not None and self.usable > 0 and self.total >= NEAR_LIMIT * self.usable
+
+
+# Connections.near_limit: this share of the usable connections in use.
+NEAR_LIMIT = 0.9
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Standby:
+    """A standby (or a logical replication subscriber, pg_basebackup, pg_receivewal) streaming from
+    this server: a row of pg_stat_replication. Where the probe's role lacks pg_read_all_stats (or
+    pg_monitor) the server hides everything but its name: state, sync_state, client and the lags are
+    None (Replication.standbys_unknown says why), never a calm 0."""
+
+    application: str | None  # its application_name: the standby's name (cluster_name, or "walreceiver")
+    client: str | None  # its host name or address; "local" for a Unix socket
+    state: str | None  # startup, catchup, streaming, backup, stopping
+    sync_state: str | None  # async, potential, sync, quorum
+    # How long the last WAL this server flushed took to be written, flushed and replayed there
+    # (pg_stat_replication's lags, in seconds). The server shows NULL once a standby has caught up
+    # and nothing new is written: the probe says 0 then (everything replayed, replay_lag_bytes 0),
+    # and None where it is not known.
+    write_lag_s: float | None
+    flush_lag_s: float | None
+    replay_lag_s: float | None
+    # WAL written here and not yet replayed there, in bytes (pg_current_wal_lsn() - replay_lsn; on a
+    # standby that cascades, from what it has received or replayed).
+    replay_lag_bytes: int | None
+    pid: int | None = None  # its walsender's
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplicationSlot:
+    """A replication slot (pg_replication_slots): every role may read them all."""
+
+    name: str
+    type: str  # physical | logical
+    active: bool  # a consumer streams from it now
+    # WAL the server keeps for it (pg_current_wal_lsn() - restart_lsn): what an inactive slot grows
+    # until the disk is full. 0 for a slot that reserves none (restart_lsn NULL) and for one the
+    # server invalidated (wal_status "lost", which keeps none).
+    retained_wal_bytes: int | None
+    xmin_age: int | None  # age(xmin): a standby's feedback through the slot holds every table's horizon back
+    catalog_xmin_age: int | None  # age(catalog_xmin): logical decoding holds the system catalogs' horizon back
+    database: str | None = None  # a logical slot's
+    plugin: str | None = None  # a logical slot's output plugin
+    # PostgreSQL 13+: reserved | extended | unreserved (at risk under max_slot_wal_keep_size) | lost
+    # (invalidated: its consumer can no longer resume from it); None before 13, and for a slot that
+    # reserves no WAL.
+    wal_status: str | None = None
+    active_pid: int | None = None  # the walsender streaming from it
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Replication:
+    """Who replicates from this server: its standbys and its replication slots."""
+
+    standbys: tuple[Standby, ...] = ()
+    slots: tuple[ReplicationSlot, ...] = ()
+    # Why the standbys' state, client and lags are unknown though they are listed: the probe's role
+    # lacks pg_read_all_stats. None: known.
+    standbys_unknown: str | None = None
 
 
 @quick_init
@@ -382,3 +455,48 @@ class ServerInfo:
     database: str | None
     label: str | None = None  # the masked DSN or the embedded server's description
     deadlock_timeout_s: float | None = None  # how long a wait cycle lasts before the server breaks it
+    # "primary" or "standby" (a hot standby: PostgreSQL in recovery), read every cycle (None: not
+    # read: a server never reached, a recording older than it). A standby's figures are the
+    # primary's as of the last transaction it replayed (`replayed_at`, when that transaction
+    # committed on the primary); `replay_lag_s` and `replay_lag_bytes` say how far replay is behind
+    # the WAL it received (0 when caught up; bytes None without a WAL receiver), `replay_paused`
+    # whether replay is paused (pg_wal_replay_pause). All four None on a primary.
+    role: str | None = None
+    replay_lag_s: float | None = None
+    replay_lag_bytes: int | None = None
+    replay_paused: bool | None = None
+    replayed_at: datetime | None = None
+
+    @property
+    def standby(self) -> bool:
+        """A hot standby: nothing can be written there, and queues' consumers run on the primary."""
+        return self.role == "standby"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PoolSample:
+    """A PgBouncer pool (a row of its admin console's SHOW POOLS): the clients of one database
+    alias and user, and the server connections it keeps for them (probes/pooler_console.py)."""
+
+    database: str  # the pool's database, as PgBouncer names it (an alias in its [databases])
+    user: str
+    cl_active: int  # clients linked to a server connection, or idle with none needed
+    cl_waiting: int  # clients that sent a query and wait for a server connection
+    sv_active: int  # server connections linked to a client
+    sv_idle: int  # server connections free to be given to a client
+    maxwait_s: float  # how long the oldest waiting client has waited (0: none waits)
+    pool_mode: str | None = None  # session | transaction | statement
+    # The server database the alias connects to (SHOW DATABASES): the pools of the monitored
+    # database are those whose server_database is its name. None: not listed there.
+    server_database: str | None = None
+    pool_size: int | None = None  # the most server connections the pool may open (SHOW DATABASES)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PoolerSample:
+    """What a PgBouncer's admin console said (the pooler probe): its pools, but the console's own."""
+
+    pools: tuple[PoolSample, ...] = ()
+    # The pooler database (alias) the monitored DSN names: its pools while the server's database
+    # is not known (probes/pooler_console.py pools_of). None: not known.
+    through: str | None = None

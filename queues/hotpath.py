@@ -21,13 +21,20 @@ Three things go further than pgbench's one-statement-at-a-time loop can (issue 3
 - `queues/producer.py` prepares the enqueue statements the same way.
 - Claimed rows come in binary, and a batch acked whole sends its ids back as the server sent
   them (a binary bigint[]): the client does no work per message for the ack.
+
+Through a connection pooler that does not pin a server session to the connection (PgBouncer in
+transaction mode, dbcore/pooler.py), a statement prepared on one server session is unknown on the
+next, or already there under the name when another client prepared it: the same statements go
+unnamed instead (`PQexecParams`, `PQsendQueryParams`: Parse, Bind and Execute behind one Sync, the
+extended protocol pgbench's `-M extended` speaks), each parsed on whichever session runs it. The
+choice is made once per connection, as the statements are bound: the direct path is as before.
 """
 
 from __future__ import annotations
 
 import select
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from itertools import repeat
@@ -36,6 +43,7 @@ import psycopg
 from psycopg import pq
 from psycopg.adapt import Transformer
 
+from dbcore.pooler import link_of
 from dbcore.postgres import check_result
 from dbcore.sqlfiles import QueryName, number_placeholders
 
@@ -62,12 +70,24 @@ class HotPath:
         self._tx = Transformer(conn)
         self._params: dict[str, tuple[str, ...]] = {}
         self._claim_params: dict[tuple[float, int], tuple[str, list[bytes], int]] = {}
+        # What each statement is sent as: its prepared name, or (a session a pooler does not pin)
+        # its text, run unnamed; `_exec` and `_send_one` are libpq's call for either.
         self._names: dict[str, bytes] = {}
+        self._exec: Callable[..., pq.abc.PGresult]
+        self._send_one: Callable[..., None]
+        self.prepared = link_of(conn).pinned
+        if self.prepared:
+            self._exec, self._send_one = self._pg.exec_prepared, self._pg.send_query_prepared
+        else:
+            self._exec, self._send_one = self._pg.exec_params, self._pg.send_query_params
         for query_name in _HOT:
             text, params = number_placeholders(queue.statement(query_name))
-            name = f"queuetop_hot_{query_name}".encode()
-            self._check(self._pg.prepare(name, text.encode(self._encoding)), pq.ExecStatus.COMMAND_OK)
-            self._names[query_name] = name
+            if self.prepared:
+                name = f"queuetop_hot_{query_name}".encode()
+                self._check(self._pg.prepare(name, text.encode(self._encoding)), pq.ExecStatus.COMMAND_OK)
+                self._names[query_name] = name
+            else:
+                self._names[query_name] = text.encode(self._encoding)
             self._params[query_name] = params
         # The last batch claimed, and its ids as the server sent them (a binary bigint[]): acked
         # whole, as a batch usually is, it sends them back as they came, with no work per message.
@@ -79,7 +99,7 @@ class HotPath:
 
     def claim(self, *, visibility_s: float, batch: int = 1) -> list[Message]:
         query_name, params, token = self._claim_args(visibility_s, batch)
-        result = self._check(self._pg.exec_prepared(self._names[query_name], params, result_format=BINARY),
+        result = self._check(self._exec(self._names[query_name], params, result_format=BINARY),
                              pq.ExecStatus.TUPLES_OK)
         return self._claimed(result, batch, token)
 
@@ -140,7 +160,7 @@ class HotPath:
         if not messages:
             return 0
         query_name, params, formats = self._ack_args(messages)
-        result = self._pg.exec_prepared(self._names[query_name], params, param_formats=formats)
+        result = self._exec(self._names[query_name], params, param_formats=formats)
         return self._check(result, pq.ExecStatus.COMMAND_OK).command_tuples or 0
 
     def ack_and_claim(self, messages: Sequence[Message], *, visibility_s: float, batch: int = 1) -> tuple[int, list[Message]]:
@@ -168,12 +188,14 @@ class HotPath:
         return acked, self._claimed(self._check(results[-1], pq.ExecStatus.TUPLES_OK), sent.batch, sent.token)
 
     def _send(self, statements: Sequence[tuple[str, list[bytes], list[int] | None]]) -> None:
-        """Send the prepared `statements` in pipeline mode, each behind a Sync."""
+        """Send the `statements` in pipeline mode, each behind a Sync (through a pooler in
+        transaction mode too: PgBouncer keeps the server session linked while Syncs it has
+        forwarded still await their ReadyForQuery)."""
         pg = self._pg
         pg.enter_pipeline_mode()
         try:
             for query_name, params, formats in statements:
-                pg.send_query_prepared(self._names[query_name], params, param_formats=formats, result_format=BINARY)
+                self._send_one(self._names[query_name], params, param_formats=formats, result_format=BINARY)
                 pg.pipeline_sync()
             fd = pg.socket
             while pg.flush():  # the connection is non-blocking: 1 while something is left to send

@@ -33,7 +33,9 @@ from collections.abc import Callable
 from dbcore.database import SESSION_ERRORS, Target, one
 from dbcore.dialect import Session, connection_lost, open_session
 from dbcore.errors import LeaseHeld, QueuetopError, first_line
+from dbcore.lockwait import set_local
 from dbcore.names import check_name
+from dbcore.pooler import link_of
 
 from . import lease as leases
 from . import lifeline
@@ -113,8 +115,9 @@ class Relay:
                 # then the server ends the session, and the locks of its batch with it.
                 # (SQL Server has no such timeout: a stalled relay's batch keeps its row locks until
                 # its session ends, and the new leader's outbox_take passes them with READPAST.)
+                # Through a pooler that does not pin the session, each batch sets it for itself.
                 with open_session(self.target, application_name=f"queuetop-relay:{self.holder}",
-                                  options={"idle_in_transaction_session_timeout": str(int(self.ttl_s * 2000))}) as conn:
+                                  options=self._settings()) as conn:
                     opened_at = time.monotonic()
                     link.back("relay")
                     self._serve(conn, stop)
@@ -125,6 +128,9 @@ class Relay:
                     said = (first_line(exc), self.relayed)
                     log.warning("%s: %s; reconnecting", self.holder, first_line(exc))
                 stop.wait(min(1.0, self.ttl_s / 4))
+
+    def _settings(self) -> dict[str, str]:
+        return {"idle_in_transaction_session_timeout": str(int(self.ttl_s * 2000))}
 
     def _serve(self, conn: Session, stop: threading.Event) -> None:
         while not stop.is_set():
@@ -179,6 +185,8 @@ class Relay:
 
     def _relay_batch(self, conn: Session) -> int:
         with conn.transaction():
+            if not link_of(conn).pinned:  # a pooler in transaction mode: the session's settings are each transaction's
+                set_local(conn, self._settings())  # type: ignore[arg-type]  # a psycopg connection: pinned otherwise
             # Select and lock in the DELETE: rows held by another relay's open batch (a stalled
             # ex-leader) are skipped, and the next ones taken, so the new leader never waits.
             rows = sorted(conn.execute(ENGINE_SQL["outbox_take"], {"limit": self.batch}).fetchall())  # in id order

@@ -20,7 +20,8 @@ workers, and supervises them:
   parent's logging masks DSNs), and the pipe's end, when the parent is gone however it died,
   stops the child as SIGTERM would.
 - Idle, every process listens for NOTIFY, and each polls every P × `poll_interval_s`, their ticks
-  staggered by one interval: P processes poll an idle queue as often as one does.
+  staggered by one interval: P processes poll an idle queue as often as one does. Through a pooler
+  that does not pin their sessions they only poll (worker.py), which the parent says once.
 """
 
 from __future__ import annotations
@@ -39,14 +40,23 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from dbcore.database import Target
-from dbcore.dialect import open_session
+from dbcore.dialect import dialect_of, open_session
 from dbcore.errors import OperationFailed, first_line
 from dbcore.names import check_name
+from dbcore.pooler import link_of
 
 from .handlers import parse_handler
-from .poolparts import RECONNECT_CAP_S, STOP_SIGNALS, WorkOptions, WorkSummary, on_stop_signals, reconnect_delay
+from .poolparts import (
+    RECONNECT_CAP_S,
+    STOP_SIGNALS,
+    UNTIL_EMPTY_POLL_S,
+    WorkOptions,
+    WorkSummary,
+    on_stop_signals,
+    reconnect_delay,
+)
 from .table_queue import TableQueue
-from .worker import WorkerPool
+from .worker import WorkerPool, say_polling
 
 log = logging.getLogger("queuetop.worker")
 
@@ -112,7 +122,7 @@ def _child(plan: _Plan, pipe: Connection, barrier: Any, counters: Any, index: in
     root.setLevel(plan.log_level)
     try:
         pool = WorkerPool(plan.target, plan.queue_name, parse_handler(plan.handler), plan.options,
-                          start_barrier=barrier, first_tick_s=plan.first_tick_s)
+                          start_barrier=barrier, first_tick_s=plan.first_tick_s, announce=False)
     except Exception as exc:  # a handler that cannot be loaded here: the parent says why
         send(("error", first_line(exc)))
         return
@@ -209,6 +219,8 @@ class ProcessPool:
         # A queue that is not there fails here, as WorkerPool.start's does, before any process starts.
         with open_session(self.target, application_name=f"queuetop-work:{self.options.mode}:{self.queue_name}") as conn:
             TableQueue.open(conn, self.queue_name)
+            if dialect_of(conn).capabilities.notify and not link_of(conn).pinned:  # said once here, not by each process
+                say_polling(conn, self.queue_name, UNTIL_EMPTY_POLL_S if self.options.until_empty else self.options.poll_interval_s)
         restore = on_stop_signals(self._request_stop)
         deadline = None if self.options.duration_s is None else time.monotonic() + self.options.duration_s
         # multiprocessing starts its resource tracker with the first process, and unblocks SIGINT

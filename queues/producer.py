@@ -2,7 +2,12 @@
 prepared once per psycopg connection and run through libpq's prepared-statement call, like the
 claim loop's (queues/hotpath.py). `TableQueue.enqueue` and `enqueue_batch` take this path where
 `producer_for` allows it; this module knows a queue only by its table's name and statements, so
-that table_queue.py can use it without the two importing one another."""
+that table_queue.py can use it without the two importing one another.
+
+On a connection whose server session a pooler does not pin (PgBouncer in transaction mode,
+dbcore/pooler.py) nothing is prepared: a named statement would be another server session's next
+time (`prepared statement "queuetop_enq_..." already exists`). The same statements go unnamed
+there (`PQexecParams`), parsed on whichever session runs them, with the same binary parameter."""
 
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ import psycopg
 from psycopg import errors, pq
 
 from dbcore.lockwait import watch_of
+from dbcore.pooler import link_of
 from dbcore.postgres import check_result
 from dbcore.sqlfiles import QueryName, number_placeholders
 
@@ -38,29 +44,26 @@ class Producer:
         suffix = hashlib.blake2s(queue.table_name.encode(), digest_size=6).hexdigest()  # one queue's, not another's
         self._names: dict[str, bytes] = {}
         self._texts: dict[str, bytes] = {}
+        self.prepared = link_of(conn).pinned  # else each statement goes unnamed (see above)
         for query_name in _PRODUCED:
             text, params = number_placeholders(queue.statement(query_name))
             if len(params) != 1:
                 raise AssertionError(f"{query_name} takes one parameter")  # the SQL file changed: this code must too
             self._names[query_name] = f"queuetop_enq_{query_name}_{suffix}".encode()
             self._texts[query_name] = text.encode(self._encoding)
-            self._prepare(query_name)
+            if self.prepared:
+                self._prepare(query_name)
 
     @contextlib.contextmanager
     def _watched(self) -> Iterator[None]:
         """A command-line session's lock watch (dbcore/lockwait.py) follows what runs here as it
         follows a cursor's statements, so a lock timeout names the holder here too."""
         watch = watch_of(self._conn)
-        serial = watch.begin() if watch is not None else 0
-        try:
+        if watch is None:
             yield
-        except psycopg.errors.LockNotAvailable as exc:
-            if watch is None:
-                raise
-            raise watch.error(serial, exc) from exc
-        finally:
-            if watch is not None:
-                watch.end(serial)
+            return
+        with watch.watching(self._conn):  # through a pooler in transaction mode, in a transaction that sets it
+            yield
 
     def _prepare(self, query_name: str) -> None:
         # Preparing an INSERT locks its table (RowExclusiveLock), so it may wait as a statement does.
@@ -86,7 +89,10 @@ class Producer:
         except a forgotten statement (26000), which `_run` prepares again."""
         with self._watched():
             with self._conn.lock:  # the connection may be shared by threads: one statement at a time
-                result = self._pg.exec_prepared(self._names[query_name], [param], param_formats=[param_format])
+                if self.prepared:
+                    result = self._pg.exec_prepared(self._names[query_name], [param], param_formats=[param_format])
+                else:
+                    result = self._pg.exec_params(self._texts[query_name], [param], param_formats=[param_format])
             if result.status != expected and result.error_field(pq.DiagnosticField.SQLSTATE) == b"26000":
                 return result
             return check_result(self._pg, result, expected, self._encoding)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dbcore import sqlfiles
 from dbcore.database import one
 from dbcore.dialect import Session, dialect_of
-from dbcore.errors import UsageError
+from dbcore.errors import StandbyReadOnly, UsageError
 from dbcore.sqlfiles import Queries
 
 SCHEMA_VERSION = "1"
@@ -31,6 +31,13 @@ def install(conn: Session) -> str:
 def lock_init(conn: Session) -> None:
     """Inside a transaction: wait for any other schema change (init, queue creation) to end."""
     conn.execute(ENGINE_SQL["init_lock"], {"key": INIT_LOCK_KEY})
+
+
+def refuse_standby(conn: Session, *, where: str) -> None:
+    """Refuse a write aimed at a hot standby (exit 2, before anything is written): one line,
+    `<where> is a standby: read-only`."""
+    if dialect_of(conn).in_recovery(conn):
+        raise StandbyReadOnly(where)
 
 
 def require(conn: Session, *, where: str) -> None:

@@ -5,6 +5,12 @@ for `NOTIFY queuetop_enqueue` and wakes them all when their queue gets messages;
 notifications it wakes a single worker every `poll_interval_s` to pick up what no notification
 announces (claims whose visibility expired, retries whose back-off ended). So an idle queue
 costs about one query per poll interval, however many workers wait.
+
+Through a connection pooler that does not pin a server session to a connection (PgBouncer in
+transaction mode, or one detected: dbcore/pooler.py) there is no LISTEN: a notification would go
+to whichever client holds the server session next, or nowhere. The listener then only ticks: one
+worker looks every `poll_interval_s` (0.2 s with --until-empty), which the pool says once in its
+log, and a claim that finds a full batch still wakes the others at once.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from dbcore.database import Executor, Target, connect
 from dbcore.dialect import dialect_named, open_session
 from dbcore.errors import ConnectionFailed, OperationFailed, QueuetopError, first_line
 from dbcore.names import check_name
+from dbcore.pooler import link_of
 
 from .handlers import Handler
 from .hotpath import HotPath
@@ -49,6 +56,12 @@ __all__ = ["MODES", "RECONNECT_CAP_S", "RECONNECT_FIRST_S", "UNTIL_EMPTY_POLL_S"
 PIPELINE_MAX_SINGLE_WORKERS = 4  # see _claim_loop
 
 
+def say_polling(conn: Any, queue_name: str, interval_s: float) -> None:
+    """The one log line of a pool whose sessions a pooler does not pin: no LISTEN, a poll instead."""
+    log.warning("queue %s: %s: idle workers poll every %g s (--poll-interval) instead of waiting for NOTIFY, "
+                "and the claim loop's statements are not prepared", queue_name, link_of(conn).says, interval_s)
+
+
 class PlainPath:
     """The claim loop's claim and ack through the queue's ordinary statements: for a dialect
     without a prepared hot path (SQL Server), with HotPath's interface."""
@@ -67,7 +80,7 @@ class WorkerPool:
     """Consumers for one queue. `run()` blocks until done; `start()`/`stop()` for embedding."""
 
     def __init__(self, target: Target, queue_name: str, handler: Handler, options: WorkOptions,
-                 *, start_barrier: Any = None, first_tick_s: float | None = None) -> None:
+                 *, start_barrier: Any = None, first_tick_s: float | None = None, announce: bool = True) -> None:
         # start_barrier (benchmarks): each claim-mode worker, connected and its statements
         # prepared, waits there before its first claim, so that a measurement can start once
         # every session is up, as pgbench's "without initial connection time" does.
@@ -98,6 +111,8 @@ class WorkerPool:
         self._link = ConnectionState(f"queue {queue_name}", log,
                                      retrying=f"retrying with back-off up to {RECONNECT_CAP_S:.0f} s")
         self._capabilities = dialect_named(target.dialect).capabilities  # LISTEN or poll; the hot path or not
+        self._listens = self._capabilities.notify  # and the server session is pinned (start() finds out)
+        self._announce = announce  # say in the log that it polls through a pooler (a ProcessPool says it once itself)
 
     @property
     def polls(self) -> int:
@@ -110,6 +125,10 @@ class WorkerPool:
         # Resolve the queue up front so a bad name fails before any thread starts.
         with open_session(self.target, application_name=self._app_name("work")) as conn:
             self._queue = TableQueue.open(conn, self.queue_name)
+            if self._listens and not link_of(conn).pinned:
+                self._listens = False
+                if self._announce:
+                    say_polling(conn, self.queue_name, self._interval())
         listener = threading.Thread(target=self._listen, name=f"listen:{self.queue_name}", daemon=True)
         self._threads.append(listener)
         for index in range(self.options.workers):
@@ -170,9 +189,12 @@ class WorkerPool:
 
     # -- threads --------------------------------------------------------------------------
 
+    def _interval(self) -> float:
+        return UNTIL_EMPTY_POLL_S if self.options.until_empty else self.options.poll_interval_s
+
     def _listen(self) -> None:
-        interval = UNTIL_EMPTY_POLL_S if self.options.until_empty else self.options.poll_interval_s
-        if not self._capabilities.notify:
+        interval = self._interval()
+        if not self._listens:  # SQL Server, or a pooler that does not pin the session LISTEN would run on
             self._poll(interval)
             return
         conn: psycopg.Connection | None = None
@@ -219,8 +241,9 @@ class WorkerPool:
             conn.close()
 
     def _poll(self, interval: float) -> None:
-        """A dialect with no notification (SQL Server): one worker looks every `interval`
-        seconds, so an idle queue costs one claim statement per interval, however many wait."""
+        """A dialect with no notification (SQL Server), or a session a pooler does not pin: one
+        worker looks every `interval` seconds, so an idle queue costs one claim statement per
+        interval, however many wait."""
         wait = interval if self._first_tick_s is None or self.options.until_empty else self._first_tick_s
         while not self._stop.wait(wait):
             self._waker.wake_one()

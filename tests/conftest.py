@@ -131,13 +131,14 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Con
         # Room for concurrency tests and prepared transactions; a password-only role for the wrong-password test.
         conn.execute("ALTER SYSTEM SET max_connections = 300")  # a 200-waiter pile-up beside the probes (test_pileup.py)
         conn.execute("ALTER SYSTEM SET max_prepared_transactions = 20")  # the prepared-transaction lock tests
+        conn.execute("ALTER SYSTEM SET wal_level = logical")  # a logical slot (test_decoding) in tests/test_replication.py
         conn.execute(
             sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(sql.Identifier(PASSWORD_ROLE), sql.Literal(PASSWORD))
         )
     hba = Path(pgdata) / "pg_hba.conf"
     rules = hba.read_text()
     hba.write_text(f"local all {PASSWORD_ROLE} scram-sha-256\n" + rules)
-    # max_connections and max_prepared_transactions need a restart; pgserver's pg_ctl helper runs as the right OS user.
+    # max_connections, max_prepared_transactions and wal_level need a restart; pgserver's pg_ctl helper runs as the right OS user.
     user = "pgserver" if os.geteuid() == 0 else None
     # restart reuses the options pgserver started it with (socket only, no TCP).
     pgserver.pg_ctl(["-w", "-m", "fast", "-l", str(Path(pgdata) / "log"), "restart"], pgdata=Path(pgdata), user=user, timeout=60)

@@ -104,8 +104,12 @@ def running_pgbouncer(server_socket_dir: str, directory: Path, *, mode: str, poo
         def preexec() -> None:
             os.setgid(entry.pw_gid)
             os.setuid(entry.pw_uid)
-    process = subprocess.Popen([PGBOUNCER, str(ini)], preexec_fn=preexec, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, start_new_session=True)
+    # Its stderr to a file, never a pipe: PgBouncer logs every login there too, and a pipe nobody
+    # reads fills up (64 KiB, some 600 connections) and then blocks the pooler in its write.
+    errors = directory / "stderr.log"
+    with open(errors, "wb") as stderr:
+        process = subprocess.Popen([PGBOUNCER, str(ini)], preexec_fn=preexec, stdout=subprocess.DEVNULL,
+                                   stderr=stderr, start_new_session=True)
     bouncer = PgBouncer(socket_dir=str(directory), port=port, mode=mode, pool_size=pool_size, log=log)
     try:
         deadline = time.monotonic() + 30
@@ -115,7 +119,7 @@ def running_pgbouncer(server_socket_dir: str, directory: Path, *, mode: str, poo
                 break
             except psycopg.OperationalError:
                 if process.poll() is not None or time.monotonic() > deadline:
-                    err = process.stderr.read().decode(errors="replace") if process.stderr else ""
+                    err = errors.read_text(errors="replace")[-2000:]
                     tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
                     raise AssertionError(f"pgbouncer did not start (exit {process.poll()}): {err}{tail}") from None
                 time.sleep(0.05)

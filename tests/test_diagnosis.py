@@ -502,7 +502,7 @@ def test_bloat_behind_a_standbys_feedback_names_the_standby_and_the_horizons_age
                        xmin_holder_age_xids=24_000)
     verdict = verdicts(bloating(feedback))[1]
     assert verdict.code == "bloat" and verdict.pids == () and verdict.objects == (TABLE, "standby:replica-1")
-    assert "kept by the xmin horizon: the hot_standby_feedback of standby replica-1 at 10.0.0.7 (horizon 95 s and 24,000 " \
+    assert "kept by the xmin horizon: standby feedback from replica-1 at 10.0.0.7 (horizon 95 s and 24,000 " \
            "transactions old)" in verdict.reason
     # A horizon that moves (its age under HORIZON_HELD_S, or not yet known to be older): not held.
     assert verdicts(bloating(replace(feedback, xmin_holder_age_s=4.0)))[1].code == "healthy"
@@ -513,7 +513,7 @@ def test_bloat_behind_a_standbys_feedback_names_the_standby_and_the_horizons_age
     slot = replace(feedback, xmin_holder_pid=None, xmin_holder_kind="slot", xmin_holder_name="replica_slot")
     verdict = verdicts(bloating(slot))[1]
     assert verdict.code == "bloat" and verdict.objects == (TABLE, "slot:replica_slot")
-    assert "replication slot replica_slot (standby replica-1) (horizon 95 s" in verdict.reason
+    assert "kept by the xmin horizon: slot replica_slot (standby replica-1) (horizon 95 s" in verdict.reason
 
 
 def test_a_bursty_backlog_that_grows_is_behind_though_it_falls_between_bursts():

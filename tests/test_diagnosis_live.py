@@ -267,7 +267,7 @@ def test_bloat_behind_a_standbys_feedback_names_the_standby_and_the_horizons_age
             c = snapshot.connections
             assert (c.xmin_holder_kind, c.xmin_holder_pid, c.xmin_holder_name) == ("standby", walsender.pid, "qt-standby")
             assert q.diagnosis.objects[-1] == "standby:qt-standby" and q.diagnosis.pids == ()
-            assert "the hot_standby_feedback of standby qt-standby at local (horizon at least" in q.diagnosis.reason
+            assert "standby feedback from qt-standby at local (horizon at least" in q.diagnosis.reason
             assert c.xmin_holder_age_s is not None and c.xmin_holder_age_s >= HORIZON_HELD_S
             # Not before the horizon was known to be that old (a standby's feedback moves, as a rule).
             assert all(s.diagnosis.code != "bloat" for s in seen[:-1])

@@ -30,7 +30,18 @@ from textual.widgets import DataTable, Tree
 
 from dbcore.text import inert, inert_line
 from probes.config import Config, DeclaredQueue
-from probes.model import AppLock, BlockedSession, Blocker, CompactionGroup, PreparedXact, ProbeStatus, Snapshot
+from probes.model import (
+    AppLock,
+    BlockedSession,
+    Blocker,
+    CompactionGroup,
+    PreparedXact,
+    ProbeStatus,
+    Replication,
+    ReplicationSlot,
+    Snapshot,
+    Standby,
+)
 from probes.sampler import Sampler
 from probes.sources import QueueDetails
 from tui import format as fmt
@@ -239,6 +250,12 @@ def hostile_snapshot(s: str, *, step: int = 0) -> Snapshot:
         connections=replace(c, by_state={**c.by_state, s: 1}, by_application={s: 3, "": 1}, xmin_holder_application=s),
         compaction=tuple(replace(x, name=s, by_group=(*x.by_group, CompactionGroup(group=99, title=s, pending_deltas=5)))
                          for x in base.compaction),
+        replication=Replication(
+            standbys=(Standby(application=s, client=s, state=s, sync_state=s, write_lag_s=1.0, flush_lag_s=1.0, replay_lag_s=1.0,
+                              replay_lag_bytes=10, pid=314),),
+            slots=(ReplicationSlot(name=s, type=s, active=False, retained_wal_bytes=10, xmin_age=None, catalog_xmin_age=7,
+                                   database=s, plugin=s, wal_status=s),),
+            standbys_unknown=s),
     )
 
 

@@ -40,6 +40,7 @@ ANCHORS = {
     "locks": ("queuetop_blocked_sessions", (("host", HOST),)),
     "connections": ("queuetop_sessions", (("host", HOST),)),
     "compaction": ("queuetop_compaction_pending_deltas", (("host", HOST), ("name", "task_status"))),
+    "replication": ("queuetop_standbys", (("host", HOST),)),  # a count: 0 where nobody streams
 }
 
 

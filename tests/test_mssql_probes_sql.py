@@ -50,6 +50,22 @@ MSSQL = {name: sqlfiles.load("probes", "mssql", name) for name in FILES}
 PG_SECTIONS = {f"{name}:{section}": text for name, queries in PG.items() for section, text in queries.items()}
 MSSQL_SECTIONS = {f"{name}:{section}": text for name, queries in MSSQL.items() for section, text in queries.items()}
 
+# PostgreSQL probe files with no SQL Server file at all, each with the reason: on SQL Server that
+# probe runs no statement and says why in its note (its figures are null: unknown, not none).
+PG_ONLY_FILES = {
+    "pgbouncer.sql": (
+        "PgBouncer's admin console (SHOW POOLS, SHOW DATABASES), read when a --pgbouncer DSN is given: a pooler of "
+        "PostgreSQL's protocol, with no counterpart in front of SQL Server."
+    ),
+    "replication.sql": (
+        "The replication probe reads PostgreSQL's standbys (pg_stat_replication) and replication slots "
+        "(pg_replication_slots). SQL Server has no slots; its counterpart of a standby, an Always On availability group "
+        "replica (sys.dm_hadr_database_replica_states: log send and redo queues), needs VIEW SERVER STATE and could not "
+        "be tested here (no SQL Server runs here): MssqlProbes.replication returns null with a note, and `snapshot "
+        "--json` says `replication: null` there."
+    ),
+}
+
 # What the Python side fills `{field}`s with: bracket-quoted identifiers.
 FIELDS = {"table": "[queuetop].[q_example]"}
 
@@ -83,6 +99,12 @@ PG_ONLY = {
         "The sessions of blockers PostgreSQL's picture did not find holding what their waiters wait for (a parallel "
         "worker's leader on 12, which has no leader_pid): SQL Server's `sessions` statement reads every blocker by the "
         "session ids its `waiting` rows name."
+    ),
+    "server.sql:recovery": (
+        "Whether PostgreSQL is a hot standby, and its replay's lag and pause (pg_is_in_recovery, the WAL receive and "
+        "replay positions). SQL Server's counterpart, an Always On readable secondary, is told by "
+        "sys.fn_hadr_is_primary_replica or sys.dm_hadr_database_replica_states, which need VIEW SERVER STATE and could "
+        "not be tested here (no SQL Server runs here): MssqlProbes.recovery says primary and runs no statement."
     ),
     "connections.sql:xmin_horizon": (
         "PostgreSQL's horizon has holders SQL Server lacks (a transaction id without a snapshot, prepared transactions, "
@@ -543,6 +565,15 @@ def test_each_file_has_postgresqls_sections_but_the_listed_ones():
     assert set(PG_ONLY) <= set(PG_SECTIONS) and not set(PG_ONLY) & set(MSSQL_SECTIONS)
     assert set(MSSQL_ONLY) <= set(MSSQL_SECTIONS) and not set(MSSQL_ONLY) & set(PG_SECTIONS)
     assert sorted((set(PG_SECTIONS) - set(PG_ONLY)) ^ (set(MSSQL_SECTIONS) - set(MSSQL_ONLY))) == []
+
+
+def test_the_postgresql_only_files_have_no_sql_server_file_and_a_reason():
+    assert all(reason.strip() for reason in PG_ONLY_FILES.values())
+    for name in PG_ONLY_FILES:
+        assert sqlfiles.load("probes", "postgresql", name), name
+        with pytest.raises(FileNotFoundError):
+            sqlfiles.load("probes", "mssql", name)
+        assert name not in FILES
 
 
 def test_both_dialects_take_the_same_parameters_and_fields():

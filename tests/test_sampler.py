@@ -9,13 +9,14 @@ import pytest
 
 from dbcore.errors import UsageError
 from probes.config import load_config, parse_config
-from probes.postgres import PostgresProbes
+from probes.postgres import PROBE_NAMES, PostgresProbes
 from probes.sampler import Sampler
 from queues.table_queue import TableQueue
 
 from .conftest import PASSWORD, PASSWORD_ROLE, wait_until
 
-V1_KEYS = {"version", "taken_at", "server", "probes", "queues", "rings", "leases", "blocked", "blockers", "connections", "compaction"}
+V1_KEYS = {"version", "taken_at", "server", "probes", "queues", "rings", "leases", "blocked", "blockers", "connections", "compaction",
+           "replication"}
 
 
 class Collect:
@@ -40,7 +41,7 @@ def test_sampler_hands_complete_snapshots_with_rates(db):
     sampler.start()
     try:
         first = wait_until(sink.latest, timeout=15, what="a snapshot")
-        assert set(first.probes) == {"queues", "rings", "leases", "locks", "connections", "compaction"}
+        assert set(first.probes) == set(PROBE_NAMES) >= {"queues", "rings", "leases", "locks", "connections", "compaction", "replication"}
         assert first.extra["connected"] is True
         with db.connect() as conn:
             queue.enqueue_batch(conn, ["{}"] * 30)
@@ -155,7 +156,7 @@ def test_snapshot_json_has_every_v1_key(db, cli):
     assert V1_KEYS <= set(snap)
     assert snap["version"] == 1 and snap["taken_at"].endswith("Z")
     assert snap["server"]["dialect"] == "postgresql" and snap["server"]["database"] == db.name
-    assert set(snap["probes"]) == {"queues", "rings", "leases", "locks", "connections", "compaction"}
+    assert set(snap["probes"]) == set(PROBE_NAMES)
     assert all(p["error"] is None and p["elapsed_ms"] >= 0 for p in snap["probes"].values())
     [q] = [q for q in snap["queues"] if q["name"] == "cli-q"]
     required = {"name", "kind", "source", "depth", "ready", "in_flight", "delayed", "dead", "oldest_ready_age_s",

@@ -95,7 +95,7 @@ def test_a_real_standbys_feedback_is_named_as_the_xmin_holder_with_its_name_clie
             assert c.xmin_holder_age_xids is not None and c.xmin_holder_age_xids >= 3
             assert c.xmin_holder_age_s is not None and 0 <= c.xmin_holder_age_s <= ended - started
             said = render(replace(sample_snapshot(), connections=c))
-            assert f"xmin held by: standby '{STANDBY_NAME}' at local (feedback, walsender pid {pid})" in said
+            assert f"xmin held by: standby feedback from '{STANDBY_NAME}' at local (walsender pid {pid})" in said
 
 
 def _can_connect(uri: str) -> bool:

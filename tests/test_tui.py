@@ -500,6 +500,8 @@ async def test_no_cell_is_ever_cut_and_every_table_fits_its_panel(size):
         await settle(pilot, app, lambda: app.snapshot is not None, "first snapshot")
         await pilot.pause()
         for table in app.query(KeyedTable):
+            if not all(getattr(node, "display", True) for node in table.ancestors_with_self):
+                continue  # a panel that takes no room (Pooler without a PgBouncer, Replication with nothing to show)
             for row, column, shown, given in rendered_cells(table):
                 if str(shown) != str(given):
                     assert str(shown).endswith("…"), (table.id, row, column, str(shown), str(given))

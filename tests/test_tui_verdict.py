@@ -293,14 +293,16 @@ async def test_a_queue_not_judged_reads_unknown_in_its_verdict_never_ok():
 
 @pytest.mark.parametrize(("diagnosis", "expected"), [
     (Diagnosis(code="healthy", reason="keeping up"), "is ok: it keeps up; nothing to go to"),
-    (Diagnosis(code="no-consumers", reason="3 ready and no session works its table"), "is starved"),
+    (Diagnosis(code="no-consumers", reason="3 ready and no session works its table"), "has nobody on it: nobody works its table"),
+    (Diagnosis(code="starved", reason="starved: 4 clients waiting in pool app/postgres for 40 s"),
+     "is starved: its consumers wait in the PgBouncer pool"),
     (Diagnosis(code="failing", reason="5 went dead"), "is failing"),
     (Diagnosis(code="saturated", reason="backlog grows"), "is behind"),
     (Diagnosis(code="bloat", reason="over autovacuum's threshold"), "autovacuum behind"),
     (Diagnosis(code="not-judged", reason="one sample: rates and growth need two"),
      "is unknown: not judged (one sample: rates and growth need two)"),
     (None, "has no verdict"),
-], ids=["healthy", "no-consumers", "failing", "saturated", "autovacuum", "not-judged", "none"])
+], ids=["healthy", "no-consumers", "starved", "failing", "saturated", "autovacuum", "not-judged", "none"])
 async def test_a_verdict_that_names_no_session_says_there_is_nothing_to_go_to(diagnosis, expected):
     app = sample_app(snapshots=[with_verdict(diagnosis)])
     async with app.run_test(size=(80, 24)) as pilot:

@@ -16,9 +16,10 @@ says, computed apart from the probe:
 
 Sessions of other databases hold back only the shared catalogs' horizon (procarray.c,
 ComputeXidHorizons): the test shows it on pg_database's cutoff, and that the probe does not name
-them. A logical slot needs wal_level = logical, which neither the embedded server nor a stock one
-has (replica): its catalog_xmin is made here by a physical slot's feedback instead, which is the
-same field of the same slot.
+them. A logical slot needs wal_level = logical, which a stock server does not have (replica; the
+matrix runs these on stock servers): its catalog_xmin is made here by a physical slot's feedback
+instead, which is the same field of the same slot (tests/test_replication.py makes a real logical
+slot on the embedded server).
 """
 
 from __future__ import annotations
@@ -525,7 +526,7 @@ def test_a_recording_from_before_the_kinds_still_loads_and_shows_its_session():
     assert "xmin held by: pid 1000 (billing), 5,321 xids old" in render(loaded)
     slot = replace(snapshot, connections=replace(snapshot.connections, xmin_holder_pid=None, xmin_holder_application=None,
                                                  xmin_holder_kind="slot", xmin_holder_name="standby\x1b[2J"))
-    assert "xmin held by: replication slot 'standby\\x1b[2J', 5,321 xids old" in render(slot)  # the name inert
+    assert "xmin held by: slot 'standby\\x1b[2J', 5,321 xids old" in render(slot)  # the name inert
 
 
 @pytest.mark.parametrize("size", [(80, 24), (100, 30)], ids=["80x24", "100x30"])
@@ -542,7 +543,7 @@ async def test_a_standbys_feedback_and_what_is_unknown_are_said_in_the_connectio
                         xmin_holder_application="replica-1", xmin_holder_client="10.0.0.7", xmin_holder_age_xids=6603,
                         xmin_holder_age_s=252.0)
     text = render(replace(base, connections=standby_c))
-    assert "xmin held by: standby 'replica-1' at 10.0.0.7 (feedback, walsender pid 314), 6,603 xids old, 4m12s old" in text
+    assert "xmin held by: standby feedback from 'replica-1' at 10.0.0.7 (walsender pid 314), 6,603 xids old, 4m12s old" in text
     at_least = replace(standby_c, xmin_holder_age_at_least=True)
     assert "6,603 xids old, at least 4m12s old" in render(replace(base, connections=at_least))
     unknown = replace(base.connections, oldest_xact_age_s=None, oldest_xact_pid=None, xmin_holder_pid=None,
@@ -550,8 +551,8 @@ async def test_a_standbys_feedback_and_what_is_unknown_are_said_in_the_connectio
                       oldest_xact_unknown="2 other roles' session(s) hidden", xmin_holder_unknown="2 other roles' session(s) hidden")
     # Beside the lock tree the panel is narrow: the age whole, the name as much as fits (the kind's
     # word gives way to it; at 80 columns the age too); zoomed, all of it.
-    for connections, said in ((standby_c, re.compile(r"xmin (4m12s )?(standby )?'repl")),
-                              (at_least, re.compile(r"xmin (≥4m12s )?(standby )?'repl")),
+    for connections, said in ((standby_c, re.compile(r"xmin (4m12s )?(standby feedback from )?'repl")),
+                              (at_least, re.compile(r"xmin (≥4m12s )?(standby feedback from )?'repl")),
                               (unknown, re.compile(r"oldest (xact )?unknown.*xmin unknown", re.S))):
         app = QueuetopApp(lambda sink, c=connections: SampleSource(sink, [replace(base, connections=c)]))
         async with app.run_test(size=size) as pilot:
@@ -569,5 +570,5 @@ async def test_a_standbys_feedback_and_what_is_unknown_are_said_in_the_connectio
                     await pilot.pause(0.02)
                     if "10.0.0.7" in str(summary.render()):
                         break
-                assert "xmin 4m12s standby 'replica-1' 10.0.0.7" in str(summary.render())
+                assert "xmin 4m12s standby feedback from 'replica-1' 10.0.0.7" in str(summary.render())
                 assert isinstance(app.query_one(ConnectionsPanel), Panel)

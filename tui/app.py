@@ -12,12 +12,14 @@ from psycopg import errors as psycopg_errors
 from rich.console import Console
 
 from dbcore.database import one
+from dbcore.deadline import WATCHDOG, NoAnswer
 from dbcore.dialect import open_session
-from dbcore.errors import MissingPrivilege, QueuetopError, UsageError, first_line
+from dbcore.errors import MissingPrivilege, QueuetopError, StandbyReadOnly, Unanswered, UsageError, first_line
 from dbcore.pgversions import UnsupportedServer
 from dbcore.text import inert_line
 from probes.config import load_config
 from probes.sampler import Sampler
+from probes.session import FIRST_ANSWER_S
 from queues import schema
 
 
@@ -45,6 +47,14 @@ def run_dashboard(ctx) -> int:
 # What an engine key says on a database other than the embedded one, without --engine.
 ENGINE_OFF = "engine controls are off on this database: start queuetop with --engine to drive the reference engine here"
 OFF = "engine controls are off: "
+# The checks before the dashboard opens: reads, on a session of their own (no engine command's
+# lock timeout, whose statement at connect no deadline would bound), connected within the probes'
+# own connect timeout (the Sampler's pool: 5 s), each statement's answer within the probes'
+# first-answer deadline: a pooler with no server connection to give delays the first frame by
+# that much at most, and the dashboard then opens and says it waits.
+CHECK_APPLICATION = "queuetop-dashboard:check"
+CHECK_CONNECT_S = 5
+STANDBY = "is a standby: read-only"  # how StandbyReadOnly ends
 
 
 def single_host(name: str, target, config, interval: float, *, read_only: bool = False, engine: bool = False,
@@ -77,7 +87,10 @@ def single_host(name: str, target, config, interval: float, *, read_only: bool =
 
 def engine_off(why: str | None) -> str:
     """What an engine key says on a database other than the embedded one, without --engine: to
-    start with it, and `why` the controls would be off even then (no schema), if so."""
+    start with it, and `why` the controls would be off even then (no schema), if so; on a hot
+    standby only that (--engine would change nothing there)."""
+    if why is not None and why.endswith(STANDBY):
+        return why
     return ENGINE_OFF if why is None else f"{ENGINE_OFF}; and {why.removeprefix(OFF)}"
 
 
@@ -143,7 +156,11 @@ def engine_usable(target) -> tuple[bool, str | None]:
     and usable by this role. A role without privileges still gets the dashboard (every probe
     shows what it can see); the controls are off, and the reason is what a key press says."""
     try:
-        with open_session(target, application_name="queuetop-cli:dashboard") as conn:
+        # Bounded: a pooler with no server connection to give holds these statements (the
+        # dashboard then opens all the same, and says it waits; an engine key checks again).
+        with open_session(target, application_name=CHECK_APPLICATION, connect_timeout=CHECK_CONNECT_S) as conn, \
+                WATCHDOG.watch(conn, FIRST_ANSWER_S, what=target.masked):
+            schema.refuse_standby(conn, where=target.masked)
             if not one(conn.execute(schema.ENGINE_SQL["schema_present"]))[0]:
                 return False, (f"{OFF}the queuetop schema is not installed in this database: install it with "
                                "`queuetop engine init`")
@@ -152,6 +169,10 @@ def engine_usable(target) -> tuple[bool, str | None]:
         return False, f"engine controls are off: this role may not use the queuetop schema ({first_line(exc)})"
     except UnsupportedServer:
         raise  # no dashboard on a server too old: one line, exit 2
+    except (NoAnswer, Unanswered) as exc:  # connected, but nothing answers yet: no reason not to open
+        return False, f"{OFF}{first_line(exc)}"
+    except StandbyReadOnly as exc:  # cancel and terminate stay: they work on a standby
+        return False, f"{OFF}{exc}"
     except UsageError as exc:
         return False, f"engine controls are off: {exc}"
 
@@ -161,7 +182,7 @@ def _refuse_unsupported(target) -> None:
     old it must not open at all (one line, exit 2). A database that is down is no reason not to
     open: the dashboard says so and waits for it."""
     try:
-        with open_session(target, application_name="queuetop-cli:dashboard"):
+        with open_session(target, application_name=CHECK_APPLICATION, connect_timeout=CHECK_CONNECT_S):
             pass
     except UnsupportedServer:
         raise

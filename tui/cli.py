@@ -22,7 +22,7 @@ from dbcore.text import inert_line
 from queues import __version__
 from tui.commands import bench, demo, engine, export, recording, server, snapshot
 from tui.commands.context import Context, HostsUnreachable
-from tui.commands.options import ArgumentParser, connection_options, float_between
+from tui.commands.options import ArgumentParser, connection_options, float_between, pgbouncer_option
 from tui.title import PROG, set_title
 
 # The command groups, in the order `queuetop --help` lists them (recording: record and replay).
@@ -39,6 +39,7 @@ def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog=PROG, description="A terminal dashboard for database-backed queues and locks.")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     connection_options(parser, top=True)
+    pgbouncer_option(parser, top=True)
     parser.add_argument("--interval", type=float_between(0.1, 3600), default=2.0,
                         help="dashboard refresh interval in seconds, 0.1 to 3600 (default 2)")
     parser.add_argument("--read-only", action="store_true", help="disable every action that changes the database")
@@ -102,10 +103,11 @@ def _mask_process_title(argv: list[str]) -> None:
     shown = []
     for index, arg in enumerate(argv):
         try:
-            if index and argv[index - 1] == "--dsn":
+            if index and argv[index - 1] in ("--dsn", "--pgbouncer"):
                 value = mask_dsn(arg)
-            elif arg.startswith("--dsn="):
-                value = "--dsn=" + mask_dsn(arg[len("--dsn="):])
+            elif arg.startswith(("--dsn=", "--pgbouncer=")):
+                option, _, dsn = arg.partition("=")
+                value = f"{option}={mask_dsn(dsn)}"
             else:
                 value = mask_raw(arg)
         except Exception:  # the title must never stop the command

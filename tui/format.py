@@ -82,12 +82,13 @@ def sparkline(values: list[float], width: int = 12) -> str:
 
 
 # A queue's verdict (probes/diagnosis.py) as the Queues column and the details say it.
-VERDICT_STYLES = {"healthy": "green", "blocked": "bold red", "no-consumers": "bold red", "failing": "bold red",
+VERDICT_STYLES = {"healthy": "green", "blocked": "bold red", "starved": "bold red", "no-consumers": "bold red", "failing": "bold red",
                   "bloat": "bold yellow", "saturated": "bold yellow", "not-judged": "dim"}
 # At most 7 cells, as wide as the column's header: at 80 columns the verdict takes Delayed's place
 # and the rates stay (the code in full, and why, in the details). Not judged (one sample, figures
-# not read) is "unknown", as every figure that is not known: never a calm "ok".
-VERDICT_WORDS = {"healthy": "ok", "no-consumers": "starved", "saturated": "behind", "not-judged": "unknown"}
+# not read) is "unknown", as every figure that is not known: never a calm "ok". Starved is the
+# pooler's verdict (its consumers wait in a PgBouncer pool), "nobody" no-consumers' (none at all).
+VERDICT_WORDS = {"healthy": "ok", "no-consumers": "nobody", "saturated": "behind", "not-judged": "unknown"}
 
 
 def verdict_word(code: str) -> str:
@@ -253,3 +254,16 @@ def kilobytes(kb: int | None) -> str:
     if kb < 1_000_000:
         return f"{kb / 1024:.1f} MB"
     return f"{kb / 1024 / 1024:.2f} GB"
+
+
+def byte_size(value: int | None) -> str:
+    """A size in bytes, in the unit that keeps it short (binary, as kilobytes above): 0 B, 812 B,
+    4.4 MB, 1.50 GB, 2.00 TB; "-" when it is not known."""
+    if value is None:
+        return "-"
+    if value < 1024:
+        return f"{value:,} B"
+    for unit, size in (("kB", 1024), ("MB", 1024**2), ("GB", 1024**3)):
+        if value < 1000 * size:
+            return f"{value / size:.1f} {unit}" if unit != "GB" else f"{value / size:.2f} {unit}"
+    return f"{value / 1024**4:,.2f} TB"

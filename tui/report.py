@@ -9,9 +9,10 @@ from collections.abc import Sequence
 from rich.cells import cell_len
 
 from dbcore.text import inert, inert_line
-from probes.model import Connections, Snapshot
+from probes.model import Connections, ServerInfo, Snapshot, utc_text
+from probes.pooler_console import POOLER, pool_name, pools_of
 
-from .format import blocks_text, database_name, seconds, wait_phrase
+from .format import blocks_text, byte_size, database_name, seconds, wait_phrase
 
 
 def _num(value: object, suffix: str = "") -> str:
@@ -64,7 +65,8 @@ def horizon_age(c: Connections) -> str | None:
 
 def xmin_holder(c: Connections, *, words: str = "long") -> str | None:
     """What holds the xmin horizon back, or None when nothing does: a session's pid (and its
-    application), a prepared transaction's gid, a replication slot's name; not inert yet (the
+    application), a prepared transaction's gid, "slot 'Y'" (a replication slot), "standby feedback
+    from 'X'" (a standby's hot_standby_feedback without a slot); not inert yet (the
     gid and the names are the database's text). `words`: "long" for the text snapshot, "short"
     for the dashboard's summary line (which adds the application itself)."""
     long = words == "long"
@@ -73,14 +75,63 @@ def xmin_holder(c: Connections, *, words: str = "long") -> str | None:
     if c.xmin_holder_kind == "slot":
         standby = f" (standby {c.xmin_holder_application!r}{_at(c.xmin_holder_client)})" \
             if long and c.xmin_holder_application else ""
-        return f"{'replication slot' if long else 'slot'} {c.xmin_holder_name!r}{standby}"
+        return f"slot {c.xmin_holder_name!r}{standby}"
     if c.xmin_holder_kind == "standby":  # its hot_standby_feedback, through its walsender
         if long:
-            return f"standby {c.xmin_holder_name!r}{_at(c.xmin_holder_client)} (feedback, walsender pid {c.xmin_holder_pid})"
-        return f"standby {c.xmin_holder_name!r}" + (f" {c.xmin_holder_client}" if c.xmin_holder_client else "")
+            return (f"standby feedback from {c.xmin_holder_name!r}{_at(c.xmin_holder_client)} "
+                    f"(walsender pid {c.xmin_holder_pid})")
+        return f"standby feedback from {c.xmin_holder_name!r}" + (f" {c.xmin_holder_client}" if c.xmin_holder_client else "")
     if c.xmin_holder_pid is None:  # a session's, or a recording's from before the kinds
         return None
     return f"pid {c.xmin_holder_pid}" + (f" ({c.xmin_holder_application or '-'})" if long else "")
+
+
+def standby_line(server: ServerInfo) -> str:
+    """A hot standby's line under the header ("" on a primary): its replay's lag in time and WAL,
+    whether it is paused, and what the figures are as of (the last replayed transaction)."""
+    if not server.standby:
+        return ""
+    lag = "unknown" if server.replay_lag_s is None else seconds(server.replay_lag_s)
+    lag += f" ({byte_size(server.replay_lag_bytes)})" if server.replay_lag_bytes is not None else ""
+    paused = ", replay PAUSED" if server.replay_paused else ""
+    behind = server.replay_paused or server.replay_lag_s or server.replay_lag_bytes  # caught up: as of now
+    as_of = f"; figures as of {utc_text(server.replayed_at)} (the last replayed transaction)" \
+        if server.replayed_at and behind else ""
+    return f"\nSTANDBY (read-only): replay lag {lag}{paused}{as_of}; verdicts need the primary"
+
+
+def _replication(s: Snapshot) -> str:
+    """The standbys and slots, one line each ("" where there are none, as the dashboard hides its
+    panel then); unknown, with why, where the probe failed."""
+    unknown = s.unknown_list("replication")
+    r = s.replication
+    if r is None or not (r.standbys or r.slots):
+        return _table("Replication", (), [], unknown) if unknown is not None else ""
+    rows = [(st.application or "-", "standby",
+             (st.state or "hidden") + (f" {st.sync_state}" if st.sync_state not in (None, "async") else ""), st.client or "-",
+             seconds(st.replay_lag_s) if st.replay_lag_s is not None else "-", byte_size(st.replay_lag_bytes), "-")
+            for st in r.standbys]
+    rows += [(slot.name, f"{slot.type} slot", "lost" if slot.wal_status == "lost" else "active" if slot.active else "inactive",
+              slot.database or "-", "-", byte_size(slot.retained_wal_bytes),
+              _num(slot.xmin_age) if slot.xmin_age is not None else f"{_num(slot.catalog_xmin_age)} (catalog)"
+              if slot.catalog_xmin_age is not None else "-") for slot in r.slots]
+    table = _table("Replication (WAL: not yet replayed on the standby, or kept for the slot)",
+                   ("name", "kind", "state", "client/db", "replay lag", "WAL", "xmin age"), rows)
+    return table + (f"\n  unknown: {inert_line(r.standbys_unknown)}" if r.standbys_unknown else "")
+
+
+def _pooler(s: Snapshot) -> str:
+    """The PgBouncer pools of the monitored database, one line each ("" where no PgBouncer was
+    given, as the dashboard hides its panel then); unknown, with why, where its console could not
+    be read."""
+    if POOLER not in s.probes:
+        return ""
+    title = "Pooler (PgBouncer pools of this database: clients waiting for a server connection, the oldest's wait)"
+    unknown = s.unknown_list("pooler")
+    pools = pools_of(s.pooler, s.server.database)
+    rows = [(pool_name(p), p.cl_waiting, seconds(p.maxwait_s) if p.cl_waiting or p.maxwait_s else "-", p.cl_active,
+             f"{p.sv_active:,}/{p.pool_size:,}" if p.pool_size else p.sv_active, p.sv_idle, p.pool_mode or "-") for p in pools]
+    return _table(title, ("pool", "waiting", "max wait", "clients", "servers", "idle", "mode"), rows, unknown)
 
 
 def render(snapshot: Snapshot) -> str:
@@ -89,7 +140,7 @@ def render(snapshot: Snapshot) -> str:
         f"queuetop snapshot  {s.taken_at:%Y-%m-%d %H:%M:%S} UTC  {inert_line(s.server.label or '')}\n"
         f"{database_name(s.server.dialect)} {inert_line(s.server.version or '?')}, database {inert(s.server.database or '?')}, "
         f"probes {s.elapsed_ms:.1f} ms"
-    )
+    ) + standby_line(s.server)
     problems = [f"  {inert(name)}: {inert_line(status.error)}" for name, status in s.probes.items() if status.error]
     notes = [f"  {inert(name)}: {inert_line(status.notes)}" for name, status in s.probes.items() if status.notes]
     queues = [
@@ -177,13 +228,22 @@ def render(snapshot: Snapshot) -> str:
             held = f"unknown ({inert_line(c.xmin_holder_unknown)})"
         oldest = (f"unknown ({inert_line(c.oldest_xact_unknown)})" if c.oldest_xact_unknown is not None
                   else f"{_num(c.oldest_xact_age_s, ' s')} (pid {c.oldest_xact_pid or '-'})")
+        usable = f" ({c.usable:,} usable)" if c.usable is not None and c.usable != c.max else ""
+        near = (f"\n  NEAR THE LIMIT: {c.total:,} of {c.usable:,} usable connections in use ({100 * c.total / c.usable:.0f} %)"
+                if c.near_limit and c.usable else "")
         parts.append(
-            f"Connections\n  {c.total}/{c.max}  by state: {states}\n  by application: {apps}\n"
+            f"Connections{near}\n  {c.total}/{c.max}{usable}  by state: {states}\n  by application: {apps}\n"
             f"  oldest transaction: {oldest}"
             f"  xmin held by: {held}"
         )
     elif connections_unknown is not None:
         parts.append(f"Connections\n  unknown: {inert_line(connections_unknown)}")
+    replication = _replication(s)
+    if replication:
+        parts.append(replication)
+    pooler = _pooler(s)
+    if pooler:
+        parts.append(pooler)
     if problems:
         parts.append("Probe problems\n" + "\n".join(problems))
     if notes:

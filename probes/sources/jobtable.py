@@ -32,6 +32,7 @@ from dbcore.sqlfiles import Queries
 
 from ..configmodel import DeclaredQueue
 from ..failures import PROBE_FAILURES, NotAsDeclared, describe_failure
+from ..session import contained
 from .base import QueueDetails, QueueFigures
 from .plans import Estimates, too_dear
 from .resolved import ResolvedTable, resolve
@@ -112,7 +113,8 @@ class JobTable:
         else:
             wanted = list(queues) if queues is not None else None
         try:
-            return self._sample(conn, wanted)
+            with contained(conn):  # a statement that fails leaves the probe's transaction usable for the next table
+                return self._sample(conn, wanted)
         except Exception as exc:
             if not isinstance(exc, (*PROBE_FAILURES, NotAsDeclared)):
                 log.debug("sampling %s failed", d.table, exc_info=True)

@@ -9,6 +9,7 @@ from dbcore.dialect import dialect_of
 from dbcore.sqlfiles import Queries
 
 from ..failures import PROBE_FAILURES, describe_error
+from ..session import contained
 from .base import Detection, QueueDetails, QueueFigures, QueueSource, has_table
 
 if TYPE_CHECKING:
@@ -35,8 +36,9 @@ class ReferenceQueues(QueueSource):
             dialect, parts = dialect_of(conn), (entry["schema_name"], entry["table_name"])
             figures = QueueFigures(name=entry["name"], table=dialect.quote(*parts), relid=entry["relid"], rates_from="deletes")
             try:
-                head = one(conn.execute(dialect.format(REFERENCE_SQL["head_window"], table=parts), {"window": window + 1}))
-                dead = one(conn.execute(REFERENCE_SQL["dead_letters"], {"queue": entry["name"], "cap": DEAD_COUNT_CAP}))
+                with contained(conn):  # a statement that fails leaves the probe's transaction usable for the next queue
+                    head = one(conn.execute(dialect.format(REFERENCE_SQL["head_window"], table=parts), {"window": window + 1}))
+                    dead = one(conn.execute(REFERENCE_SQL["dead_letters"], {"queue": entry["name"], "cap": DEAD_COUNT_CAP}))
             except PROBE_FAILURES as exc:
                 figures.error = describe_error(exc)
                 out.append(figures)

@@ -38,6 +38,7 @@ from typing import Any
 from dbcore.database import Target, connect
 from dbcore.dialect import dialect_of
 from dbcore.errors import OperationFailed, UsageError, first_line
+from dbcore.lockwait import server_pid
 from dbcore.names import check_name
 
 from .. import lease as leases
@@ -237,7 +238,7 @@ class DiagnoseScenario:
         assert self._queue is not None
         try:
             with connect(self.target, application_name=f"{APPLICATION}:producer") as conn:
-                self.producer_pid = conn.info.backend_pid
+                self.producer_pid = server_pid(conn)  # through a pooler in transaction mode: one of its server sessions
                 started = time.monotonic()
                 while not self._stop.is_set():
                     due = int((time.monotonic() - started) * self.plan.rate) + 1
@@ -257,7 +258,7 @@ class DiagnoseScenario:
         dialect_of(conn).set_isolation(conn, "REPEATABLE READ")
         leases.acquire(conn, f"diagnose-horizon-{uuid.uuid4().hex[:8]}", "diagnose scenario", 3600.0)
         self.horizon_since = time.monotonic()
-        self.holder_pid = conn.info.backend_pid
+        self.holder_pid = server_pid(conn)  # in its open transaction: the server session a pooler pins to it
         self._expected = (self.holder_pid,)
         self._say(f"session {self.holder_pid} holds the xmin horizon, idle in transaction")
 
@@ -269,7 +270,7 @@ class DiagnoseScenario:
         conn = connect(self.target, application_name=f"{APPLICATION}:blocker", autocommit=False)
         self._blocker = conn
         conn.execute(self._queue.statement_for(conn, "block_table"))  # then nothing: idle in transaction
-        self.blocker_pid = blocker = conn.info.backend_pid
+        self.blocker_pid = blocker = server_pid(conn)
         application = self._pool_application("work")
 
         def all_waiting() -> tuple[int, ...] | None:

@@ -14,7 +14,7 @@ def cmd_bench_engine(ctx: Context) -> int:
 
     args = ctx.args
     result = run_engine_bench(
-        ctx.target,
+        ctx.write_target,
         messages=args.messages,
         single_messages=args.single_messages,
         concurrency=args.concurrency,
@@ -33,7 +33,7 @@ def cmd_bench_probes(ctx: Context) -> int:
 
     args = ctx.args
     result = run_probe_bench(
-        ctx.target,
+        ctx.write_target,
         small_depth=args.small_depth,
         large_depth=args.large_depth,
         idle_connections=args.idle_connections,
@@ -48,7 +48,7 @@ def cmd_bench_sources(ctx: Context) -> int:
     from bench.sources import run_sources_bench
 
     args = ctx.args
-    result = run_sources_bench(ctx.target, small=args.small, large=args.large, cycles=args.cycles, progress=progress(args))
+    result = run_sources_bench(ctx.write_target, small=args.small, large=args.large, cycles=args.cycles, progress=progress(args))
     return report(args, result)
 
 
@@ -56,7 +56,7 @@ def cmd_bench_peers(ctx: Context) -> int:
     from bench.peers import run_peers_bench
 
     args = ctx.args
-    result = run_peers_bench(ctx.target, messages=args.messages, concurrency=args.concurrency, batch=args.batch,
+    result = run_peers_bench(ctx.write_target, messages=args.messages, concurrency=args.concurrency, batch=args.batch,
                              rounds=args.rounds, progress=progress(args))
     return report(args, result)
 

@@ -9,7 +9,7 @@ from dbcore.errors import UsageError
 from tui.title import PROG
 
 from .context import Context
-from .options import ArgumentParser, float_between, leaf
+from .options import ArgumentParser, float_between, leaf, pgbouncer_option
 from .watching import sampling, watched
 
 
@@ -62,6 +62,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     export_sub = export.add_subparsers(title="exporters", metavar="FORMAT", required=True, parser_class=ArgumentParser)
     p = leaf(export_sub, "prometheus", cmd_export_prometheus,
              "serve /metrics for Prometheus: every target sampled on its own schedule, scrapes read the cached snapshots")
+    pgbouncer_option(p)
     p.add_argument("--listen", type=_listen, default=("127.0.0.1", 9187), metavar="HOST:PORT",
                    help="address to serve on (default 127.0.0.1:9187; :9187 for every interface; port 0: any free port)")
     p.add_argument("--interval", type=float_between(0.1, 3600), default=None, metavar="SECONDS",

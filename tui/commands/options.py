@@ -11,6 +11,7 @@ from typing import Any
 
 from dbcore.database import ENV_DSN
 from dbcore.errors import UsageError
+from dbcore.pooler import POOLER_MODES
 from dbcore.redact import mask_arguments
 from tui.title import PROG
 
@@ -126,10 +127,25 @@ def connection_options(parser: argparse.ArgumentParser, *, top: bool = False) ->
                         "else the config's [[targets]], else the embedded server); repeat it to watch several "
                         "(the dashboard, snapshot, export and record)")
     parser.add_argument("--data-dir", default=default, help="data directory of the embedded server (default: the user's data dir)")
+    parser.add_argument("--pooler", choices=POOLER_MODES, default=default,
+                        help="what stands between queuetop and the server: a pooler in session or transaction mode, or "
+                             "none (direct); default auto: found out, a pooler found is taken as transaction mode (no "
+                             "prepared statements, no LISTEN, settings per transaction)")
     parser.add_argument("--debug", action="store_true", default=False if top else argparse.SUPPRESS, help="show tracebacks")
     if not top:  # the top level's own --read-only is the dashboard's too; given after the command, the same flag
         parser.add_argument("--read-only", action="store_true", default=argparse.SUPPRESS,
                             help="refuse every command that writes to the database (exit 2, nothing written)")
+
+
+def pgbouncer_option(parser: argparse.ArgumentParser, *, top: bool = False) -> None:
+    """--pgbouncer DSN, on the commands that watch (the dashboard, snapshot, export, record): the
+    admin console of the PgBouncer in front of the target (the pooler probe). Repeatable as --dsn,
+    before the sub-command and after it: one per --dsn, in the same order (Context.targets)."""
+    parser.add_argument("--pgbouncer", default=None if top else argparse.SUPPRESS, action="append",
+                        dest="pgbouncer" if top else "pgbouncer_after", metavar="DSN",
+                        help="the admin console of the PgBouncer in front of the database (its `pgbouncer` database, as a "
+                        "user in stats_users): adds its pools (the Pooler panel, snapshot's `pooler`, metrics) and the "
+                        "`starved` verdict; with several --dsn, give it once per --dsn in the same order (\"\" for none)")
 
 
 def leaf(sub: argparse._SubParsersAction, name: str, func: Callable[[Context], int], help_text: str, *,
@@ -144,6 +160,7 @@ def leaf(sub: argparse._SubParsersAction, name: str, func: Callable[[Context], i
         def refuse_when_read_only(ctx: Context) -> int:
             if getattr(ctx.args, "read_only", False):
                 raise UsageError(f"--read-only: {command!r} writes to the database; refused, nothing written")
+            ctx.writes = True  # so its sessions refuse a standby before anything is written (Context.session)
             return func(ctx)
 
         parser.set_defaults(func=refuse_when_read_only, writes=True)

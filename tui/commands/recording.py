@@ -11,7 +11,7 @@ from dbcore.errors import OperationFailed
 from tui.title import PROG
 
 from .context import Context, emit, warn
-from .options import float_between, int_between, leaf, positive_float
+from .options import float_between, int_between, leaf, pgbouncer_option, positive_float
 from .watching import sampling, watched
 
 
@@ -66,6 +66,7 @@ def cmd_replay(ctx: Context) -> int:
 
 def register(commands: argparse._SubParsersAction) -> None:
     p = leaf(commands, "record", cmd_record, "write every target's snapshots to FILE as compressed JSON lines")
+    pgbouncer_option(p)
     p.add_argument("file", metavar="FILE")
     p.add_argument("--duration", type=positive_float, default=None, metavar="SECONDS",
                    help="stop after this long (default: until Ctrl-C or SIGTERM)")

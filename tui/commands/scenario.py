@@ -32,7 +32,7 @@ def cmd_scenario_contention(ctx: Context) -> int:
         submission_users=args.submission_users, submission_batches=args.submission_batches,
         compact_every_s=args.compact_every, sample_every_s=args.sample_every, keep=args.keep,
     ).validate()  # before anything is written
-    scenario = ContentionScenario(ctx.target, options, blocked_applications, progress=progress(args))
+    scenario = ContentionScenario(ctx.write_target, options, blocked_applications, progress=progress(args))
     try:
         result = scenario.run()
     except KeyboardInterrupt:
@@ -47,7 +47,7 @@ def cmd_scenario_exactly_once(ctx: Context) -> int:
 
     args = ctx.args
     scenario = ExactlyOnceScenario(
-        ctx.target, messages=args.messages, duplicate_rate=args.duplicate_rate, crash_rate=args.crash_rate,
+        ctx.write_target, messages=args.messages, duplicate_rate=args.duplicate_rate, crash_rate=args.crash_rate,
         variant=args.variant, receivers=args.receivers, visibility_s=args.visibility, seed=args.seed,
         keep=args.keep, progress=progress(args),
     )
@@ -61,7 +61,7 @@ def cmd_scenario_relay(ctx: Context) -> int:
 
     args = ctx.args
     scenario = RelayScenario(
-        ctx.target, relays=args.relays, messages=args.messages, kill_leader=args.kill_leader, ttl_s=args.ttl,
+        ctx.write_target, relays=args.relays, messages=args.messages, kill_leader=args.kill_leader, ttl_s=args.ttl,
         batch=args.batch, rate=args.rate, keep=args.keep, progress=progress(args),
     )
     return report(args, scenario.run())
@@ -108,15 +108,17 @@ def database_sessions(target: Target) -> Iterator[SessionReader]:
     the contention scenario takes its lock sampler): the sessions probe's, on a probe session."""
     from probes.postgres import APPLICATION_NAME
     from probes.sampler import probes_for
-    from probes.session import open_probe_connection
+    from probes.session import open_probe_connection, probe_transaction
     from queues.scenarios.diagnose import SeenSession
 
     probes = probes_for(target)
     with open_probe_connection(target, application_name=f"{APPLICATION_NAME}:scenario") as conn:
-        here = probes.server(conn).database
+        with probe_transaction(conn, where=target.masked):
+            here = probes.server(conn).database
 
         def read() -> list[SeenSession]:
-            sessions, _total = probes.sessions(conn)
+            with probe_transaction(conn, where=target.masked):
+                sessions, _total = probes.sessions(conn)
             return [SeenSession(pid=s.pid, application=s.application, blocked_by=s.blocked_by) for s in sessions if s.database == here]
 
         yield read
@@ -234,7 +236,7 @@ def cmd_scenario_diagnose(ctx: Context) -> int:
     args = ctx.args
     check_diagnose_options(args)
     say = progress(args)
-    with database_sessions(ctx.target) as sessions:
+    with database_sessions(ctx.write_target) as sessions:
         scenario = DiagnoseScenario(ctx.target, args.cause, queue=args.queue, sessions=sessions, keep=args.keep, progress=say)
         scenario.validate()  # reads only: nothing is written before the options and the queue are right
         if say and args.cause == "bloat":

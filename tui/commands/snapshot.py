@@ -11,7 +11,7 @@ from dbcore.text import inert_line
 from probes.config import Config
 
 from .context import Context, HostsUnreachable, emit, warn
-from .options import float_between, leaf
+from .options import float_between, leaf, pgbouncer_option
 
 
 def cmd_snapshot(ctx: Context) -> int:
@@ -48,8 +48,8 @@ def _recorded_snapshot(ctx: Context) -> int:
     from probes.recording import Recording, read_warnings
 
     args = ctx.args
-    if ctx.dsns or args.rates:
-        raise UsageError("--from reads a recording: --dsn and --rates do not apply")
+    if ctx.dsns or ctx.pgbouncers or args.rates:
+        raise UsageError("--from reads a recording: --dsn, --pgbouncer and --rates do not apply")
     with read_warnings(warn):  # what was skipped as damaged: one warning line; no snapshot at all: exit 2
         recording = Recording(args.from_file, keep_lines=False)  # one instant: its times, then its lines
         snapshots = recording.at(recording.instant(args.at) if args.at is not None else recording.end)
@@ -99,6 +99,7 @@ def _snapshot_or_disconnected(target: Target, config: Config, host: str, rates: 
 
 def register(commands: argparse._SubParsersAction) -> None:
     p = leaf(commands, "snapshot", cmd_snapshot, "run every probe once and print what they saw")
+    pgbouncer_option(p)
     p.add_argument("--json", action="store_true", help="print the snapshot as one JSON object (version 1)")
     p.add_argument("--config", default=argparse.SUPPRESS, help="TOML file declaring your own queue tables")
     p.add_argument("--rates", type=float_between(0, 3600), default=0.0, metavar="SECONDS",

@@ -274,6 +274,11 @@ class HostActions:
         if self.refuse_if_read_only(title):
             return
         host = self.hosts.shown
+        if host.snapshot is not None and host.snapshot.connected and host.snapshot.server.standby:
+            # Found off when the dashboard opened (tui/app.py), or the server became a standby since.
+            where = fmt.one_line(host.snapshot.server.label or "this database", 200)
+            self.app.notify(f"engine controls are off: {where} is a standby: read-only", severity="warning")
+            return
         if host.controls is None:
             if host.prepare is not None:  # off when last looked at (no schema yet): looked at again now
                 self.app.run_worker(partial(self._check_engine, host, binding_id, selected), name="_check_engine",
@@ -546,11 +551,14 @@ def culprit_of(queue: QueueSample | None, snapshot: Snapshot | None, name: str |
     why = {
         "healthy": "it keeps up",
         "no-consumers": "nobody works its table, so no session holds it up (start consumers)",
+        "starved": "its consumers wait in the PgBouncer pool for a server connection, so no session here holds it up "
+                   "(the Pooler panel: the pool's server connections are all in use; find what holds them, or raise its pool_size)",
         "failing": "its handlers fail; no session holds it up (Enter shows the dead letters' errors)",
         "saturated": "its consumers are busy and none waits for a lock (more consumers would help)",
         "not-judged": f"not judged ({fmt.one_line(d.reason, 160)})",
     }.get(d.code, "its verdict names no session")
-    return Culprit(None, None, f"queue {said_name} is {word}: {why}; nothing to go to")
+    state = "has nobody on it" if d.code == "no-consumers" else f"is {word}"
+    return Culprit(None, None, f"queue {said_name} {state}: {why}; nothing to go to")
 
 
 def _clock(at: datetime | None) -> str:

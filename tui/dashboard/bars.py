@@ -16,7 +16,7 @@ from textual.timer import Timer
 from textual.widgets import Footer, Static
 from textual.widgets._footer import FooterKey
 
-from probes.model import Snapshot
+from probes.model import ServerInfo, Snapshot, as_utc
 from probes.recording import ReplayClock, first_recorded_at
 
 from .. import format as fmt
@@ -125,6 +125,8 @@ def status_parts(facts: StatusFacts) -> list[tuple[str, str, int]]:
         parts.append(("PAUSED", "bold yellow", 0))
     elif connected:
         parts.append(("LIVE", "bold green", 0))
+    if s is not None and connected and s.server.standby:
+        parts.extend(standby_parts(s.server))
     if not connected:
         assert s is not None
         lead = " " if facts.paused else ""
@@ -158,6 +160,23 @@ def status_parts(facts: StatusFacts) -> list[tuple[str, str, int]]:
         parts.append((f" │ probes {s.elapsed_ms:.1f} ms", "", 5))
         if server.label and not server_stopped(s):  # (a stopped server's is said above)
             parts.append((f" │ {server.label}", "dim", 6))
+    return parts
+
+
+def standby_parts(server: ServerInfo) -> list[tuple[str, str, int]]:
+    """A hot standby, beside the state: STANDBY and a paused replay (always shown), the replay's lag
+    in time, then in WAL bytes, then what the figures are as of: the commit time (UTC) of the last
+    transaction replayed, when replay is behind or paused (caught up, they are as of now)."""
+    parts = [(" │ STANDBY", "bold magenta", 0)]
+    if server.replay_paused:
+        parts.append((" replay paused", "bold yellow", 0))
+    behind = bool(server.replay_paused or server.replay_lag_s or server.replay_lag_bytes)
+    if server.replay_lag_s is not None:
+        parts.append((f" lag {fmt.seconds(server.replay_lag_s)}", "bold yellow" if behind else "", 1))
+    if server.replay_lag_bytes is not None:
+        parts.append((f" {fmt.byte_size(server.replay_lag_bytes)}", "", 2))
+    if server.replayed_at is not None and behind:
+        parts.append((f" │ as of {as_utc(server.replayed_at):%H:%M:%S} (replay)", "yellow", 2))
     return parts
 
 

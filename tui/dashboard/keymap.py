@@ -69,6 +69,8 @@ PANEL_KEYS: dict[str, tuple[str, ...]] = {
     "rings": ("engine.ring.put", "engine.ring.take", "filter", "zoom"),
     "leases": ("engine.lease.take", "engine.lease.release", "engine.relays.start", "engine.relays.kill", "filter", "zoom"),
     "compaction": ("engine.compact", "engine.scenario.start", "filter", "zoom"),
+    "replication": ("filter", "zoom"),
+    "pooler": ("filter", "zoom"),
 }
 FOOTER_GLOBAL = ("host.next", "replay.step", "replay.seek", "help", "pause", "notices", "quit")
 DETAILS = ("enter", "Details")  # the footer's Enter: the key, its label

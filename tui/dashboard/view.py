@@ -14,12 +14,15 @@ from ..widgets.panels import (
     LeasesPanel,
     LocksPanel,
     Panel,
+    PoolerPanel,
     QueuesPanel,
+    ReplicationPanel,
     RingsPanel,
     SessionsPanel,
 )
 
-PANELS = (QueuesPanel, LocksPanel, SessionsPanel, ConnectionsPanel, RingsPanel, LeasesPanel, CompactionPanel)
+PANELS = (QueuesPanel, LocksPanel, SessionsPanel, ConnectionsPanel, RingsPanel, LeasesPanel, CompactionPanel, ReplicationPanel,
+          PoolerPanel)
 
 
 # The app's stylesheet: the panels' rows, and the filter box under them.
@@ -59,6 +62,12 @@ LAYOUT_CSS = """
        name, token and TTL, the pending deltas and their group. */
     #rings { width: 24; min-width: 16; max-width: 28%; }
     #compaction { width: 22; min-width: 16; max-width: 30%; }
+    /* Replication (shown only where a standby or a slot is): a replica's or slot's name, its
+       state and the WAL behind or kept, fitted as Rings is. */
+    #replication { width: 30; min-width: 20; max-width: 40%; }
+    /* Pooler (shown only where a PgBouncer is given): a pool's name and its waiting clients
+       first, fitted as Rings is. */
+    #pooler { width: 30; min-width: 20; max-width: 40%; }
     #leases { width: 1fr; min-width: 40%; }
     /* Padding, not a margin: a sibling's margin narrowed the table below (its fraction of the
        width is the container's less the widest margin), a column lost at 23 cells. */
@@ -82,12 +91,12 @@ class PanelsView(Vertical):
 
     @classmethod
     def build(cls) -> PanelsView:
-        """The panels in three rows: the queues; locks, sessions and connections; rings, leases
-        and compaction."""
+        """The panels in three rows: the queues; locks, sessions and connections; rings, leases,
+        compaction and replication (where there is any)."""
         return cls(
             Horizontal(QueuesPanel(), id="row-queues"),
             Horizontal(LocksPanel(), SessionsPanel(), ConnectionsPanel(), id="row-locks"),
-            Horizontal(RingsPanel(), LeasesPanel(), CompactionPanel(), id="row-small"),
+            Horizontal(RingsPanel(), LeasesPanel(), CompactionPanel(), ReplicationPanel(), PoolerPanel(), id="row-small"),
         )
 
     def show(self, snapshot: Snapshot, filter_text: str) -> None:

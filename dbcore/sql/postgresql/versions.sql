@@ -30,3 +30,20 @@ CREATE OR REPLACE TRIGGER queuetop_notify
 -- queue's creation holds the schema's lock).
 DROP TRIGGER IF EXISTS queuetop_notify ON {table};
 CREATE TRIGGER queuetop_notify
+
+-- name: slot_wal_status_130000
+-- pg_replication_slots.wal_status (reserved, extended, unreserved, lost): PostgreSQL 13.
+s.wal_status
+
+-- name: slot_wal_status_0
+-- Before it a slot could not be invalidated: no status.
+NULL::text
+
+-- name: replay_paused_140000
+-- pg_get_wal_replay_pause_state(): PostgreSQL 14. 'pause requested' counts as paused: replay
+-- stops at its next record.
+pg_get_wal_replay_pause_state() <> 'not paused'
+
+-- name: replay_paused_0
+-- Before it, whether a pause was requested (replay stops at its next record).
+pg_is_wal_replay_paused()

@@ -17,8 +17,15 @@ WHERE (backend_type = 'client backend'
   AND pid <> pg_backend_pid();
 
 -- name: max_connections
+-- reserved: the connections an ordinary role may not use: superuser_reserved_connections, and
+-- from PostgreSQL 16 reserved_connections (for roles with pg_use_reserved_connections), which
+-- an older server does not have (current_setting's missing_ok: NULL, none reserved). Every
+-- client session, whatever its role, takes one of max_connections (walsenders, autovacuum and
+-- background workers have slots of their own); an ordinary role is refused once fewer than
+-- `reserved` are free.
 SELECT current_setting('max_connections')::integer AS max_connections,
-       current_setting('superuser_reserved_connections')::integer AS reserved;
+       current_setting('superuser_reserved_connections')::integer
+       + coalesce(current_setting('reserved_connections', true)::integer, 0) AS reserved;
 
 -- name: xmin_horizon
 -- What holds the xmin horizon of this database's tables back the most (one row, none when
@@ -116,7 +123,8 @@ LEFT JOIN LATERAL (
 --   roles' sessions without pg_read_all_stats, which hides it.
 -- - query_age_s: how long its current query has run; while it is idle (idle, idle in
 --   transaction, aborted), how long it has been in that state. Both ages are from the server's
---   clock: now() is the statement's start.
+--   clock at the statement's start (statement_timestamp(): now() is the start of the probe's
+--   transaction, a few statements earlier, and a query begun since would read as a negative age).
 -- - backend_start: with the pid, the session's identity (a later backend may get the same pid):
 --   what the dashboard's cursor follows, and what cancel and terminate check. NULL where
 --   privileges hide it.
@@ -137,9 +145,9 @@ WITH listed AS (
            CASE WHEN a.client_port = -1 THEN 'local'
                 WHEN a.client_addr IS NOT NULL THEN coalesce(a.client_hostname, host(a.client_addr)) END AS client,
            a.backend_type, a.state,
-           extract(epoch FROM now() - a.xact_start)::float8 AS xact_age_s,
-           extract(epoch FROM now() - CASE WHEN a.state IN ('idle', 'idle in transaction', 'idle in transaction (aborted)')
-                                           THEN a.state_change ELSE a.query_start END)::float8 AS query_age_s,
+           extract(epoch FROM statement_timestamp() - a.xact_start)::float8 AS xact_age_s,
+           extract(epoch FROM statement_timestamp() - CASE WHEN a.state IN ('idle', 'idle in transaction', 'idle in transaction (aborted)')
+                                                         THEN a.state_change ELSE a.query_start END)::float8 AS query_age_s,
            a.wait_event_type, a.wait_event,
            left(a.query, %(query_chars)s) AS query,
            coalesce(length(a.query) > %(query_chars)s, false) AS query_is_cut,

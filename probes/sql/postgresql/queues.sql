@@ -25,7 +25,8 @@ SELECT t.name, to_regclass(t.name)::oid AS relid FROM unnest(%(tables)s::text[])
 -- read fails on its lock_timeout). A prepared transaction holding such a lock is a row too (pid
 -- 0, its gid; its locks share a virtual transaction with the lock on its own transaction id).
 -- Bounded by the locks held on those relations (pg_locks, the lock manager's shared memory),
--- never by their rows; at most 5,000 rows, the lockers first.
+-- never by their rows; at most 5,000 rows, the lockers first. Ages at the statement's start
+-- (statement_timestamp()): the probe's transaction, now(), began before the sources' reads.
 WITH rels AS (
     SELECT t.relid, t.relid AS rel FROM unnest(%(relids)s::oid[]) AS t(relid)
     UNION ALL
@@ -53,15 +54,15 @@ WITH rels AS (
     GROUP BY r.relid, l.pid, CASE WHEN l.pid IS NULL THEN l.virtualtransaction END
 ), found AS (
     SELECT h.relid, h.pid, h.waiting, a.state, a.application_name,
-           extract(epoch FROM now() - CASE WHEN a.state IN ('idle', 'idle in transaction', 'idle in transaction (aborted)')
-                                           THEN a.state_change ELSE a.query_start END)::float8 AS for_s,
-           h.holds, h.locked_oid, extract(epoch FROM now() - a.xact_start)::float8 AS xact_age_s, NULL::text AS gid
+           extract(epoch FROM statement_timestamp() - CASE WHEN a.state IN ('idle', 'idle in transaction', 'idle in transaction (aborted)')
+                                                         THEN a.state_change ELSE a.query_start END)::float8 AS for_s,
+           h.holds, h.locked_oid, extract(epoch FROM statement_timestamp() - a.xact_start)::float8 AS xact_age_s, NULL::text AS gid
     FROM held h
     JOIN pg_stat_activity a ON a.pid = h.pid
     WHERE a.backend_type = 'client backend'
       AND coalesce(a.application_name, '') NOT LIKE 'queuetop-probe%%'
     UNION ALL
-    SELECT h.relid, 0, false, NULL, NULL, NULL, h.holds, h.locked_oid, extract(epoch FROM now() - p.prepared)::float8, p.gid
+    SELECT h.relid, 0, false, NULL, NULL, NULL, h.holds, h.locked_oid, extract(epoch FROM statement_timestamp() - p.prepared)::float8, p.gid
     FROM held h
     JOIN locks t ON t.locktype = 'transactionid' AND t.pid IS NULL AND t.virtualtransaction = h.prepared_vxid
     JOIN pg_prepared_xact() p ON p.transaction = t.transactionid

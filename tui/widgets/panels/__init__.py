@@ -10,7 +10,9 @@ from .connections import ConnectionsPanel
 from .leases import LeasesPanel
 from .lock_tree import LockTree, blocked_label, blocker_label, prepared_label
 from .locks import LocksPanel
+from .pooler import PoolerPanel
 from .queues import QueuesPanel
+from .replication import ReplicationPanel
 from .rings import RingsPanel
 from .sessions import SessionsPanel
 
@@ -21,7 +23,9 @@ __all__ = [
     "LockTree",
     "LocksPanel",
     "Panel",
+    "PoolerPanel",
     "QueuesPanel",
+    "ReplicationPanel",
     "RingsPanel",
     "SessionsPanel",
     "blocked_label",

@@ -19,6 +19,20 @@ from ..keyed_table import Column, KeyedTable
 from .base import CULPRIT_STATES, SHORT_STATES, Panel, fit_segments, matches_filter, new_sample
 
 
+def near_limit_text(c: Connections, width: int) -> Text | None:
+    """The warning line of a server whose connections are nearly all taken (Connections.near_limit:
+    90 % of those ordinary roles may use): `2,002 of 2,097 usable connections in use (95 %)`, in
+    the longest form that fits `width` with its figures whole; None below it."""
+    if not c.near_limit or c.usable is None:
+        return None
+    percent = f"{100 * c.total / c.usable:.0f} %"
+    used, usable = fmt.count(c.total), fmt.count(c.usable)
+    forms = (f"{used} of {usable} usable connections in use ({percent})", f"{used} of {usable} usable in use ({percent})",
+             f"{used}/{usable} usable ({percent})", f"{percent} of usable in use", f"{percent} used")
+    text = next((form for form in forms if cell_len(form) <= width), forms[-1])
+    return Text(text, style="bold red")
+
+
 class ConnectionsPanel(Panel):
     HORIZON: ClassVar[dict[str, str]] = {"postgresql": "xmin", "mssql": "snapshot"}
     # Sessions: how many connections are in that state, or come from that application (`N` where
@@ -147,7 +161,8 @@ class ConnectionsPanel(Panel):
             # Narrow: the kind's word ("standby", "slot", "prepared") gives way to the name it
             # qualifies; then, where even 8 cells of the name would not fit beside it, the age (an
             # age that names no holder says nothing; zoomed, both are there).
-            name = holder.split(" ", 1)[-1]
+            quoted = holder.find(repr(c.xmin_holder_name)) if c.xmin_holder_name is not None else -1
+            name = holder[quoted:] if quoted >= 0 else holder.split(" ", 1)[-1]
             if age and cell_len(f"{self._horizon} {age} ") + min(8, cell_len(name)) > width:
                 second[2], second[3] = ("", "", False), (f"{self._horizon} {name}", xmin_style, True)
             else:
@@ -160,6 +175,10 @@ class ConnectionsPanel(Panel):
         else:
             oldest = Text("\n").join([fit_segments(first, width), fit_segments(second, width)])
             lines = 2
+        near = near_limit_text(c, width)
+        if near is not None:  # first: consumers may soon be refused a connection
+            oldest = Text("\n").join([near, oldest])
+            lines += 1
         # Sessions against max_connections in the title: the lines below are for the rows.
         figures = fmt.sessions(c.total, c.max)
         # The count whole, with the panel's name where the border has room for both.

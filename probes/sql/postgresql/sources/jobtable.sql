@@ -105,7 +105,8 @@ SELECT s.rel, s.chunk, s.grp, s.state::text AS state, count(*) AS n,
        count(*) FILTER (WHERE NOT s.held AND NOT s.exhausted AND NOT s.later AND s.blocked) AS blocked,
        extract(epoch FROM min(s.ts) FILTER (WHERE NOT s.held AND NOT s.exhausted AND NOT s.later AND NOT s.blocked))::float8
            AS oldest,
-       extract(epoch FROM now())::float8 AS server_now
+       -- (the statement's own start: now() is the probe transaction's, which began before)
+       extract(epoch FROM statement_timestamp())::float8 AS server_now
 FROM ({branches}) AS s
 GROUP BY s.rel, s.chunk, s.grp, s.state;
 
@@ -151,7 +152,7 @@ ORDER BY p.relid, c.oid;
 -- statement (one snapshot: a job moving from one state to the next meanwhile is counted once):
 -- of each state at most its limit of rows ({branches}: one state_branch per state), counted as
 -- the tally counts. A state read to fewer rows than its limit was read whole: exact.
-SELECT s.*, extract(epoch FROM now())::float8 AS server_now
+SELECT s.*, extract(epoch FROM statement_timestamp())::float8 AS server_now
 FROM ({branches}) AS s;
 
 -- name: state_branch
