@@ -198,3 +198,25 @@ def _one_server_session_shared(db, bouncer) -> None:
         thread.join(10)
     assert failed == []
     assert len(seen) >= 20 and not [value for value in seen if value.startswith("2s/")], set(seen)
+
+
+def test_a_probe_between_the_statements_of_its_transaction_is_not_counted_idle_in_transaction(db):
+    """The dashboard's other probe session, caught between two statements of its read-only probe
+    transaction, is `idle in transaction` to the server: the Connections panel's states count it
+    idle (it holds no xid and no snapshot), while another application's idle transaction stays
+    what it is."""
+    probes = PostgresProbes()
+    with open_probe_connection(db.target) as other, open_probe_connection(db.target) as conn, \
+            db.connect(application_name="someone-else") as someone:
+        someone.execute("BEGIN")
+        someone.execute("SELECT 1")
+        with probe_transaction(other):
+            other.execute("SELECT 1")
+            with probe_transaction(conn):
+                probes.server(conn)
+                truth = dict(conn.execute("SELECT application_name, state FROM pg_stat_activity WHERE pid = %s",
+                                          (other.execute("SELECT pg_backend_pid() AS pid").fetchone()["pid"],)).fetchone())
+                connections = probes.connections(conn)
+        someone.execute("ROLLBACK")
+    assert truth["state"] == "idle in transaction" and truth["application_name"].startswith("queuetop-probe")
+    assert connections.by_state.get("idle in transaction") == 1  # someone-else's, not the probe's
