@@ -23,7 +23,7 @@ import socket
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -53,14 +53,22 @@ def no_answer_text(seconds: float, where: str | None = None, *, pooled: bool = T
 class Watch:
     """One wait for an answer on one connection."""
 
-    __slots__ = ("conn", "deadline", "fired", "group", "started")
+    __slots__ = ("conn", "deadline", "fired", "give_up", "group", "late", "started")
 
-    def __init__(self, conn: Any, deadline: float, group: object | None) -> None:
+    def __init__(self, conn: Any, deadline: float, group: object | None, late: Callable[[], bool | None] | None = None,
+                 give_up: float = math.inf) -> None:
         self.conn = conn
         self.started = time.monotonic()
         self.deadline = deadline
         self.group = group
         self.fired = False
+        # Told once when the deadline passes, the wait going on until `give_up` (monotonic), where
+        # it is ended: a pooler holding the query keeps it in its wait queue, and a client that
+        # leaves that queue is not seen gone until a server connection frees up (PgBouncer stops
+        # reading a waiting client), so ending each wait would leave one ghost client per deadline
+        # counted among the pool's waiting clients.
+        self.late = late
+        self.give_up = give_up
 
 
 def shut(conn: Any) -> None:
@@ -92,12 +100,16 @@ class Watchdog:
         self._cut: weakref.WeakSet[Any] = weakref.WeakSet()  # groups whose every wait ends at once
 
     @contextlib.contextmanager
-    def watch(self, conn: Any, seconds: float, *, group: object | None = None,
-              what: str | None = None, pooled: bool = True) -> Iterator[Watch]:
+    def watch(self, conn: Any, seconds: float, *, group: object | None = None, what: str | None = None,
+              pooled: bool = True, late: Callable[[], bool | None] | None = None, give_up_s: float | None = None) -> Iterator[Watch]:
         """Bound the wait for `conn`'s next answer to `seconds` (the block ends the watch, or
         `answered`). When the deadline passed the socket is shut down and NoAnswer raised, saying
-        `what` (a masked DSN) did not answer."""
-        watch = Watch(conn, time.monotonic() + seconds, group)
+        `what` (a masked DSN) did not answer. With `late`, the deadline calls it (once, on the
+        watchdog's thread: it must be quick) and the wait goes on until `give_up_s` from its start,
+        unless it returns False."""
+        now = time.monotonic()
+        watch = Watch(conn, now + seconds, group, late, now + give_up_s if late is not None and give_up_s is not None
+                      else (math.inf if late is not None else now + seconds))
         with self._cond:
             if group is not None and group in self._cut:
                 watch.deadline = -math.inf
@@ -143,6 +155,14 @@ class Watchdog:
             while True:
                 now = time.monotonic()
                 for watch in [w for w in self._watches if w.deadline <= now]:
+                    if watch.late is not None and watch.deadline < watch.give_up:
+                        late, watch.late, watch.deadline = watch.late, None, watch.give_up
+                        try:
+                            waits_on = late() is not False  # False: end it now after all
+                        except Exception:  # a caller's note must not stop the watchdog
+                            waits_on = True
+                        if waits_on and watch.deadline > now:
+                            continue
                     self._fire(watch)
                 self._wake_at = min((w.deadline for w in self._watches), default=math.inf)
                 self._cond.wait(None if self._wake_at == math.inf else max(0.0, self._wake_at - now))

@@ -9,10 +9,13 @@ every probe is composed into one `Snapshot` and handed to the sink (the dashboar
 event loop; the sink must not block).
 
 No wait for the server is unbounded: connecting has its timeout, and each probe transaction's
-first answer a deadline (FIRST_ANSWER_S), past which the wait is ended and the sampler is without
-an answer ("waiting for a server connection (N s): pool exhausted?", N counting since the last
-answer) until one comes; meanwhile one probe at a time waits for one, and the others say so at
-once. `stop` ends the waits under way: it never waits for a deadline.
+first answer a deadline (FIRST_ANSWER_S), past which the sampler is without an answer ("waiting
+for a server connection (N s): pool exhausted?", N counting since the last answer) until one
+comes. That probe waits on (up to GIVE_UP_S, then its connection is given up), the only one: the
+others say so at once. A client that leaves PgBouncer's wait queue is not seen gone until a
+server connection frees up, so ending every wait at its deadline would pile queuetop's ghosts
+among the pool's waiting clients, the figure the Pooler panel shows. `stop` ends the waits under
+way: it never waits for a deadline.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from dbcore.deadline import WATCHDOG, NoAnswer
 from dbcore.dialect import dialect_named
 from dbcore.errors import ConnectionFailed, Unanswered, connection_cause
 from dbcore.pgversions import UnsupportedServer
-from dbcore.pooler import settle, startup_options_allowed
+from dbcore.pooler import UNDETERMINED, link_of, settle, startup_options_allowed
 
 from .config import Config
 from .diagnosis import Diagnoser
@@ -71,6 +74,11 @@ logging.getLogger("apscheduler.executors.default").setLevel(logging.ERROR)
 Sink = Callable[[Snapshot], None]
 T = TypeVar("T")
 MAX_PROBE_SESSIONS = 2
+# How long a probe waits on for its first answer past that answer's deadline (FIRST_ANSWER_S, when
+# the sampler starts saying it has none) before its connection is given up: a wait a pooler holds
+# ends when a server connection frees up (or at PgBouncer's query_wait_timeout, 120 s by default);
+# a connection to a server that is gone (a network lost) is replaced after this.
+GIVE_UP_S = 60.0
 # The probe whose run also reads the server's role and a standby's replay lag (server.sql's
 # `recovery`, a few function calls) again, on its connection: once a round.
 RECOVERY_READ_WITH = "connections"
@@ -452,7 +460,8 @@ class Sampler:
             try:
                 # Once the database is known to be down, the other probes fail fast.
                 with self._pool.connection(timeout=5.0 if self._connected else 0.5) as conn, \
-                        probe_transaction(conn, group=self, where=self.target.masked):
+                        probe_transaction(conn, group=self, where=self.target.masked, late=lambda: self._late(name, conn),
+                                          give_up_s=GIVE_UP_S):
                     if self._server is None:
                         self._server = self.probes.server(conn, label=self.target.masked)
                     elif name == RECOVERY_READ_WITH:  # once a round: a standby's lag moves, a standby may be promoted
@@ -496,6 +505,21 @@ class Sampler:
             log.warning("lost the database: %s; retrying", reason)
         self._last_error = reason
         return unreachable_status(reason), None
+
+    def _late(self, name: str, conn: ProbeConnection) -> bool:
+        """The probe `name` has waited its first answer's deadline out (on the watchdog's thread:
+        only flags): the sampler is without an answer from now, and this probe and every one not
+        run yet say so. The first probe late waits on for its answer (True), the only one: another
+        late meanwhile ends its wait (False), so that a probe thread stays free to say the wait
+        each round, and queuetop keeps one client in the pooler's wait queue, not one per deadline."""
+        link = link_of(conn)
+        status, _ = self._unanswered(link.pooled or link is UNDETERMINED)
+        with self._lock:
+            self._results[name] = (status, None)
+            if self._scout is None or self._scout == name:
+                self._scout = name
+                return True
+            return False
 
     def _unanswered(self, pooled: bool) -> tuple[ProbeStatus, None]:
         """A probe's wait for its first answer ended with none: the sampler is without an answer

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeAlias
@@ -108,6 +108,8 @@ class _Opened:
     group: object | None
     answer_within_s: float
     where: str | None
+    late: Callable[[], bool | None] | None = None
+    give_up_s: float | None = None
 
 
 # The probe transaction open on each connection (probe_transaction, contained).
@@ -127,17 +129,19 @@ def begin_statement(settings: dict[str, str]) -> str:
 
 @contextmanager
 def probe_transaction(conn: Any, *, settings: dict[str, str] | None = None, group: object | None = None,
-                      answer_within_s: float = FIRST_ANSWER_S, where: str | None = None) -> Iterator[Any]:
+                      answer_within_s: float = FIRST_ANSWER_S, where: str | None = None,
+                      late: Callable[[], bool | None] | None = None, give_up_s: float | None = None) -> Iterator[Any]:
     """`conn` inside a probe transaction: read-only, READ COMMITTED, `settings` (PROBE_SETTINGS)
     for this transaction only, verified before the block runs; ended (committed, or rolled back
     after a failure) when the block ends. The first answer is awaited `answer_within_s` at most
-    (NoAnswer; `group`: whose waits `WATCHDOG.cut` may end at once, a sampler's). A session of
+    (NoAnswer; `group`: whose waits `WATCHDOG.cut` may end at once, a sampler's); with `late`, that
+    deadline only calls it and the wait goes on until `give_up_s` (dbcore/deadline.py). A session of
     another dialect (SQL Server's: its settings are the session's, dbcore/mssql.py) and a
     connection already in a transaction are used as they are."""
     if not isinstance(conn, psycopg.Connection) or conn.info.transaction_status != TransactionStatus.IDLE:
         yield conn
         return
-    opened = _Opened(settings if settings is not None else PROBE_SETTINGS, group, answer_within_s, where)
+    opened = _Opened(settings if settings is not None else PROBE_SETTINGS, group, answer_within_s, where, late, give_up_s)
     _begin(conn, opened)
     _OPEN[conn] = opened
     try:
@@ -175,7 +179,7 @@ def _begin(conn: psycopg.Connection[Any], opened: _Opened) -> None:
     link = link_of(conn)
     try:
         with WATCHDOG.watch(conn, opened.answer_within_s, group=opened.group, what=opened.where,
-                            pooled=link.pooled or link is UNDETERMINED):
+                            pooled=link.pooled or link is UNDETERMINED, late=opened.late, give_up_s=opened.give_up_s):
             cursor = conn.execute(begin_statement(opened.settings))
             cursor.nextset()
             row = cursor.fetchone()

@@ -182,30 +182,6 @@ async def test_the_pooler_panel_shows_the_pool_with_its_waiting_clients(exhauste
         assert list(verdicts.values()) == ["starved"], verdicts
 
 
-async def test_through_the_exhausted_pool_itself_its_pool_is_shown_while_the_database_is_unknown(exhausted: Exhausted):
-    """The dashboard connected through the very pool that has nothing to give: the server's
-    database is unknown (no answer), so the pools are those of the alias its DSN names, with the
-    clients waiting (the WAITERS and queuetop's own probe), beside "waiting for a server connection"."""
-    from dbcore.database import resolve_target
-    from probes.sampler import Sampler
-    from tests.test_tui import panel_rows, settle
-    from tui.backend import DatabaseBackend
-    from tui.dashboard import QueuetopApp
-    from tui.widgets.panels import PoolerPanel
-
-    pooled = resolve_target(exhausted.bouncer.uri(exhausted.db.name))
-    assert pooled is not None
-    target = replace(pooled, pgbouncer=console_target(exhausted.bouncer.admin_uri))
-    app = QueuetopApp(lambda sink: Sampler(target, sink, interval_s=0.3), backend=DatabaseBackend(target))
-    async with app.run_test(size=(100, 30)) as pilot:
-        await settle(pilot, app, lambda: app.snapshot is not None and not app.snapshot.connected
-                     and exhausted.pool in panel_rows(app, PoolerPanel), "the pool shown while the database does not answer", 1500)
-        assert app.snapshot.server.database is None
-        assert "waiting for a server connection" in str(app.snapshot.extra.get("connection_error"))
-        waiting = int(panel_rows(app, PoolerPanel)[exhausted.pool][1])
-        assert waiting >= WAITERS and waiting <= int(exhausted.truth()["cl_waiting"]) + 2
-
-
 async def test_the_pooler_panel_takes_no_room_without_a_pgbouncer(db: Database):
     from probes.sampler import Sampler
     from tests.test_tui import settle

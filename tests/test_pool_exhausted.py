@@ -18,7 +18,9 @@ import psycopg
 import pytest
 
 from dbcore.database import resolve_target
-from probes.sampler import Sampler
+from probes.pooler_console import console_target
+from probes.sampler import MAX_PROBE_SESSIONS, Sampler
+from probes.session import FIRST_ANSWER_S
 from queues.table_queue import TableQueue
 from tui.dashboard import QueuetopApp
 from tui.screens.dialogs import HelpScreen
@@ -26,7 +28,7 @@ from tui.screens.dialogs import HelpScreen
 from .conftest import wait_until
 from .pgbouncer import running_pgbouncer
 from .test_prometheus import Exporter
-from .test_tui import queue_rows, settle
+from .test_tui import panel_rows, queue_rows, settle
 
 HOLD = "SELECT pg_sleep(600) AS held"
 HOLDING = "datname = current_database() AND state = 'active' AND query = %s"  # a holder's server session
@@ -196,3 +198,40 @@ def test_the_dashboard_opens_within_the_deadline_with_its_engine_controls_off_fo
             assert spec.controls is None and spec.controls_off is not None
             assert "waiting for a server connection (pool exhausted?)" in spec.controls_off, spec.controls_off
             assert (spec.prepare is not None) == engine  # with --engine, an engine key checks again
+
+
+def _waiting_in_pool(bouncer, database: str) -> int:
+    return sum(int(p["cl_waiting"]) for p in bouncer.show("POOLS") if p["database"] == database)
+
+
+async def test_its_own_clients_in_the_pools_wait_queue_stay_few_and_the_pooler_panel_shows_that_pool(db, small_pool):
+    """Through the very pool that has nothing to give, with its console given: the Pooler panel
+    shows that pool (the alias the DSN names: the server's database is unknown, nothing answers)
+    with its waiting clients, and however many first-answer deadlines pass, queuetop keeps at most
+    one client per probe session in the pool's wait queue (PgBouncer does not see a client that
+    left its wait queue gone until a server connection frees up: ending each wait at its deadline
+    piled one more "waiting client" up per deadline)."""
+    from dataclasses import replace
+
+    from tui.widgets.panels import PoolerPanel
+
+    pooled = resolve_target(small_pool.uri(db.name))
+    assert pooled is not None
+    target = replace(pooled, pgbouncer=console_target(small_pool.admin_uri))
+    with pool_held(db, small_pool) as release:
+        app = QueuetopApp(lambda sink: Sampler(target, sink, interval_s=0.3))
+        async with app.run_test(size=(100, 30)) as pilot:
+            pool = f"{db.name}/postgres"
+            await settle(pilot, app, lambda: app.snapshot is not None and not app.snapshot.connected
+                         and pool in panel_rows(app, PoolerPanel), "the pool shown while nothing answers", 1500)
+            assert app.snapshot.server.database is None
+            assert int(panel_rows(app, PoolerPanel)[pool][1]) >= 1
+            most, started = 0, time.monotonic()
+            while time.monotonic() - started < 3 * FIRST_ANSWER_S + 1:  # three deadlines and more
+                most = max(most, _waiting_in_pool(small_pool, db.name))
+                await pilot.pause(0.5)
+            assert 1 <= most <= MAX_PROBE_SESSIONS, most
+            assert WAITING.search(str(app.snapshot.extra.get("connection_error")))
+            release()
+            await settle(pilot, app, lambda: app.snapshot is not None and app.snapshot.connected,
+                         "the figures back once the pool gives a connection", 3000)
