@@ -26,6 +26,7 @@ from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, urlencode
 
 import psycopg
 from psycopg import sql
@@ -141,16 +142,24 @@ def _install(bench: Target, say: Callable[[str], None]) -> tuple[list[str], dict
 
 
 def _libpq_uri(target: Target) -> str:
-    from psycopg import conninfo
-
-    params = conninfo.conninfo_to_dict(target.conninfo)
-    host = params.pop("host", "")
-    dbname = params.pop("dbname", DATABASE)
-    user = params.pop("user", "postgres")
-    port = params.pop("port", None)
-    query = f"?host={host}" if host and str(host).startswith("/") else ""
-    netloc = f"{user}@{host if host and not str(host).startswith('/') else ''}{':' + str(port) if port else ''}"
-    return f"postgresql://{netloc}/{dbname}{query}"
+    """A URI that Node.js's pg (pg-connection-string) reads as libpq reads the target, whatever
+    form the DSN took (a key=value string, a service, a socket directory with a port, libpq's
+    environment): the parameters libpq settled on once connected, a socket directory and its port
+    in the query string (`postgresql://user@:5433/db` is no URL to Node). The password is not in
+    it: the child gets it in its environment (for_child_process)."""
+    with connect(target, application_name="queuetop-bench") as conn:
+        host, port, user, dbname = conn.info.host, conn.info.port, conn.info.user, conn.info.dbname
+        sslmode = conn.info.get_parameters().get("sslmode")
+    query: dict[str, str] = {}
+    if host.startswith("/"):
+        netloc = f"{quote(user, safe='')}@"
+        query.update(host=host, port=str(port))
+    else:
+        shown = f"[{host}]" if ":" in host else host
+        netloc = f"{quote(user, safe='')}@{shown}:{port}"
+    if sslmode:
+        query["sslmode"] = sslmode
+    return f"postgresql://{netloc}/{quote(dbname, safe='')}" + (f"?{urlencode(query, safe='/')}" if query else "")
 
 
 def _fill(conn: Any, library: str, n: int) -> None:

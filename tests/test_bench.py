@@ -3,6 +3,9 @@ is no place to measure speed, but it must prove the harness works and pgbench ag
 
 from __future__ import annotations
 
+import json
+import os
+
 import pytest
 
 from bench.engine import to_pgbench
@@ -142,3 +145,42 @@ def test_bench_peers_tiny_run_drains_every_peer(db, cli):
             "pgmq pop, batch", "procrastinate fetch+finish, single"}
         assert all(rate > 0 for rate in figures["msgs_per_s_p50"].values())  # each drained all 400 (else it fails)
         assert all(ratio > 0 for ratio in figures["ratios"].values())
+
+
+@pytest.mark.parametrize("form", ["uri", "key=value with a port", "sqlalchemy url with a port", "socket from PGHOST"])
+def test_the_node_peers_reach_the_database_from_every_dsn_form(db, node_peers, form):
+    """`bench sources` hands Node.js (pg-boss, Graphile Worker) a URI made from what libpq settled
+    on: Node's own pg connects with it to the same database, whatever form the DSN took (a socket
+    directory with a port was `postgresql://postgres@:5432/db`, which Node refused as a URL)."""
+    import subprocess
+
+    from bench.sources import _libpq_uri
+    from dbcore.database import for_child_process, resolve_target
+
+    sock = db.server.socket_dir
+    dsn, env = {
+        "uri": (db.dsn, {}),
+        "key=value with a port": (f"host={sock} port=5432 dbname={db.name} user=postgres", {}),
+        "sqlalchemy url with a port": (f"postgresql+psycopg://postgres@/{db.name}?host={sock}&port=5432", {}),
+        "socket from PGHOST": (f"dbname={db.name} user=postgres", {"PGHOST": sock, "PGPORT": "5432"}),
+    }[form]
+    old = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    try:
+        target = resolve_target(dsn)
+        assert target is not None
+        uri = _libpq_uri(target)
+    finally:
+        for key, value in old.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    script = ("const { Client } = require('pg'); const c = new Client({ connectionString: process.argv[1] });"
+              "c.connect().then(() => c.query('SELECT current_database() AS db, current_user AS who'))"
+              ".then(r => { console.log(JSON.stringify(r.rows[0])); return c.end(); })"
+              ".catch(e => { console.error(e.message); process.exit(1); });")
+    child_env = {k: v for k, v in for_child_process(target)[1].items() if not k.startswith("PG")}
+    done = subprocess.run(["node", "-e", script, uri], cwd=node_peers, env=child_env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, (uri, done.stderr)
+    assert json.loads(done.stdout) == {"db": db.name, "who": "postgres"}, uri
