@@ -160,12 +160,3 @@ def link_of(conn: Any) -> Link:
         return _LINKS.get(conn, DIRECT)
     except TypeError:  # not weak-referenceable: another dialect's session
         return DIRECT
-
-
-def forget(conninfo: str | None = None) -> None:
-    """Forget what "auto" found (for one conninfo, or all): tests that point one DSN elsewhere."""
-    with _FOUND_LOCK:
-        if conninfo is None:
-            _FOUND.clear()
-        else:
-            _FOUND.pop(conninfo, None)
