@@ -50,6 +50,7 @@ from .session import contained
 from .session import open_probe_connection as open_probe_connection
 from .sources import QueueFigures, QueueSource, SourceSet
 from .sources.base import has_table, is_relation_name
+from .sources.flows import Flows
 from .sources.tally import CycleTallies
 from .xidclock import XidClock
 
@@ -101,6 +102,11 @@ class _Counters:
     # counted before the statistics that insert them were sent): owed by the next interval rather
     # than clamped to 0, which would count them as departures once the statistics come.
     owed: int = 0
+    failed_total: int | None = None  # jobs failed for good (where the library's records tell)
+
+
+# (enqueued, dequeued, failed) per second, then the counters: enqueued, dequeued, failed since first seen.
+_Rates: TypeAlias = "tuple[float | None, float | None, float | None, int | None, int | None, int | None]"
 
 
 class PostgresProbes:
@@ -117,6 +123,8 @@ class PostgresProbes:
         self._previous: dict[str, _Counters] = {}
         # Every source, and each library's installs (one instance per schema), kept across cycles.
         self.tallies = CycleTallies()
+        self.flows = Flows()  # the libraries' own records of their jobs' traffic: the rates
+        self._flow_notes: list[str] = []
         self.sources = SourceSet(self.config, self.dialect)
         self._server: ServerInfo | None = None
         # Relation names of other databases, looked up there (a lock in another database); and of
@@ -177,6 +185,8 @@ class PostgresProbes:
         figures: list[tuple[QueueSource, QueueFigures]] = []
         problems = []
         unread = []
+        self._flow_notes = []
+        present: set[tuple[str, str]] = set()  # the sources sampled: their flow readers are kept
         # Which sources are installed, and where (every library in every schema): one catalog
         # statement for all of them (probes/sources/__init__.py, SourceSet).
         # The job tables' tallies share a time budget a cycle (probes/sources/tally.py).
@@ -187,14 +197,19 @@ class PostgresProbes:
                         detection = source.detect(conn) if install is None else source.detected(conn, install)
                         if detection is None:
                             continue
-                        figures.extend((source, f) for f in source.qualified(source.sample(conn, detection)))
+                        sampled = source.sample(conn, detection)
+                        present.add((source.name, source.schema))
+                        if not self.standby:  # (a standby's figures come from the primary's work: no rates there)
+                            self._read_flows(conn, source, sampled)
+                        figures.extend((source, f) for f in source.qualified(sampled))
                 except Exception as exc:  # a source's failure, whatever it is, is its own: the others go on
                     problems.append(f"{source.label}: {describe_failure(exc)}")
                     if source.name not in unread:
                         unread.append(source.name)
+        self.flows.keep_only(present)
         if unread:
             self.unread["queues"] = tuple(unread)
-        notes = [*self.sources.out_of_reach, *(f"{f.name}: {note}" for _source, f in figures for note in f.notes)]
+        notes = [*self._flow_notes, *self.sources.out_of_reach, *(f"{f.name}: {note}" for _source, f in figures for note in f.notes)]
         problems.extend(f"{f.name}: {f.error}" for _source, f in figures if f.error)
         if problems:
             self.errors["queues"] = "; ".join(problems)
@@ -222,6 +237,16 @@ class PostgresProbes:
                              consumers=None if on_locks is None or relid is None else on_locks[0].get(relid, ()),
                              lockers=None if on_locks is None or relid is None else on_locks[1].get(relid, ()))
                      for (source, f), (_, relid) in zip(figures, on_table, strict=True))
+
+    def _read_flows(self, conn: ProbeConnection, source: QueueSource, sampled: list[QueueFigures]) -> None:
+        """Each of the source's queues' traffic since the last cycle, from the library's own
+        records (probes/sources/flows.py). A reader that fails leaves its queues' rates to the
+        tables' statistics, said in the probe's notes; the figures stand."""
+        try:
+            with contained(conn):
+                self.flows.read(conn, source, sampled)
+        except PROBE_FAILURES as exc:
+            self._flow_notes.append(f"{source.label}: rates from its table's statistics: {describe_error(exc)}")
 
     def _consumers(self, conn: ProbeConnection, relids: list[int],
                    shared: set[int]) -> tuple[dict[int, tuple[Consumer, ...]], dict[int, tuple[Locker, ...]]] | None:
@@ -254,6 +279,59 @@ class PostgresProbes:
                 {relid: tuple(held) for relid, held in lockers.items()})
 
     def _queue_sample(self, source: QueueSource, f: QueueFigures, st: DictRow | None, now: float) -> QueueSample:
+        rates = self._flow_rates(source, f, now) if f.flow is not None else self._stat_rates(source, f, st, now)
+        enq, deq, failed, enqueued_total, dequeued_total, failed_total = rates
+        estimated = dict(f.estimated)
+        for figure in f.flow.estimated if f.flow is not None else ():  # a share of jobs whose queue is not known
+            estimated[f"{figure}_per_s"] = None
+        return QueueSample(
+            name=f.name,
+            kind=source.kind,
+            source=source.name,
+            table=f.table,
+            depth=f.depth,
+            ready=f.ready,
+            in_flight=f.in_flight,
+            delayed=f.delayed,
+            dead=f.dead,
+            oldest_ready_age_s=f.oldest_ready_age_s,
+            enqueued_per_s=enq,
+            dequeued_per_s=deq,
+            failed_per_s=failed,
+            depth_is_estimate=f.depth_is_estimate,
+            dead_tuples=st["n_dead_tup"] if st else None,
+            live_tuples=st["n_live_tup"] if st else None,
+            last_vacuum_at=_latest(st["last_vacuum"], st["last_autovacuum"]) if st else None,
+            last_autovacuum_at=st["last_autovacuum"] if st else None,
+            inserted_total=st["n_tup_ins"] if st else None,
+            deleted_total=st["n_tup_del"] if st else None,
+            enqueued_total=enqueued_total,
+            dequeued_total=dequeued_total,
+            failed_total=failed_total,
+            blocked=f.blocked,
+            estimated=estimated,
+            schema=f.schema,
+            error=f.error,
+        )
+
+    def _flow_rates(self, source: QueueSource, f: QueueFigures, now: float) -> _Rates:
+        """The rates of a queue whose library's own records told its traffic (flows.py), and the
+        counters they add up to (restarted from 0 after a cycle where a count was not known,
+        which Prometheus's rate() reads as a reset: never an undercount)."""
+        assert f.flow is not None
+        flow = f.flow
+        key = f"{source.name}:{source.schema}:{f.name}"
+        previous = self._previous.get(key)
+        totals = [previous.enqueued_total, previous.dequeued_total, previous.failed_total] if previous else [0, 0, 0]
+        counts = (flow.enqueued, flow.dequeued, flow.failed)
+        totals = [(t or 0) + n if n is not None else None for t, n in zip(totals, counts, strict=True)]
+        self._previous[key] = _Counters(now, 0, 0, None, totals[0] or 0, totals[1], failed_total=totals[2])
+        per_s = [n / flow.span_s if n is not None else None for n in counts]
+        return per_s[0], per_s[1], per_s[2], totals[0], totals[1], totals[2]
+
+    def _stat_rates(self, source: QueueSource, f: QueueFigures, st: DictRow | None, now: float) -> _Rates:
+        """The rates of a queue from its table's cumulative counters (pg_stat_user_tables), where
+        the table is the queue's alone (QueueFigures.rates_from)."""
         enq = deq = None
         enqueued_total = dequeued_total = None
         # No counters this cycle (SQL Server's operational stats need VIEW DATABASE STATE and
@@ -287,33 +365,7 @@ class PostgresProbes:
                 # (a counter's reset, which rate() understands), never an undercount.
                 dequeued_total = (dequeued_total or 0) + left if left is not None else None
             self._previous[key] = _Counters(now, inserted, deleted, depth, enqueued_total, dequeued_total, owed)
-        return QueueSample(
-            name=f.name,
-            kind=source.kind,
-            source=source.name,
-            table=f.table,
-            depth=f.depth,
-            ready=f.ready,
-            in_flight=f.in_flight,
-            delayed=f.delayed,
-            dead=f.dead,
-            oldest_ready_age_s=f.oldest_ready_age_s,
-            enqueued_per_s=enq,
-            dequeued_per_s=deq,
-            depth_is_estimate=f.depth_is_estimate,
-            dead_tuples=st["n_dead_tup"] if st else None,
-            live_tuples=st["n_live_tup"] if st else None,
-            last_vacuum_at=_latest(st["last_vacuum"], st["last_autovacuum"]) if st else None,
-            last_autovacuum_at=st["last_autovacuum"] if st else None,
-            inserted_total=st["n_tup_ins"] if st else None,
-            deleted_total=st["n_tup_del"] if st else None,
-            enqueued_total=enqueued_total,
-            dequeued_total=dequeued_total,
-            blocked=f.blocked,
-            estimated=dict(f.estimated),
-            schema=f.schema,
-            error=f.error,
-        )
+        return enq, deq, None, enqueued_total, dequeued_total, None
 
     # -- rings and leases ----------------------------------------------------------------
 

@@ -110,12 +110,16 @@ METRICS: dict[str, MetricSpec] = {
     "queuetop_queue_oldest_ready_age_seconds": _queue("gauge", "Age of the oldest claimable message"),
     "queuetop_queue_enqueued_per_second": _queue("gauge", "Messages enqueued per second between the probe's last two samples"),
     "queuetop_queue_dequeued_per_second": _queue("gauge", "Messages dequeued per second between the probe's last two samples"),
+    "queuetop_queue_failed_per_second": _queue("gauge", "Jobs failed for good per second between the probe's last two samples "
+                                               "(where the library records it)"),
     "queuetop_queue_depth_is_estimate": _queue("gauge", "1 when depth is an estimate (a queue deeper than the probe reads)"),
     "queuetop_queue_dead_tuples": _queue("gauge", "Dead tuples (PostgreSQL) or ghost records (SQL Server) of the queue's table"),
     "queuetop_queue_enqueued": _queue("counter", "Messages enqueued since queuetop first saw the queue (rate() of it is the "
-                                      "enqueue rate; absent where the queue shares its table)"),
-    "queuetop_queue_dequeued": _queue("counter", "Messages dequeued since queuetop first saw the queue (absent where the queue "
-                                      "shares its table, or its depth is an estimate)"),
+                                      "enqueue rate; absent where neither the library's records nor the table's statistics tell)"),
+    "queuetop_queue_dequeued": _queue("counter", "Messages dequeued since queuetop first saw the queue (absent where neither "
+                                      "the library's records nor exact counts tell)"),
+    "queuetop_queue_failed": _queue("counter", "Jobs failed for good since queuetop first saw the queue (where the library "
+                                    "records it)"),
     "queuetop_queue_table_inserted_rows": _queue("counter", "Rows inserted into the queue's table (the table's statistics)"),
     "queuetop_queue_table_deleted_rows": _queue("counter", "Rows deleted from the queue's table (the table's statistics)"),
     # each queue's verdict (probes/diagnosis.py): a state set over CODES, as queuetop_lease_state
@@ -331,10 +335,11 @@ def _queues(out: _Families, s: Snapshot) -> None:
                             ("dead", q.dead), ("blocked", q.blocked), ("oldest_ready_age_seconds", q.oldest_ready_age_s),
                             ("count_age_seconds", _count_age(q)),
                             ("enqueued_per_second", q.enqueued_per_s), ("dequeued_per_second", q.dequeued_per_s),
+                            ("failed_per_second", q.failed_per_s),
                             # whether a depth nobody could read is an estimate is unknown too
                             ("depth_is_estimate", q.depth_is_estimate if q.depth is not None else None),
                             ("dead_tuples", q.dead_tuples), ("table_inserted_rows", q.inserted_total),
-                            ("enqueued", q.enqueued_total), ("dequeued", q.dequeued_total),
+                            ("enqueued", q.enqueued_total), ("dequeued", q.dequeued_total), ("failed", q.failed_total),
                             ("table_deleted_rows", q.deleted_total)):
             out.add(f"queuetop_queue_{name}", labels, value)
         # The verdict, as a state set: a series per code, 1 for the current one (none: not judged,

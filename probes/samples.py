@@ -134,6 +134,10 @@ class QueueSample:
     # the rates are (a table shared by several queues: its counters are none of them alone).
     enqueued_total: int | None = None
     dequeued_total: int | None = None
+    # Jobs that failed for good (to the library's failed, discarded or dead state), where its own
+    # records tell (probes/sources/flows.py): per second over the last interval, and added up.
+    failed_per_s: float | None = None
+    failed_total: int | None = None
     # Due but not claimable now (a lock, a policy, a locked named queue): part of delayed.
     blocked: int | None = None
     # Figures that are estimates -> age (s) of the exact count behind each (None: never counted).

@@ -155,6 +155,7 @@ def render(snapshot: Snapshot) -> str:
             q.oldest_ready_age_s,
             q.enqueued_per_s,
             q.dequeued_per_s,
+            q.failed_per_s,
             q.dead_tuples,
         )
         for q in s.queues
@@ -180,7 +181,7 @@ def render(snapshot: Snapshot) -> str:
               for c in s.cycles]
     queue_table = _table(
         "Queues (~ = depth estimated)",
-        ("name", "source", "depth", "ready", "in-flight", "delayed", "dead", "oldest s", "in/s", "out/s", "dead tup"),
+        ("name", "source", "depth", "ready", "in-flight", "delayed", "dead", "oldest s", "in/s", "out/s", "failed/s", "dead tup"),
         queues, s.unknown_list("queues"),
     )
     # What is unknown beside the figures that were read: a queue's (its table locked), a source's.

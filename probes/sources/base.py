@@ -182,6 +182,20 @@ class Detection:
     schema: str | None = None  # where its tables are
 
 
+@dataclass(frozen=True)
+class Flow:
+    """A queue's traffic between two reads, `span_s` seconds apart (monotonic): jobs that
+    arrived, left (done, failed for good, cancelled: out of the queue) and failed for good.
+    None: not known. `estimated`: the counts that are a share of jobs whose queue is not known
+    (Graphile Worker's jobs that came and went between two reads)."""
+
+    enqueued: int | None
+    dequeued: int | None
+    failed: int | None
+    span_s: float
+    estimated: tuple[str, ...] = ()
+
+
 @dataclass(slots=True)
 class QueueFigures:
     """What a source measured for one queue; the probe adds rates and table statistics."""
@@ -209,6 +223,9 @@ class QueueFigures:
     #              depth (needs exact depths);
     # None       - the table is shared with other queues: its counters are not this queue's.
     rates_from: str | None = None
+    # The queue's traffic since the source's last read, from the library's own records
+    # (flows.py): the rates come from it, not from the table's statistics.
+    flow: Flow | None = None
     error: str | None = None
     notes: list[str] = field(default_factory=list)  # what the operator should know (RLS, indexes)
 

@@ -1,0 +1,89 @@
+-- The flows of the libraries' queues: how many jobs arrived, left and failed between two reads
+-- (probes/sources/flows.py), from what each library records itself, read through an index so that
+-- the cost follows the traffic between two reads, never the depth of a queue.
+
+-- name: id_feed
+-- The rows of a table of records (events, a log, jobs kept) that came into sight since the last
+-- read: those past `hi`, the highest id read so far (at most `cap` of them, in id order), and the
+-- ids that were missing below it then (`gaps`: a write not yet committed, or rolled back), each
+-- row with its group (queue) and what it records (kind); then the highest id now read, the ids
+-- missing below it, and which of the gaps were found now.
+WITH new AS (
+    {rows_after}
+), again AS (
+    {rows_in}
+), top AS (
+    SELECT max(id) AS top FROM new
+)
+SELECT 'rows' AS part, seen.grp, seen.kind, count(*)::bigint AS n, NULL::bigint[] AS ids
+FROM (SELECT grp, kind FROM new UNION ALL SELECT grp, kind FROM again) AS seen
+GROUP BY seen.grp, seen.kind
+UNION ALL
+SELECT 'top', NULL, NULL, (SELECT top FROM top), NULL
+UNION ALL
+SELECT 'missing', NULL, NULL, NULL,
+       ARRAY(SELECT g FROM generate_series(%(hi)s::bigint + 1, (SELECT top FROM top)) AS g EXCEPT SELECT id FROM new)
+UNION ALL
+SELECT 'found', NULL, NULL, NULL, ARRAY(SELECT id FROM again);
+
+-- name: ids_after
+-- Fragment: the ids past the last one read, in order, at most `cap` of them.
+{id} > %(hi)s::bigint ORDER BY {id} LIMIT %(cap)s::integer
+
+-- name: ids_in
+-- Fragment: the ids missing at an earlier read.
+{id} = ANY(%(gaps)s::bigint[])
+
+-- name: top_id
+-- The highest id of a table now (its primary key's last entry): where a feed starts.
+SELECT max({id})::bigint AS top FROM {table};
+
+-- name: procrastinate_events
+-- Fragment ({where}: the ids read): Procrastinate's events (procrastinate_events, one row written
+-- by its triggers for each change of a job's status), each with its job's queue. `deferred`: a
+-- job arrived (not `deferred_for_retry`, nor `scheduled`, written beside `deferred` with the
+-- time it is due); `succeeded`, `failed`, `cancelled`, `aborted`: it left, for good.
+SELECT e.id, j.queue_name::text AS grp, e.type::text AS kind
+FROM {events} e JOIN {jobs} j ON j.id = e.job_id
+WHERE {where}
+
+-- name: river_jobs
+-- Fragment ({where}: the ids read): River's jobs by id, each one arrived (River keeps a finished
+-- job until its cleaner deletes it, a day later by default).
+SELECT j.id, j.queue::text AS grp, 'arrived' AS kind
+FROM {jobs} j
+WHERE {where}
+
+-- name: river_finalized
+-- River's jobs finalized in a window of its own recorded time (finalized_at, which its completer
+-- sets): completed, cancelled or discarded (failed for good), by queue, through its index on
+-- (state, finalized_at). The window ends `settle` seconds before the server's clock (a completion
+-- is committed a moment after it is stamped), and that end is the last row (`until`): the next
+-- window starts there. With no start (`since` NULL), only the end.
+WITH w AS (SELECT extract(epoch FROM clock_timestamp())::float8 - %(settle)s::float8 AS until)
+SELECT j.queue::text AS grp, j.state::text AS kind, count(*)::bigint AS n, NULL::float8 AS until
+FROM {jobs} j
+WHERE j.state IN ('completed', 'cancelled', 'discarded')
+  AND j.finalized_at >= to_timestamp(%(since)s::float8) AND j.finalized_at < to_timestamp((SELECT until FROM w))
+GROUP BY 1, 2
+UNION ALL
+SELECT NULL, 'until', NULL, until FROM w;
+
+-- name: sequence_values
+-- The last value each table's id sequence gave out (`tables`, `columns`: in pairs): every row
+-- ever inserted took one, whether it is still there or not. NULL where the sequence never gave
+-- one; where the role may not read it, the statement fails (the flows of those queues come from
+-- their tables' statistics instead).
+SELECT t.name AS table_name, pg_sequence_last_value(pg_get_serial_sequence(t.name, t.col)::regclass)::bigint AS value
+FROM unnest(%(tables)s::text[], %(columns)s::text[]) AS t(name, col);
+
+-- name: graphile_new
+-- Graphile Worker's jobs inserted between two reads of its id sequence (`lo` < id <= `hi`) and
+-- still there (a job completed since is deleted: those are told by the sequence alone), by task
+-- and named queue, at most `cap` of them.
+SELECT t.identifier::text AS task, q.queue_name::text AS queue, count(*)::bigint AS n
+FROM (SELECT j.task_id, j.job_queue_id FROM {jobs} j
+      WHERE j.id > %(lo)s::bigint AND j.id <= %(hi)s::bigint ORDER BY j.id LIMIT %(cap)s::integer) AS j
+JOIN {tasks} t ON t.id = j.task_id
+LEFT JOIN {job_queues} q ON q.id = j.job_queue_id
+GROUP BY 1, 2;

@@ -1,0 +1,224 @@
+"""Rates for every library (issue 45, point 1): the jobs that arrived, left and failed in each queue
+between two probe cycles, read from the library's own records (probes/sources/flows.py), held
+against the truth the library's tables tell over the same cycles, while the library's real workers
+run. The counters the rates add up to (enqueued_total, dequeued_total, failed_total) must equal
+what happened after the first cycle, exactly, even where several queues share one table."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+
+import pytest
+
+from probes.sampler import probes_for, run_cycle
+
+from .conftest import NodeWorkload, wait_until
+
+pytestmark = pytest.mark.matrix
+
+
+def _totals(snapshot, source: str) -> dict[str, tuple[int | None, int | None, int | None]]:
+    return {q.name: (q.enqueued_total, q.dequeued_total, q.failed_total) for q in snapshot.queues if q.source == source}
+
+
+def settle_totals(cycles: Cycles, source: str, expected: dict, timeout: float = 30.0) -> None:
+    """Poll until the counters of the source's queues in the cycles' last snapshot equal
+    `expected`; on timeout, fail with both."""
+    try:
+        wait_until(lambda: _totals(cycles.last, source) == expected, timeout=timeout, interval=0.1,
+                   what=f"{source}'s counters to reach the truth")
+    except AssertionError:
+        assert _totals(cycles.last, source) == expected
+        raise
+
+
+class Cycles:
+    """Probe cycles on one probes object (the readers keep their place between cycles), run in a
+    thread of their own for as long as a workload runs, and the last snapshot."""
+
+    def __init__(self, db) -> None:
+        self.db = db
+        self.probes = probes_for(db.target)
+        self.last = run_cycle(db.target, probes=self.probes)  # the first: where each reader starts
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.cycles = 1
+
+    def __enter__(self) -> Cycles:
+        def loop() -> None:
+            while not self._stop.is_set():
+                self.last = run_cycle(self.db.target, probes=self.probes)
+                self.cycles += 1
+                self._stop.wait(0.2)
+
+        self._thread = threading.Thread(target=loop, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        assert self._thread is not None
+        self._thread.join(60)
+
+    def once(self):
+        self.last = run_cycle(self.db.target, probes=self.probes)
+        self.cycles += 1
+        return self.last
+
+
+# -- Procrastinate -------------------------------------------------------------------------------
+
+procrastinate = pytest.importorskip("procrastinate", reason="procrastinate is a test dependency (pip install -e '.[test]')")
+
+
+def test_procrastinate_rates_count_every_job_of_each_queue_while_its_worker_runs(db):
+    logging.getLogger("procrastinate").setLevel(logging.CRITICAL)
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=db.dsn))
+
+    @app.task(queue="mail", name="send_mail")
+    def send_mail(n: int) -> None:
+        if n % 10 == 0:
+            raise ValueError("mailbox full")
+
+    @app.task(queue="reports", name="build_report")
+    def build_report(n: int) -> None:
+        pass
+
+    with app.open():
+        app.schema_manager.apply_schema()
+        send_mail.defer(n=1)  # before the first cycle: not counted
+    cycles = Cycles(db)
+    with cycles, app.open():
+        # Bursts into two queues of the one table (and a new queue), while cycles run.
+        for n in range(1, 401):
+            send_mail.defer(n=n)
+        build_report.batch_defer(*({"n": n} for n in range(300)))
+        worker = threading.Thread(target=app.run_worker, kwargs={"queues": ["mail", "reports"], "wait": False,
+                                                                "concurrency": 4}, daemon=True)
+        worker.start()
+        worker.join(120)
+        assert not worker.is_alive()
+        first = cycles.cycles
+        wait_until(lambda: cycles.cycles >= first + 2, timeout=30, what="two cycles after the worker")
+    snap = cycles.once()
+    with db.connect() as conn:
+        done = dict(conn.execute("SELECT queue_name, count(*) FILTER (WHERE status IN ('succeeded', 'failed')) "
+                                 "FROM procrastinate_jobs GROUP BY 1").fetchall())
+        failed = dict(conn.execute("SELECT queue_name, count(*) FILTER (WHERE status = 'failed') "
+                                   "FROM procrastinate_jobs GROUP BY 1").fetchall())
+    totals = _totals(snap, "procrastinate")
+    # mail: 400 deferred after the first cycle (its job from before counts as done, not arrived);
+    # 1 in 10 failed for good.
+    assert totals["mail"] == (400, done["mail"], failed["mail"]) and failed["mail"] == 40
+    assert totals["reports"] == (300, 300, 0)
+    # Idle now: the last interval's rates are 0.
+    rows = {q.name: q for q in snap.queues if q.source == "procrastinate"}
+    assert rows["mail"].enqueued_per_s == 0 and rows["mail"].dequeued_per_s == 0 and rows["mail"].failed_per_s == 0
+
+
+# -- River ---------------------------------------------------------------------------------------------
+
+
+def test_river_rates_count_arrivals_by_id_and_departures_by_finalized_at(db):
+    pytest.importorskip("riverqueue", reason="River's Python client is a test dependency (pip install -e '.[test]')")
+    from .oracle.river import River, install
+
+    with db.connect() as conn:
+        install(conn, "public")
+    river = River(db.dsn, "public")
+    try:
+        river.insert("default", 5)  # before the first cycle: not counted as arrived
+        cycles = Cycles(db)
+        with cycles:
+            river.insert("default", 300)
+            river.insert("emails", 200, max_attempts=1)
+
+            def work() -> None:  # a producer and executor of each queue, as River's Go client writes them
+                for queue in ("default", "emails"):
+                    while ids := river.fetch(queue, 40):
+                        failing = [i for i in ids if queue == "emails" and i % 5 == 0]
+                        river.fail(failing, "smtp said no")  # max_attempts 1: discarded
+                        river.complete([i for i in ids if i not in failing])
+
+            work()
+            with db.connect() as conn:
+                finished = dict(conn.execute("SELECT queue, count(*) FROM river_job WHERE finalized_at IS NOT NULL "
+                                             "GROUP BY 1").fetchall())
+                discarded = dict(conn.execute("SELECT queue, count(*) FROM river_job WHERE state = 'discarded' "
+                                              "GROUP BY 1").fetchall())
+            expected = {"default": (300, finished["default"], 0), "emails": (200, 200, discarded["emails"])}
+            assert finished["default"] == 305 and 30 <= discarded["emails"] <= 50
+            # The departures are read 1 s behind the server's clock (SETTLE_S): they come within seconds.
+            settle_totals(cycles, "river", expected)
+    finally:
+        river.close()
+
+
+# -- Graphile Worker -----------------------------------------------------------------------------------
+
+
+def test_graphile_rates_count_jobs_its_worker_deleted_before_any_cycle_saw_them(db, node_peers):
+    """Graphile Worker deletes a job as it completes: most jobs come and go between two cycles. Its
+    id sequence counts them; the one task that moved gets them (exact); counts of the dead rows
+    left say the failures."""
+    workload = NodeWorkload(node_peers, "graphile_flows.mjs", db.dsn)
+    try:
+        cycles = Cycles(db)
+        with cycles:
+            for phase in ("mail", "reports"):
+                before = cycles.cycles
+                assert workload.proc.stdin is not None and workload.proc.stdout is not None
+                workload.proc.stdin.write(phase + "\n")
+                workload.proc.stdin.flush()
+                assert json.loads(workload.proc.stdout.readline()) == {"done": phase}
+                # Two cycles more: the next phase's jobs are not in this one's windows.
+                wait_until(lambda before=before: cycles.cycles >= before + 3, timeout=30, what="cycles after the phase")
+            with db.connect() as conn:
+                dead = conn.execute("SELECT count(*) FROM graphile_worker._private_jobs WHERE attempts >= max_attempts"
+                                    ).fetchone()[0]
+            assert dead == 30
+            expected = {"task:send_email": (300, 270, 30), "task:build_report": (200, 200, 0), "queue:reports": (200, 200, 0)}
+            settle_totals(cycles, "graphile-worker", expected)
+        rows = {q.name: q for q in cycles.last.queues if q.source == "graphile-worker"}
+        assert "enqueued_per_s" not in rows["task:send_email"].estimated  # one task moved: its share is exact
+    finally:
+        workload.close()
+
+
+# -- PGMQ ----------------------------------------------------------------------------------------------
+
+
+def test_pgmq_rates_count_sends_by_its_sequence_and_departures_by_exact_counts(db):
+    """A drain is counted in the cycle it happens (the table's statistics told it up to 10 s late)."""
+    from importlib import resources
+
+    from psycopg_pool import ConnectionPool
+
+    pgmq = pytest.importorskip("pgmq", reason="the pgmq client is a test dependency (pip install -e '.[test]')")
+    with db.connect() as conn:
+        conn.execute(resources.files("pgmq").joinpath("sql", "pgmq.sql").read_text(encoding="utf-8"))
+    pool = ConnectionPool(db.dsn, min_size=1, max_size=2, kwargs={"autocommit": True}, open=True)
+    mq = pgmq.SyncPGMQueue(pool=pool, init_extension=False)
+    try:
+        mq.create_queue("emails")
+        mq.send("emails", {"n": 0})  # before the first cycle
+        cycles = Cycles(db)
+        with cycles:
+            mq.send_batch("emails", [{"n": n} for n in range(1, 301)])
+            taken = 0
+            while batch := mq.read("emails", vt=60, qty=50):  # a consumer: deletes 4 of 5, archives the 5th
+                for m in batch:
+                    (mq.archive if m.msg_id % 5 == 0 else mq.delete)("emails", m.msg_id)
+                taken += len(batch)
+            assert taken == 301
+            settle_totals(cycles, "pgmq", {"emails": (300, 301, None)})
+            # The drain, counted in the interval it happened: a cycle now shows no traffic.
+            before = cycles.cycles
+            wait_until(lambda: cycles.cycles >= before + 1, timeout=30, what="a cycle after the drain")
+            q = next(q for q in cycles.last.queues if q.name == "emails")
+            assert (q.enqueued_per_s, q.dequeued_per_s, q.depth) == (0, 0, 0)
+    finally:
+        mq.close()
+        pool.close()
