@@ -20,13 +20,16 @@
     [[queues]]
     name = "messages"         # shown in the dashboard
     table = "public.messages" # as you would write it in SQL; resolved through the catalog
-    order_by = "id"           # the dequeue order (should lead an index)
+    order_by = "id"           # the dequeue order (should lead an index), or columns in order:
+                              # ["priority DESC", "id"] (each ASC or DESC, NULLS FIRST or LAST)
     age_column = "inserted"   # optional: timestamp for the oldest ready age
     visible_at_column = ""    # optional: rows with a future value are in flight (claimed)
     state_column = ""         # optional, with the states below
     ready_states = []         # e.g. ["new"]; empty = every row not in flight or dead
     in_flight_states = []     # e.g. ["processing"]
     dead_states = []          # e.g. ["failed"]
+    dead_letter_table = ""    # optional: its rows are dead ...
+    dead_letter_where = {}    # ... those whose columns hold these values: { status = ["failed"] }
 
 Column and table names are never put into SQL as text: the probe looks them up in the catalog
 and quotes the catalog's names.
@@ -250,8 +253,11 @@ _KEYS = {
     "name", "table", "order_by", "age_column", "queue_column", "queue", "visible_at_column", "not_before_column",
     "state_column", "ready_states", "in_flight_states", "delayed_states", "done_states", "dead_states",
     "in_flight_when_not_null",
-    "attempts_column", "max_attempts_column", "max_attempts", "dead_letter_table",
+    "attempts_column", "max_attempts_column", "max_attempts", "dead_letter_table", "dead_letter_where",
 }
+MAX_ORDER_COLUMNS = 8
+MAX_FILTER_COLUMNS = 8
+MAX_FILTER_VALUES = 100
 
 
 def _declared_queue(entry: object, index: int, where: str) -> DeclaredQueue:
@@ -281,6 +287,16 @@ def _declared_queue(entry: object, index: int, where: str) -> DeclaredQueue:
             raise UsageError(f"{where}: queues[{index}]: {key} must be a list of strings")
         return tuple(value)
 
+    def order_by() -> str | tuple[str, ...]:
+        value = entry.get("order_by")
+        if isinstance(value, list) or (value is not None and not isinstance(value, str)):
+            if (not isinstance(value, list) or not value or len(value) > MAX_ORDER_COLUMNS
+                    or not all(isinstance(v, str) and v.strip() and len(v) <= 200 and "\x00" not in v for v in value)):
+                raise UsageError(f"{where}: queues[{index}]: order_by must be a column, or a list of 1 to {MAX_ORDER_COLUMNS}"
+                                 ' columns each optionally followed by ASC or DESC, NULLS FIRST or LAST: ["priority DESC", "id"]')
+            return tuple(value)
+        return required("order_by")
+
     name = required("name")
     if not is_valid_name(name):
         raise UsageError(f"{where}: queues[{index}]: invalid name {name!r}")
@@ -292,7 +308,7 @@ def _declared_queue(entry: object, index: int, where: str) -> DeclaredQueue:
     declared = DeclaredQueue(
         name=name,
         table=required("table"),
-        order_by=required("order_by"),
+        order_by=order_by(),
         age_column=text("age_column"),
         queue_column=text("queue_column"),
         queue=text("queue"),
@@ -309,6 +325,7 @@ def _declared_queue(entry: object, index: int, where: str) -> DeclaredQueue:
         max_attempts_column=text("max_attempts_column"),
         max_attempts=max_attempts,
         dead_letter_table=text("dead_letter_table"),
+        dead_letter_where=_filter(entry.get("dead_letter_where"), f"{where}: queues[{index}]: dead_letter_where"),
     )
     listed = [*declared.ready_states, *declared.in_flight_states, *declared.delayed_states, *declared.done_states,
               *declared.dead_states]
@@ -326,4 +343,35 @@ def _declared_queue(entry: object, index: int, where: str) -> DeclaredQueue:
         raise UsageError(f"{where}: queues[{index}]: max_attempts needs an attempts_column")
     if declared.max_attempts_column and max_attempts:
         raise UsageError(f"{where}: queues[{index}]: give max_attempts_column or max_attempts, not both")
+    if declared.dead_letter_where and not declared.dead_letter_table:
+        raise UsageError(f"{where}: queues[{index}]: dead_letter_where needs a dead_letter_table")
     return declared
+
+
+def _filter(value: object, where: str) -> tuple[tuple[str, tuple[str | int | bool, ...]], ...]:
+    """A structured row filter (`{ status = ["failed", "exception"], kind = "mail" }`): column ->
+    a value or a list of values, strings, whole numbers or booleans, one kind per column. The
+    columns are looked up in the catalog and quoted from it, the values bound as parameters: no
+    text of the file is ever put into SQL."""
+    if value is None or value == {}:  # (as an empty dead_letter_table is none)
+        return ()
+    if not isinstance(value, dict):
+        raise UsageError(f"{where} must be a table of column = value or list of values (strings, whole numbers or"
+                         ' booleans), e.g. { status = ["failed", "exception"] }')
+    if len(value) > MAX_FILTER_COLUMNS:
+        raise UsageError(f"{where}: at most {MAX_FILTER_COLUMNS} columns")
+    out = []
+    for column, given in value.items():
+        if not column.strip() or len(column) > 200 or CONTROL.search(column):
+            raise UsageError(f"{where}: {column!r} is not a column name")
+        values = given if isinstance(given, list) else [given]
+        if not values or len(values) > MAX_FILTER_VALUES or not all(isinstance(v, (str, int)) for v in values):
+            raise UsageError(f"{where}: {column}: give a value or a list of 1 to {MAX_FILTER_VALUES} values"
+                             " (strings, whole numbers or booleans)")
+        kinds = {bool if isinstance(v, bool) else type(v) for v in values}
+        if len(kinds) > 1:
+            raise UsageError(f"{where}: {column}: its values must be all strings, all whole numbers or all booleans")
+        if any(isinstance(v, str) and "\x00" in v for v in values):
+            raise UsageError(f"{where}: {column}: a value holds a NUL character")
+        out.append((column, tuple(values)))
+    return tuple(out)

@@ -12,6 +12,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeAlias
 
 from dbcore.errors import UsageError
 
@@ -19,6 +20,8 @@ from dbcore.errors import UsageError
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 DEFAULT_INTERVAL_S = 2.0
 DEFAULT_WINDOW = 1000
+# A value a declared filter may compare a column with (bound as a parameter, never SQL text).
+FilterValue: TypeAlias = str | int | bool
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -27,7 +30,9 @@ class DeclaredQueue:
 
     name: str
     table: str  # a table, a partitioned parent or a view
-    order_by: str  # the dequeue order (should lead an index)
+    # The dequeue order (should lead an index): a column, or columns each optionally followed by
+    # ASC or DESC and NULLS FIRST or NULLS LAST (("priority DESC", "id")).
+    order_by: str | tuple[str, ...]
     age_column: str | None = None  # enqueue (or due) time: the oldest ready age
     queue_column: str | None = None  # a shared table: one queue per distinct value ...
     queue: str | None = None  # ... or only this one
@@ -43,7 +48,9 @@ class DeclaredQueue:
     attempts_column: str | None = None
     max_attempts_column: str | None = None  # dead when attempts reach it ...
     max_attempts: int | None = None  # ... or this
-    dead_letter_table: str | None = None  # its rows (of this queue, if it has the queue column) are dead
+    dead_letter_table: str | None = None  # its rows (of this queue, if it has the queue column) are dead ...
+    # ... those whose columns hold one of these values, every column (column, values) given.
+    dead_letter_where: tuple[tuple[str, tuple[FilterValue, ...]], ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

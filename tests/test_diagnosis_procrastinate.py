@@ -116,8 +116,8 @@ def app(db) -> Iterator[object]:
         app.schema_manager.apply_schema()
         # A second queue on the same table with nothing ready: it is never held up by the causes.
         app.tasks["build_report"].configure(schedule_in={"hours": 1}).defer()
-        # A job of mail scheduled an hour ahead keeps mail listed: in Procrastinate's one table a
-        # queue exists by its unfinished rows, and fast workers may leave none for a sample.
+        # A job of mail scheduled an hour ahead: mail is listed from the first sample on, before a
+        # producer's first job (a queue is one procrastinate_jobs holds a row of, finished or not).
         app.tasks["send_mail"].configure(schedule_in={"hours": 1}).defer()
         yield app
 
@@ -152,7 +152,8 @@ def first_verdict(db, code: str, timeout: float, queue: str = "mail", every: Cal
         if every is not None:
             every(snapshot)
         found = [q for q in snapshot.queues if q.source == "procrastinate" and q.name == queue]
-        assert found, f"{queue} is not listed"  # a drained queue stays listed (jobtable.DRAINED_KEPT_S)
+        # A drained queue stays listed: its finished jobs stay in the table (sources/queuenames.py).
+        assert found, f"{queue} is not listed"
         q = found[0]
         seen[q.diagnosis.code] += 1
         if q.diagnosis.code == code:

@@ -551,8 +551,10 @@ def test_a_time_budget_reads_a_chunk_only_when_a_tables_credit_pays_for_it(db):
 def test_a_queue_emptied_between_passes_is_at_exact_zero_once_the_pass_comes_round(db):
     # The tally keeps each table's totals as chunks are read again: the 'mixed' queue's rows,
     # deleted while the table is read in turns, leave no count behind (not a stale count that
-    # lingers, not a negative one) once every chunk has been read since. The queue itself stays
-    # listed at 0 for a while (DRAINED_KEPT_S): a queue that drained has not vanished.
+    # lingers, not a negative one) once every chunk has been read since. No index leads with the
+    # queue column alone (big_waiting is partial): its queues are those of the unfinished rows,
+    # one that drained kept listed at 0 for a while (queuenames.DRAINED_KEPT_S), not vanished;
+    # the queue of only finished jobs is not one of them, and a note says so.
     with db.connect() as conn:
         fill_big(conn)
     table = JobTable(BIG_DECLARED, chunk_pages=64)
@@ -574,6 +576,7 @@ def test_a_queue_emptied_between_passes_is_at_exact_zero_once_the_pass_comes_rou
                     break
                 rows = table.sample(conn)
     assert "mixed" not in truth_rows and figures_of(rows) == {**truth_rows, "mixed": (0, 0, 0, 0)}
+    assert "no index leads with queue_column 'queue_name'" in rows[0].notes[-1]
     assert all(key[0] != "mixed" for key in table.tally.totals)
     assert all(n[0] > 0 and min(n) >= 0 for n in table.tally.totals.values())
 
@@ -639,3 +642,123 @@ def test_a_small_table_is_exact_every_cycle_whatever_the_time_budget(db):
                 rows = table.sample(conn)
             assert {q.name: (q.ready, q.in_flight, q.delayed, q.dead) for q in rows} == expected, cycle
             assert not any(q.depth_is_estimate or q.estimated for q in rows), cycle
+
+
+# -- a multi-column order_by; a filter of the dead-letter table's rows ------------------------------
+
+WORK = """
+CREATE TABLE public.work (id bigserial PRIMARY KEY, queue_name text NOT NULL, priority int, status text NOT NULL);
+INSERT INTO work (queue_name, priority, status) VALUES
+    ('q', 1, 'todo'), ('q', 5, 'todo'), ('q', NULL, 'todo'), ('q', 5, 'todo'), ('q', 3, 'failed'), ('q', 1, 'failed'),
+    ('q', 9, 'succeeded'), ('r', 9, 'todo');
+"""
+ORDER = ("priority DESC NULLS LAST", "id")
+
+
+def work(order_by: str | tuple[str, ...] = ORDER) -> DeclaredQueue:
+    return DeclaredQueue(name="work", table="public.work", order_by=order_by, queue_column="queue_name",
+                         state_column="status", ready_states=("todo",), done_states=("succeeded",), dead_states=("failed",))
+
+
+def test_a_multi_column_order_by_orders_the_head_and_the_dead_rows_by_every_column(db):
+    with db.connect() as conn:
+        conn.execute(WORK)
+        head = [r[0] for r in conn.execute("SELECT id FROM work WHERE queue_name = 'q' AND status = 'todo'"
+                                           " ORDER BY priority DESC NULLS LAST, id")]
+        dead = [r[0] for r in conn.execute("SELECT id FROM work WHERE queue_name = 'q' AND status = 'failed'"
+                                           " ORDER BY priority ASC NULLS FIRST, id DESC")]  # newest first: the order reversed
+    assert head == [2, 4, 1, 3] and dead == [6, 5]
+    with open_probe_connection(db.target) as conn:
+        details = JobTable(work()).details(conn, "q")
+        assert [int(r["id"]) for r in details.head] == head
+        assert [int(r["id"]) for r in details.dead] == dead
+        # One column with its direction, as a string: the single-string form.
+        details = JobTable(work("priority DESC NULLS LAST")).details(conn, "q")
+        assert [r["priority"] for r in details.head][:2] == ["5", "5"] and details.head[-1]["priority"] is None
+
+
+@pytest.mark.parametrize("index, served", [
+    ("", False),
+    ("CREATE INDEX ON work (priority DESC NULLS LAST, id)", True),
+    ("CREATE INDEX ON work (priority ASC NULLS FIRST, id DESC)", True),  # the exact reverse: a backward scan
+    ("CREATE INDEX ON work (queue_name, priority DESC NULLS LAST, id, status)", True),  # one queue's rows in order
+    ("CREATE INDEX ON work (priority DESC, id)", False),  # NULLS FIRST: not the order
+    ("CREATE INDEX ON work (priority DESC NULLS LAST, id DESC)", False),  # one direction reversed, not all
+    ("CREATE INDEX ON work (priority DESC NULLS LAST)", False),  # the first column only
+], ids=["none", "same", "reversed", "after-queue", "nulls", "mixed", "prefix"])
+def test_an_index_serves_a_multi_column_order_when_its_columns_and_directions_match(db, index, served):
+    with db.connect() as conn:
+        conn.execute(WORK)
+        if index:
+            conn.execute(index)
+    with open_probe_connection(db.target) as conn:
+        rows = JobTable(work()).sample(conn)
+    assert [q.name for q in rows] == ["work:q", "work:r"] and rows[0].ready == 4
+    note = "no index leads with order_by ['priority DESC NULLS LAST', 'id'] (or its reverse) of \"public\".\"work\""
+    assert any(n.startswith(note) for n in rows[0].notes) is not served, rows[0].notes
+
+
+def test_every_column_of_a_multi_column_order_by_must_be_there(db):
+    with db.connect() as conn:
+        conn.execute(WORK)
+    for order_by, says in [(("priority DESC", "nope"), "order_by column 'nope' not in table public.work"),
+                           (("priority DESCENDING",), "order_by column 'priority DESCENDING' not in table public.work"),
+                           (("id; DROP TABLE work; -- DESC",), "order_by column 'id; DROP TABLE work; -- DESC' not in table")]:
+        rows, _ = queues_of(db, work(order_by))
+        [q] = rows.values()
+        assert q.depth is None and says in q.error, (order_by, q.error)
+    with db.connect() as conn:
+        assert conn.execute("SELECT count(*) FROM work").fetchone()[0] == 8
+
+
+DEAD_LETTERS = """
+CREATE TABLE public.mail (id bigserial PRIMARY KEY, queue_name text NOT NULL, status text NOT NULL DEFAULT 'todo');
+CREATE TABLE public.mail_dead (id bigserial PRIMARY KEY, queue_name text NOT NULL, status text NOT NULL,
+                               attempts int NOT NULL, final boolean NOT NULL);
+INSERT INTO mail (queue_name) VALUES ('mail'), ('mail'), ('sms');
+INSERT INTO mail_dead (queue_name, status, attempts, final) VALUES
+    ('mail', 'exception', 3, true), ('mail', 'failed', 5, true), ('mail', 'retrying', 1, false),
+    ('mail', 'failed', 2, false), ('sms', 'failed', 4, true), ('sms', 'parked', 9, true), ('mail', 'exception', 7, true);
+"""
+
+
+def mail(where: tuple = (("status", ("exception", "failed")), ("final", (True,)))) -> DeclaredQueue:
+    return DeclaredQueue(name="mail", table="public.mail", order_by="id", queue_column="queue_name", state_column="status",
+                         ready_states=("todo",), dead_letter_table="public.mail_dead", dead_letter_where=where)
+
+
+def test_dead_letter_where_counts_and_shows_only_the_rows_it_takes(db):
+    with db.connect() as conn:
+        conn.execute(DEAD_LETTERS)
+        dead = {queue: [r[0] for r in conn.execute(
+            "SELECT id FROM mail_dead WHERE queue_name = %s AND status IN ('exception', 'failed') AND final ORDER BY id DESC",
+            (queue,))] for queue in ("mail", "sms")}
+    assert dead == {"mail": [7, 2, 1], "sms": [5]}
+    rows, _ = queues_of(db, mail())
+    assert {name: (q.ready, q.dead, q.error) for name, q in rows.items()} == {"mail:mail": (2, 3, None), "mail:sms": (1, 1, None)}
+    with open_probe_connection(db.target) as conn:
+        table = JobTable(mail())
+        assert [int(r["id"]) for r in table.details(conn, "mail").dead] == dead["mail"]
+        assert [int(r["id"]) for r in table.details(conn, "sms").dead] == dead["sms"]
+    # Whole numbers for an integer column; no filter: every row of it is dead, as before.
+    rows, _ = queues_of(db, mail((("attempts", (4, 5, 9)),)))
+    assert (rows["mail:mail"].dead, rows["mail:sms"].dead) == (1, 2)
+    rows, _ = queues_of(db, mail(()))
+    assert (rows["mail:mail"].dead, rows["mail:sms"].dead) == (5, 2)
+
+
+def test_dead_letter_where_values_are_bound_and_its_columns_checked(db):
+    with db.connect() as conn:
+        conn.execute(DEAD_LETTERS)
+    rows, _ = queues_of(db, mail((("status", ("failed'); DROP TABLE mail_dead; --",)),)))
+    assert (rows["mail:mail"].dead, rows["mail:mail"].error) == (0, None)  # a value like any other: no row holds it
+    for where, says in [((("nope", ("x",)),), "dead_letter_where column 'nope' not in dead_letter_table public.mail_dead"),
+                        ((("attempts", ("three",)),), "dead_letter_where column 'attempts' of public.mail_dead is integer: "
+                                                      "give it whole numbers"),
+                        ((("final", (1,)),), "dead_letter_where column 'final' of public.mail_dead is boolean: give it true or false"),
+                        ((("status", (7,)),), "dead_letter_where column 'status' of public.mail_dead is text: give it strings")]:
+        rows, _ = queues_of(db, mail(where))
+        [q] = rows.values()  # unknown: its queues are not known either
+        assert q.depth is None and q.error == says, (where, q.error)
+    with db.connect() as conn:
+        assert conn.execute("SELECT count(*) FROM mail_dead").fetchone()[0] == 7

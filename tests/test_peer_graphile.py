@@ -5,6 +5,9 @@ ground truth in SQL; its row-level security is said, not shown as an empty queue
 
 from __future__ import annotations
 
+import os
+import subprocess
+
 import pytest
 from psycopg import sql
 
@@ -93,3 +96,41 @@ def test_graphile_row_level_security_is_said_not_shown_as_empty(db, workload):
     assert live >= 8
     assert f"row-level security hides rows from this role: 0 visible of ~{live:,} live" in snap.probes["queues"].notes
     assert "row-level security" not in (snap.probes["queues"].error or "")  # a note (the role's other gaps are errors)
+
+
+# Through Graphile Worker's own API, in a node process of its own: a task "tidy" with a job of
+# its own and one in the named queue "nightly", both run by a worker that knows only that task
+# (the workload's runner knows only build_report), which deletes each as it completes.
+FINISH_NIGHTLY = r"""
+import { createRequire } from 'node:module'
+const require = createRequire(`${process.env.QUEUETOP_NODE_PEERS}/`)
+const { makeWorkerUtils, runOnce, Logger } = require('graphile-worker')
+const [connectionString] = process.argv.slice(1)
+const logger = new Logger(() => () => {})
+const utils = await makeWorkerUtils({ connectionString, logger })
+await utils.addJob('tidy', { n: 1 })
+await utils.addJob('tidy', { n: 2 }, { queueName: 'nightly' })
+await runOnce({ connectionString, taskList: { tidy: async () => {} }, logger })
+await utils.release()
+console.log(JSON.stringify({ done: true }))
+process.exit(0)
+"""
+
+
+def test_graphile_tasks_and_named_queues_whose_jobs_all_finished_are_listed_at_zero(db, workload, node_peers):
+    # Graphile Worker deletes a job once it completes: no finished job is left to find a queue by.
+    # Its registries keep the task and the named queue (until its cleanup removes those with no
+    # job left): both are listed, at 0.
+    done = subprocess.run(["node", "--input-type=module", "-e", FINISH_NIGHTLY, db.dsn], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "QUEUETOP_NODE_PEERS": str(node_peers)})
+    assert done.returncode == 0 and '"done":true' in done.stdout, done.stderr[-2000:]
+    with db.connect() as conn:
+        left = conn.execute("SELECT count(*) FROM graphile_worker._private_jobs j JOIN graphile_worker._private_tasks t"
+                            " ON t.id = j.task_id WHERE t.identifier = 'tidy'").fetchone()[0]
+    assert left == 0
+    rows = rows_of(run_cycle(db.target))
+    assert {"task:tidy", "queue:nightly"} <= set(rows)
+    for name in ("task:tidy", "queue:nightly"):
+        q = rows[name]
+        assert (q.ready, q.delayed, q.in_flight, q.dead, q.depth, q.error) == (0, 0, 0, 0, 0, None), name
+        assert ground_truth(db, *name.split(":")) == {"ready": 0, "delayed": 0, "in_flight": 0, "dead": 0, "depth": 0}

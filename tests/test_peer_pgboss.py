@@ -4,6 +4,9 @@ one. queuetop finds it with no config; every figure matches ground truth in SQL.
 
 from __future__ import annotations
 
+import os
+import subprocess
+
 import pytest
 
 from probes.details import queue_details
@@ -90,3 +93,48 @@ def test_pgboss_details_show_waiting_jobs_and_failures_with_their_output(db, wor
     assert len(details.head) == 6 and {row["state"] for row in details.head} == {"created", "retry"}
     [failure] = details.dead
     assert "mailbox full" in failure["output"]
+
+
+# Through pg-boss's own API, in a node process of its own: a queue "nightly" whose jobs all
+# finished, two completed by a worker's fetch and complete, one scheduled and then cancelled.
+FINISH_NIGHTLY = r"""
+import { createRequire } from 'node:module'
+const require = createRequire(`${process.env.QUEUETOP_NODE_PEERS}/`)
+const [connectionString, major] = process.argv.slice(1)
+const PgBoss = require(major === '9' ? 'pg-boss-9' : 'pg-boss')
+const v10 = major !== '9'
+const boss = new PgBoss({ connectionString, max: 2, supervise: false, schedule: false,
+                          ...(v10 ? {} : { noSupervisor: true, noScheduling: true }) })
+boss.on('error', (error) => console.error(error))
+await boss.start()
+if (v10) await boss.createQueue('nightly')
+for (let n = 0; n < 2; n++) {
+  await boss.send('nightly', { n })
+  const got = await boss.fetch('nightly')
+  const job = Array.isArray(got) ? got[0] : got
+  await (v10 ? boss.complete('nightly', job.id) : boss.complete(job.id))
+}
+const id = await boss.send('nightly', { n: 2 }, { startAfter: 3600 })
+await (v10 ? boss.cancel('nightly', id) : boss.cancel(id))
+console.log(JSON.stringify({ done: true }))
+process.exit(0)
+"""
+
+
+def test_a_pgboss_queue_whose_jobs_all_finished_is_listed_at_zero(db, workload, node_peers):
+    # v10 lists its queue table's queues; v9 the names its job table holds, finished jobs' too
+    # (through its own name index): either way a queue of completed and cancelled jobs is there.
+    major = workload.major
+    done = subprocess.run(["node", "--input-type=module", "-e", FINISH_NIGHTLY, db.dsn, major], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "QUEUETOP_NODE_PEERS": str(node_peers)})
+    assert done.returncode == 0 and '"done":true' in done.stdout, done.stderr[-2000:]
+    with db.connect() as conn:
+        states = dict(conn.execute("SELECT state::text, count(*) FROM pgboss.job WHERE name = 'nightly' GROUP BY state").fetchall())
+    assert states == {"completed": 2, "cancelled": 1}
+    snap = run_cycle(db.target)
+    rows = {q.name: q for q in snap.queues if q.source == "pg-boss"}
+    assert set(rows) == {"mail", "reports", "nightly"}
+    nightly, truth = rows["nightly"], ground_truth(db, "nightly", major)
+    assert (nightly.ready, nightly.delayed, nightly.in_flight, nightly.dead, nightly.depth) == (0, 0, 0, 0, 0)
+    assert truth == {"ready": 0, "delayed": 0, "in_flight": 0, "dead": 0, "depth": 0} and nightly.error is None
+    assert snap.probes["queues"].error is None and "queue_column" not in (snap.probes["queues"].notes or "")

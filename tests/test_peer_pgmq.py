@@ -127,3 +127,24 @@ def test_pgmq_rates_come_from_its_queue_tables(db, mq):
 
     q = wait_until(settled, timeout=15, interval=0.3, what="the queue table's statistics")
     assert q.enqueued_per_s > 0 and q.dequeued_per_s == pytest.approx(q.enqueued_per_s * 5 / 20, rel=1e-6)
+
+
+def test_a_pgmq_queue_whose_messages_all_finished_is_listed(db, mq):
+    # PGMQ lists its queues in pgmq.meta: one whose messages were all deleted (read and deleted,
+    # or popped) is at 0; one whose messages were all archived has them as its dead, nothing waiting.
+    mq.create_queue("drained")
+    mq.create_queue("archived")
+    for n in range(3):
+        mq.send("drained", {"n": n})
+        mq.send("archived", {"n": n})
+    first = mq.read("drained", vt=30)  # one message
+    mq.delete("drained", first.msg_id)
+    mq.pop("drained")
+    mq.pop("drained")
+    for message in mq.read("archived", vt=30, qty=3):
+        mq.archive("archived", message.msg_id)
+    assert ground_truth(db, "drained") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0, "depth": 0}
+    rows = rows_of(run_cycle(db.target))
+    drained, archived = rows["drained"], rows["archived"]
+    assert (drained.ready, drained.in_flight, drained.delayed, drained.dead, drained.depth, drained.error) == (0, 0, 0, 0, 0, None)
+    assert (archived.depth, archived.dead, archived.error) == (0, 3, None) and ground_truth(db, "archived")["dead"] == 3

@@ -118,3 +118,32 @@ def test_procrastinate_details_show_the_head_and_the_failed_jobs(db, workload):
     assert {row["status"] for row in details.head} == {"todo"}
     assert [row["task_name"] for row in details.dead] == ["bounce"]
     assert details.dead[0]["failed_at"] is not None
+
+
+def test_a_queue_whose_jobs_all_finished_is_listed_at_zero(db):
+    # Procrastinate keeps finished jobs in procrastinate_jobs and no list of queues: a queue
+    # whose jobs all succeeded or were cancelled is still one the table holds, found through
+    # its queue_name index (not only while an unfinished job of it is there).
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=db.dsn))
+
+    @app.task(queue="nightly", name="tidy")
+    def tidy() -> None:
+        pass
+
+    with app.open():
+        app.schema_manager.apply_schema()
+        for _ in range(3):
+            tidy.defer()
+        cancelled = tidy.configure(schedule_in={"hours": 1}).defer()
+        assert app.job_manager.cancel_job_by_id(cancelled)
+    app.run_worker(queues=["nightly"], wait=False)  # runs the three, returns once none is left
+    with db.connect() as conn:
+        statuses = dict(conn.execute("SELECT status::text, count(*) FROM procrastinate_jobs"
+                                     " WHERE queue_name = 'nightly' GROUP BY status").fetchall())
+    assert statuses == {"succeeded": 3, "cancelled": 1}
+    snap = run_cycle(db.target)
+    nightly = rows_of(snap)["nightly"]
+    assert (nightly.ready, nightly.delayed, nightly.in_flight, nightly.dead, nightly.depth) == (0, 0, 0, 0, 0) == tuple(
+        ground_truth(db, "nightly")[k] for k in ("ready", "delayed", "in_flight", "dead", "depth"))
+    assert nightly.error is None and snap.probes["queues"].error is None
+    assert "queue_column" not in (snap.probes["queues"].notes or "")  # read through its index: no note

@@ -151,3 +151,30 @@ def test_a_large_river_table_keeps_every_queues_oldest_ready_job(db, river):
         q = rows[queue]
         assert q.depth_is_estimate is False and q.ready == 60_000, (queue, q.ready)
         assert abs(q.oldest_ready_age_s - truth[queue]) <= 30, (queue, q.oldest_ready_age_s, truth[queue])
+
+
+def test_a_queue_whose_jobs_all_finished_is_listed_at_zero_registered_or_not(db, river):
+    # River keeps completed and cancelled jobs in river_job. A queue whose jobs all finished is
+    # listed at 0 - found through River's fetching index (state, queue, ...), every state's
+    # queues, finished ones too - with no river_queue, and beside it when no producer registered it.
+    ids = [river.insert(SendEmail(f"n{n}@example.com"), insert_opts=riverqueue.InsertOpts(queue="nightly")).job.id
+           for n in range(3)]
+    worker(db, TAKE, *ids)
+    worker(db, COMPLETE, *ids[:2])
+    worker(db, "UPDATE river_job SET state = 'cancelled', finalized_at = now() WHERE id = ANY(%(ids)s)", ids[2])
+    assert ground_truth(db, "nightly") == {"ready": 0, "delayed": 0, "in_flight": 0, "dead": 0, "depth": 0}
+    for registry in (False, True):
+        if registry:  # as River's producers keep it (migration 004): they served mail, never nightly
+            with db.connect() as conn:
+                conn.execute("CREATE TABLE river_queue (name text PRIMARY KEY, created_at timestamptz NOT NULL DEFAULT now(),"
+                             " metadata jsonb NOT NULL DEFAULT '{}', paused_at timestamptz,"
+                             " updated_at timestamptz NOT NULL DEFAULT now())")
+                conn.execute("INSERT INTO river_queue (name) VALUES ('mail')")
+        snap = run_cycle(db.target)
+        rows = {q.name: q for q in snap.queues if q.source == "river"}
+        assert set(rows) == {"mail", "reports", "nightly"}, registry
+        nightly = rows["nightly"]
+        assert (nightly.ready, nightly.delayed, nightly.in_flight, nightly.dead, nightly.depth, nightly.error) == (0, 0, 0, 0, 0, None)
+        assert rows["mail"].depth == ground_truth(db, "mail")["depth"] == 7
+        assert "queue_column" not in (snap.probes["queues"].notes or "")  # read through the index: no note
+

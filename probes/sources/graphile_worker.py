@@ -6,6 +6,13 @@ its named queue (if any) not locked; in flight = locked; dead = attempts exhaust
 behind its named queue while another job of that queue runs - a locked queue is named in a note.
 One row per task identifier (`task:<identifier>`) and per named queue (`queue:<name>`).
 
+Its queues: Graphile Worker deletes a job once it completes, so its jobs table holds no finished
+job to find a queue by. Its registries do: `add_job` records each task identifier
+(`_private_tasks`) and named queue (`_private_job_queues`) its jobs use, and they stay after their
+last job is done, until the library's `cleanup` (GC_TASK_IDENTIFIERS, GC_JOB_QUEUES) removes those
+with no job left. Every task and named queue of the registries is listed, at 0 once its jobs are
+done; a permanently failed job is kept (dead) and keeps its task and queue listed.
+
 Row-level security is enabled on `_private_jobs` with no policy: a role that does not own it
 sees no job at all, which the row says instead of showing an empty queue.
 """

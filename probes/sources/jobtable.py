@@ -30,11 +30,12 @@ from psycopg import sql
 from dbcore.database import one
 from dbcore.sqlfiles import Queries
 
-from ..configmodel import DeclaredQueue
+from ..configmodel import DeclaredQueue, FilterValue
 from ..failures import PROBE_FAILURES, NotAsDeclared, describe_failure
 from ..session import contained
 from .base import QueueDetails, QueueFigures
 from .plans import Estimates, too_dear
+from .queuenames import MAX_QUEUES, QueueNames
 from .resolved import ResolvedTable, resolve
 from .tally import CHUNK_PAGES, CLASSES, Key, RelationFacts, Statement, Tally, TallyView, facts_of, flags_of
 
@@ -44,23 +45,22 @@ if TYPE_CHECKING:
 JOBTABLE_SQL = Queries("probes", "sources/jobtable.sql")
 log = logging.getLogger("queuetop.probes")
 COUNT_CAP = 10_000  # a figure of at most this many rows is exact: a state's bounded read takes one more
-MAX_QUEUES = 200  # distinct queues of one shared table
-# A queue of a shared table with no registry (Procrastinate's) exists while it holds an unfinished
-# row: one that drained stays listed, at exact 0, this long after its last (a busy queue emptied
-# between two samples would blink out of the dashboard and out of its verdict's window).
-DRAINED_KEPT_S = 300.0
 HEAD_ROWS = 20
 
 
 class JobTable:
     """Samples the queue(s) of one declared table; keeps the catalog lookups and the tally
     between samples. `blocked`: the library's rule for a due job its fetch skips now (a boolean
-    over the row `j`); `group`: what a row's group is, if not the queue column (text)."""
+    over the row `j`); `group`: what a row's group is, if not the queue column (text); `rows`: a
+    filter of the rows that count at all (a dead-letter table's `dead_letter_where`);
+    `queue_names`: whether the queues of a shared table are read from it (queuenames.py), or all
+    given by the caller (a library's own list)."""
 
     def __init__(self, declared: DeclaredQueue, *, cap: int = COUNT_CAP, index_note: bool = True,
                  blocked: sql.Composable | None = None, group: sql.Composable | None = None,
                  chunk_pages: int = CHUNK_PAGES, constant_class: str | None = None,
-                 held_by_transactions: bool = True) -> None:
+                 held_by_transactions: bool = True, rows: tuple[tuple[str, tuple[FilterValue, ...]], ...] = (),
+                 queue_names: bool = True) -> None:
         self.declared = declared
         self.cap = cap
         self.index_note = index_note  # a library's order is its own business: no note for it
@@ -71,6 +71,8 @@ class JobTable:
         self.estimates = Estimates()
         self.tally = Tally(chunk_pages)
         self.constant_class = constant_class  # every row is of this class (a dead-letter table: dead)
+        self.rows = rows
+        self.queue_names = QueueNames() if queue_names else None
         # Whether a row an open transaction holds (its xmax running) is in flight: a declared
         # table's consumers may work a job inside the transaction that locked it. A library marks
         # its claims in the row; a lock of its own fetch, for the instant of a statement (or one
@@ -80,7 +82,6 @@ class JobTable:
         self._cached_parts: dict[str, sql.Composable] | None = None
         self._reads: dict[tuple[str | None, ...], bytes] = {}  # the states read exactly -> their statement
         self._read_oldest: dict[str | None, dict[str | None, float]] = {}  # state -> group -> oldest due (exact reads)
-        self._last_seen: dict[str, float] = {}  # a queue found in the rows -> when (monotonic), for DRAINED_KEPT_S
 
     def set_blocked(self, blocked: sql.Composable | None) -> None:
         """The library's blocked rule, where it depends on what is installed (River's queue
@@ -93,17 +94,18 @@ class JobTable:
 
     def resolved(self, conn: ProbeConnection) -> ResolvedTable:
         if self._resolved is None:
-            self._resolved = resolve(conn, self.declared)
+            self._resolved = resolve(conn, self.declared, rows=self.rows)
         return self._resolved
 
     # -- sampling ------------------------------------------------------------------------
 
     def sample(self, conn: ProbeConnection, queues: list[str] | None = None) -> list[QueueFigures]:
-        """One QueueFigures per queue: the configured `queue`, every queue of a shared table that
-        holds an unfinished row and every one a library's registry names (`queues`), or the whole
-        table. Whatever fails (the table, its dead-letter table or a column not there, no privilege,
-        a statement refused or timed out, a fault of queuetop's own) fails this table's queues
-        alone: each unknown, its error saying what, while the other tables and sources go on."""
+        """One QueueFigures per queue: the configured `queue`, every queue of a shared table
+        (queuenames.py: every queue it holds a row of, finished ones too, where an index leads to
+        them) and every one a library's registry names (`queues`), or the whole table. Whatever
+        fails (the table, its dead-letter table or a column not there, no privilege, a statement
+        refused or timed out, a fault of queuetop's own) fails this table's queues alone: each
+        unknown, its error saying what, while the other tables and sources go on."""
         d = self.declared
         wanted: list[str | None] | None
         if d.queue_column is None and self.group is None:
@@ -135,9 +137,10 @@ class JobTable:
         self._read_oldest = {}
         exact = {} if view.fresh else self._exact_reads(conn, table, view)
         dead_letters = self._dead_letters_by_queue(conn) if d.dead_letter_table else None
-        out = self._assemble(conn, table, view, exact, wanted, dead_letters)
+        out, notes = self._assemble(conn, table, view, exact, wanted, dead_letters)
         for figures in out:
             self._add_notes(figures, table, facts.live)
+            figures.notes.extend(notes)
         return out
 
     def counts(self, conn: ProbeConnection) -> tuple[dict[str | None, dict[str, float]], dict[str, float | None], TallyView]:
@@ -151,7 +154,9 @@ class JobTable:
 
     def _params(self) -> dict[str, Any]:
         d = self.declared
-        return {"listed_states": [*d.dead_states, *d.in_flight_states, *d.delayed_states], "done_states": list(d.done_states)}
+        rows = self._resolved.rows_params if self._resolved is not None else {}
+        return {"listed_states": [*d.dead_states, *d.in_flight_states, *d.delayed_states], "done_states": list(d.done_states),
+                **rows}
 
     def _parts(self, conn: ProbeConnection, table: ResolvedTable) -> dict[str, sql.Composable]:
         """The {fields} of the tally and the bounded reads (made once; again when the blocked
@@ -167,7 +172,9 @@ class JobTable:
         parts["running"] = (sql.SQL(JOBTABLE_SQL["running"]) if self.held_by_transactions and table.relkind != "v"
                             else sql.SQL("false"))
         parts["listed"] = sql.SQL(JOBTABLE_SQL["listed"]).format(**parts)
-        parts["not_done"] = sql.SQL(JOBTABLE_SQL["not_done"]).format(**parts)
+        # A row the declared filter leaves out counts as a finished one: in no figure.
+        parts["not_done"] = sql.SQL(JOBTABLE_SQL["both"]).format(first=sql.SQL(JOBTABLE_SQL["not_done"]).format(**parts),
+                                                                 second=table.parts["rows"])
         constant = self.constant_class is not None  # every row is of one class: no flag to compute
         parts["held"] = sql.SQL("false") if constant else sql.SQL(JOBTABLE_SQL["held"]).format(**parts)
         parts["exhausted"] = sql.SQL("false") if constant else sql.SQL(JOBTABLE_SQL["exhausted"]).format(**parts)
@@ -262,8 +269,7 @@ class JobTable:
             off = sql.SQL("false")
             parts = {**parts, "held": off, "exhausted": off, "later": off, "blocked_row": off, "age": sql.Literal(None)}
         return sql.SQL(JOBTABLE_SQL["state_branch"]).format(**parts, index=sql.Literal(index), state_is=state_is,
-                                                            filter=sql.SQL(JOBTABLE_SQL["every_row"]),
-                                                            limit=sql.Placeholder(f"limit_{index}"))
+                                                            filter=table.parts["rows"], limit=sql.Placeholder(f"limit_{index}"))
 
     def _by_group(self, conn: ProbeConnection, table: ResolvedTable, view: TallyView,
                   exact: dict[str | None, dict[Key, tuple[float, ...]]]
@@ -326,21 +332,19 @@ class JobTable:
 
     def _assemble(self, conn: ProbeConnection, table: ResolvedTable, view: TallyView,
                   exact: dict[str | None, dict[Key, tuple[float, ...]]], wanted: list[str | None] | None,
-                  dead_letters: tuple[dict[str | None, int], float | None, bool] | None) -> list[QueueFigures]:
+                  dead_letters: tuple[dict[str | None, int], float | None, bool] | None
+                  ) -> tuple[list[QueueFigures], list[str]]:
         d = self.declared
         by_group, estimated = self._by_group(conn, table, view, exact)
-        if wanted is None:
-            now = time.monotonic()
-            self._last_seen.update((g, now) for g in by_group if g is not None)
-            for name in [n for n, at in self._last_seen.items() if now - at > DRAINED_KEPT_S]:
-                del self._last_seen[name]
-            if len(self._last_seen) > 2 * MAX_QUEUES:  # many names come and go: the latest only
-                self._last_seen = dict(sorted(self._last_seen.items(), key=lambda item: item[1])[-2 * MAX_QUEUES:])
-            named: list[str] = sorted(self._last_seen)
-            groups: list[str | None] = [*named[:MAX_QUEUES]]
-        else:
-            groups = list(wanted)
-            if queues_from_rows := sorted(g for g in by_group if g is not None and g not in wanted and d.queue is None):
+        notes: list[str] = []
+        groups: list[str | None]
+        if d.queue is not None or (wanted is not None and None in wanted):
+            groups = list(wanted or [None])
+        elif self.queue_names is not None and d.queue_column is not None:
+            groups, notes = self.queue_names.listed(conn, table, self.estimates, d.queue_column, by_group, wanted)
+        else:  # the caller's list, and the queues of the rows counted
+            groups = list(wanted or [])
+            if queues_from_rows := sorted(g for g in by_group if g is not None and g not in groups):
                 groups.extend(queues_from_rows[:max(0, MAX_QUEUES - len(groups))])
         shared = d.queue_column is not None or self.group is not None
         keeps_rows = bool(d.done_states or d.dead_states or d.max_attempts or d.max_attempts_column)
@@ -377,7 +381,7 @@ class JobTable:
             oldest = min(candidates) if candidates else None
             figures.oldest_ready_age_s = max(0.0, server_now - oldest) if figures.ready and oldest is not None else None
             out.append(figures)
-        return out
+        return out, notes
 
     def _dead_letters_by_queue(self, conn: ProbeConnection) -> tuple[dict[str | None, int], float | None, bool]:
         """The dead-letter table's rows by queue (None: all of them, a table with no queue
@@ -397,8 +401,10 @@ class JobTable:
             figures.notes.append(f"row-level security hides rows from this role: {figures.depth or 0:,} visible"
                                  f" of ~{live or 0:,} live in {table.qualified}")
         if not table.indexed and self.index_note:
-            figures.notes.append(f"no index leads with order_by column {self.declared.order_by!r} of {table.qualified}: "
-                                 "its head (Enter) is sorted from the whole queue; create one")
+            order = self.declared.order_by
+            figures.notes.append((f"no index leads with order_by column {order!r}" if isinstance(order, str) else
+                                  f"no index leads with order_by {list(order)!r} (or its reverse)")
+                                 + f" of {table.qualified}: its head (Enter) is sorted from the whole queue; create one")
 
     def _distinct(self, conn: ProbeConnection, table: ResolvedTable, key: str) -> list[str]:
         statement = sql.SQL(JOBTABLE_SQL["distinct_values"]).format(table=table.parts["table"], column=table.parts[key])
@@ -450,9 +456,9 @@ class JobTable:
             for queue_column in (d.queue_column, None):
                 jobs = JobTable(DeclaredQueue(name=d.name, table=d.dead_letter_table, order_by=d.order_by,
                                               queue_column=queue_column), cap=self.cap, constant_class="dead",
-                                chunk_pages=self.tally.chunk_pages)
+                                chunk_pages=self.tally.chunk_pages, rows=d.dead_letter_where, queue_names=False)
                 try:
-                    jobs._resolved = resolve(conn, jobs.declared, "dead_letter_table")
+                    jobs._resolved = resolve(conn, jobs.declared, "dead_letter_table", rows=d.dead_letter_where)
                 except NotAsDeclared:  # no queue column there: the whole table is this queue's
                     if queue_column is None:
                         raise
@@ -480,10 +486,12 @@ class JobTable:
                             {"limit": HEAD_ROWS, "queue": queue, "waiting_states": waiting})
         dead_rows: list[dict[str, Any]] = []
         if d.dead_letter_table:
-            dlq = self._dead_letter_table(conn)
-            dead_where = self._filter(dlq, queue if dlq.queue_type is not None else None)
+            dlq = self._dead_letter_table(conn)  # its rows (of this queue), those the declared filter takes
+            dead_where = sql.SQL(JOBTABLE_SQL["both"]).format(
+                first=self._filter(dlq, queue if dlq.queue_type is not None else None), second=dlq.parts["rows"])
             statement = sql.SQL(JOBTABLE_SQL["dead_head"]).format(**dlq.parts, filter=dead_where)
-            dead_rows = [dict(r["row"]) for r in conn.execute(statement, {"limit": HEAD_ROWS, "queue": queue})]
+            params = {"limit": HEAD_ROWS, "queue": queue, **dlq.rows_params}
+            dead_rows = [dict(r["row"]) for r in conn.execute(statement, params)]
         elif d.dead_states or (d.attempts_column and (d.max_attempts_column or d.max_attempts)):
             fragment = (sql.SQL(JOBTABLE_SQL["dead_state_is"]).format(**table.parts, state_type=table.state_type)
                         if d.dead_states else sql.SQL(JOBTABLE_SQL["exhausted"]).format(**table.parts))

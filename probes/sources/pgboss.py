@@ -5,7 +5,10 @@ In its own terms (fetchNextJob): ready = `created` or `retry` with `start_after 
 delayed = the same states with `start_after` ahead (scheduled, or backing off before a retry:
 its `getQueueSize` counts those as queued, queuetop does not); in flight = `active`; dead =
 `failed` (and v9's `expired`); `completed` and `cancelled` are finished. `id` is a random uuid:
-the order is `created_on`, the ready age is from `start_after` (when the job became due).
+the order is `created_on`, the ready age is from `start_after` (when the job became due). Its
+queues: v10, every queue of its `queue` table (a job can only be sent to a queue created there);
+v9, every name its job table holds a job of, finished ones too (at 0), through its `name` index
+(archived jobs have left the table).
 """
 
 from __future__ import annotations
@@ -64,7 +67,10 @@ class PgBoss(QueueSource):
                 state_column="state", not_before_column=start_after, ready_states=("created", "retry"),
                 in_flight_states=("active",), done_states=("completed", "cancelled"),
                 dead_states=("failed",) if v10 else ("failed", "expired"),
-            ), index_note=False, blocked=self._blocked(v10), held_by_transactions=False)
+            ), index_note=False, blocked=self._blocked(v10), held_by_transactions=False,
+                # Its queues are all listed (v10: its queue table; v9: its job names, through
+                # its own index): none is read from the rows besides.
+                queue_names=False)
         return table
 
     def _blocked(self, v10: bool) -> sql.Composable | None:

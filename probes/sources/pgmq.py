@@ -3,7 +3,8 @@
 In PGMQ's own terms (its `read` takes rows with `vt <= now()`): ready = `vt <= now()`; in
 flight = `vt` ahead of a message read at least once; delayed = `vt` ahead of a message never
 read (sent with a delay); dead = archived. Expressed as a job table: visible_at = vt, attempts =
-read_ct, the archive as its dead-letter table.
+read_ct, the archive as its dead-letter table. Its queues: every queue `pgmq.meta` lists, whatever
+its tables hold (one whose messages were all deleted is at 0; archived ones are its dead).
 """
 
 from __future__ import annotations

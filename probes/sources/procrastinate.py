@@ -4,7 +4,9 @@ In its own terms (procrastinate_fetch_job_v2): ready = `todo` with `scheduled_at
 delayed = `todo` scheduled later (a deferred schedule or a retry's back-off); in flight = `doing`
 (and the legacy `aborting`); dead = `failed`; `succeeded`, `cancelled` and `aborted` jobs are kept
 in the table, finished, and in no count. The oldest ready age comes from its events table (the
-job row has no enqueue time).
+job row has no enqueue time). Its queues: every queue `procrastinate_jobs` holds a job of,
+finished ones too (at 0), read through its `queue_name` index, one probe per queue
+(queuenames.py): it keeps no registry of queues.
 """
 
 from __future__ import annotations

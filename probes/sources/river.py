@@ -3,8 +3,11 @@
 In its own terms (its fetch: `state = 'available' AND scheduled_at <= now()`): ready =
 available and due; delayed = available with a schedule ahead, `scheduled`, `retryable` (backing
 off) and `pending` (waiting on something else before it may run); in flight = `running`; dead =
-`discarded`; `completed` and `cancelled` are finished. Queues come from `river_queue` where River
-keeps it, else from the distinct queue names.
+`discarded`; `completed` and `cancelled` are finished. Its queues: those `river_queue` names (where
+River keeps it: a queue its producers registered, empty or not), and every queue `river_job` holds
+a job of, finished ones too (at 0), read through River's fetching index `(state, queue, ...)`, one
+probe per state and queue (queuenames.py): a job inserted for a queue no producer has served is
+listed too.
 """
 
 from __future__ import annotations

@@ -16,27 +16,31 @@ FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE c.oid = to_regclass(%(table)s::text) AND c.relkind IN ('r', 'p', 'v', 'm');
 
 -- name: columns
--- A column's type as SQL (for messages) and as a quoted name (for typed casts of bound values).
+-- A column's type as SQL (for messages) and as a quoted name (for typed casts of bound values),
+-- and its category (N numeric, B boolean, S string, E enum, ...: what a declared filter's values
+-- may be).
 SELECT a.attname AS name, format_type(a.atttypid, a.atttypmod) AS type,
-       tn.nspname AS type_schema, t.typname AS type_name, t.typtype::text AS typtype
+       tn.nspname AS type_schema, t.typname AS type_name, t.typtype::text AS typtype, t.typcategory::text AS category
 FROM pg_attribute a
 JOIN pg_type t ON t.oid = a.atttypid
 JOIN pg_namespace tn ON tn.oid = t.typnamespace
 WHERE a.attrelid = %(relid)s::oid AND a.attnum > 0 AND NOT a.attisdropped;
 
--- name: leading_index_columns
--- Columns that lead a valid index (of the table, or of a partitioned parent), and the column
--- that follows each (NULL for a one-column index).
-SELECT a.attname AS name, b.attname AS second
+-- name: index_keys
+-- The key columns of each valid index of the table (or of a partitioned parent), in order (NULL
+-- for an expression), each with its indoption (1: DESC, 2: NULLS FIRST): which order an index
+-- serves, and which columns lead one.
+SELECT array_agg(a.attname::text ORDER BY k.n) AS columns, array_agg(k.option::integer ORDER BY k.n) AS options
 FROM pg_index i
-JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
-LEFT JOIN pg_attribute b ON b.attrelid = i.indrelid AND b.attnum = i.indkey[1] AND i.indnkeyatts > 1
-WHERE i.indrelid = %(relid)s::oid AND i.indisvalid;
+CROSS JOIN LATERAL unnest(i.indkey::int2[], i.indoption::int2[]) WITH ORDINALITY AS k(attnum, option, n)
+LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+WHERE i.indrelid = %(relid)s::oid AND i.indisvalid AND k.n <= i.indnkeyatts
+GROUP BY i.indexrelid;
 
 -- name: distinct_values
 -- The distinct values of a column (the queues of a shared table, the states of a text state
 -- column), found by skipping through the column's index: one index probe per value, not a scan
--- of the rows.
+-- of the rows; at most max_values of them (the recursion stops when the LIMIT is met).
 WITH RECURSIVE q AS (
     (SELECT {column} AS v FROM {table} WHERE {column} IS NOT NULL ORDER BY {column} LIMIT 1)
     UNION ALL
@@ -44,6 +48,30 @@ WITH RECURSIVE q AS (
     FROM q WHERE q.v IS NOT NULL
 )
 SELECT v::text AS value FROM q WHERE v IS NOT NULL LIMIT %(max_values)s::integer;
+
+-- name: distinct_in_states
+-- The distinct queues of a shared table whose index leads with (state, queue) and none with the
+-- queue alone (River's fetching index): skipping through the queues of each state the column
+-- can hold, finished ones too, one index probe per state and queue, at most max_values queues a
+-- state (a queue is named once per state that holds it); not a read of the rows.
+SELECT d.v::text AS value
+FROM unnest(%(states)s::{state_type}[]) AS s(state)
+CROSS JOIN LATERAL (
+    WITH RECURSIVE q AS (
+        (SELECT {column} AS v FROM {table}
+         WHERE {state} = s.state AND {column} IS NOT NULL ORDER BY {column} LIMIT 1)
+        UNION ALL
+        SELECT (SELECT {column} FROM {table} WHERE {state} = s.state AND {column} > q.v ORDER BY {column} LIMIT 1)
+        FROM q WHERE q.v IS NOT NULL
+    )
+    SELECT v FROM q WHERE v IS NOT NULL LIMIT %(max_values)s::integer
+) AS d;
+
+-- name: names_plan
+-- What the planner makes of a distinct read ({read}: distinct_values or distinct_in_states): an
+-- index probe per value where an index leads with the column (and the state), else a scan of
+-- the table for each value, which is never run.
+EXPLAIN (FORMAT JSON) {read};
 
 -- name: enum_labels
 -- The values an enum state column can take.
@@ -191,15 +219,39 @@ UNION ALL
 EXPLAIN (FORMAT JSON) SELECT * FROM {read} AS r;
 
 -- name: head
--- Enter: a queue's head rows in its order, every column as text cut to 200 characters (the
--- table's column order is kept), so a wide row cannot flood the screen.
+-- Enter: a queue's head rows in its order ({order}: every order_by column with its direction),
+-- every column as text cut to 200 characters (the table's column order is kept), so a wide row
+-- cannot flood the screen.
 SELECT (SELECT json_object_agg(f.key, left(f.value, 200)) FROM json_each_text(row_to_json(t)) AS f) AS row
 FROM (SELECT * FROM {table} AS j WHERE {filter} ORDER BY {order} LIMIT %(limit)s::integer) AS t;
 
 -- name: dead_head
--- Enter: the failed rows, newest first (by the order column), cut the same way.
+-- Enter: the failed rows, newest first (the order reversed, every column of it), cut the same way.
 SELECT (SELECT json_object_agg(f.key, left(f.value, 200)) FROM json_each_text(row_to_json(t)) AS f) AS row
-FROM (SELECT * FROM {table} AS j WHERE {filter} ORDER BY {order} DESC LIMIT %(limit)s::integer) AS t;
+FROM (SELECT * FROM {table} AS j WHERE {filter} ORDER BY {order_reversed} LIMIT %(limit)s::integer) AS t;
+
+-- name: ascending
+-- Fragment: one column of an order (NULLS as PostgreSQL puts them by default, said, so that the
+-- reversed order is the exact reverse).
+{column} ASC NULLS LAST
+
+-- name: ascending_nulls_first
+{column} ASC NULLS FIRST
+
+-- name: descending
+{column} DESC NULLS FIRST
+
+-- name: descending_nulls_last
+{column} DESC NULLS LAST
+
+-- name: list_separator
+-- Fragment: between two columns of an order.
+,
+
+-- name: column_is_any
+-- Fragment: a declared filter's column (quoted from the catalog) holds one of its values (bound,
+-- cast to the column's type).
+{column} = ANY({values}::{type}[])
 
 -- name: waiting_state_is
 -- Fragment: rows in a state that is neither finished nor dead (Enter's head).
