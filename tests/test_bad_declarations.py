@@ -14,7 +14,7 @@ from psycopg import sql
 from textual.widgets import Tree
 
 from dbcore.database import resolve_target
-from probes.config import Config, DeclaredQueue
+from probes.config import Config, DeclaredQueue, parse_config
 from probes.postgres import PostgresProbes
 from probes.sampler import PROBE_NAMES, Sampler, run_cycle
 from tui.backend import DatabaseBackend
@@ -22,6 +22,7 @@ from tui.dashboard import QueuetopApp
 from tui.widgets.panels import ConnectionsPanel, LocksPanel, QueuesPanel
 
 from .conftest import PASSWORD, PASSWORD_ROLE, wait_until
+from .test_cli_promises import one_error, run
 from .test_probes import sessions, wait_blocked
 from .test_prometheus import exporter_factory  # noqa: F401  (the fixture)
 from .test_tui import queue_details_text, queue_rows, settle
@@ -47,14 +48,24 @@ BAD = {
     "order_by column": ({"order_by": "nope_id"}, "order_by column 'nope_id' not in table public.jobs"),
     "state column": ({"state_column": "nope_state", "ready_states": ["todo"]},
                      "state_column column 'nope_state' not in table public.jobs"),
+    "order_by column of several": ({"order_by": ["created_at DESC", "nope_id"]}, "order_by column 'nope_id' not in table public.jobs"),
+    "dead-letter filter column": ({"dead_letter_table": "public.other", "dead_letter_where": {"nope": ["failed"]}},
+                                  "dead_letter_where column 'nope' not in dead_letter_table public.other"),
+    "dead-letter filter type": ({"dead_letter_table": "public.other", "dead_letter_where": {"id": "seven"}},
+                                "dead_letter_where column 'id' of public.other is bigint: give it whole numbers"),
 }
 
 
 def toml(entries: list[dict]) -> str:
+    def value(v: object) -> str:  # JSON's strings and lists are TOML's; a table is written inline
+        if isinstance(v, dict):
+            return "{ " + ", ".join(f"{json.dumps(k)} = {value(x)}" for k, x in v.items()) + " }"
+        return json.dumps(v)
+
     lines = []
     for entry in entries:
         lines.append("[[queues]]")
-        lines.extend(f"{key} = {json.dumps(value)}" for key, value in entry.items())
+        lines.extend(f"{key} = {value(v)}" for key, v in entry.items())
     return "\n".join(lines) + "\n"
 
 
@@ -63,8 +74,12 @@ def declared(bad: dict) -> list[dict]:
 
 
 def config_of(entries: list[dict]) -> Config:
-    return Config(queues=tuple(DeclaredQueue(**{k: tuple(v) if isinstance(v, list) else v for k, v in e.items()})
-                               for e in entries))
+    def field(v: object) -> object:
+        if isinstance(v, dict):
+            return tuple((k, tuple(x) if isinstance(x, list) else (x,)) for k, x in v.items())
+        return tuple(v) if isinstance(v, list) else v
+
+    return Config(queues=tuple(DeclaredQueue(**{k: field(v) for k, v in e.items()}) for e in entries))
 
 
 @pytest.fixture
@@ -171,6 +186,46 @@ async def test_the_dashboard_shows_every_panel_and_the_bad_row_unknown_with_its_
         said = "dead_letter_table 'public.nope_dlq' not found"
         assert "unknown" in text and said in text and "could not load" not in text, text
         assert text.index(said) < text.index("its rows could not be read")
+
+
+# -- a declaration the file itself gets wrong: one error line, exit 2, nothing read -----------------
+
+ORDER_SAYS = "order_by must be a column, or a list of 1 to 8 columns each optionally followed by ASC or DESC"
+WHERE_SAYS = "dead_letter_where must be a table of column = value or list of values"
+
+
+@pytest.mark.parametrize("entry, says", [
+    ('order_by = []', ORDER_SAYS),
+    ('order_by = ["id", 3]', ORDER_SAYS),
+    ('order_by = ["id", ""]', ORDER_SAYS),
+    ('order_by = 7', ORDER_SAYS),
+    ('order_by = "id"\ndead_letter_table = "public.other"\ndead_letter_where = "status = \'failed\'"', WHERE_SAYS),
+    ('order_by = "id"\ndead_letter_table = "public.other"\ndead_letter_where = ["status", "failed"]', WHERE_SAYS),
+    ('order_by = "id"\ndead_letter_table = "public.other"\ndead_letter_where = { status = 1.5 }',
+     "dead_letter_where: status: give a value or a list of 1 to 100 values (strings, whole numbers or booleans)"),
+    ('order_by = "id"\ndead_letter_table = "public.other"\ndead_letter_where = { status = [] }', "status: give a value or a list"),
+    ('order_by = "id"\ndead_letter_table = "public.other"\ndead_letter_where = { status = { a = 1 } }', "status: give a value"),
+    ('order_by = "id"\ndead_letter_table = "public.other"\ndead_letter_where = { status = ["failed", 3] }',
+     "dead_letter_where: status: its values must be all strings, all whole numbers or all booleans"),
+    ('order_by = "id"\ndead_letter_where = { status = "failed" }', "queues[0]: dead_letter_where needs a dead_letter_table"),
+], ids=["order-empty", "order-not-strings", "order-blank", "order-number", "where-sql-text", "where-list", "where-float",
+        "where-no-values", "where-table", "where-mixed", "where-no-table"])
+def test_a_malformed_order_by_or_dead_letter_where_is_one_error_line(tmp_path, entry, says):
+    path = tmp_path / "config.toml"
+    path.write_text(f'[[queues]]\nname = "bad"\ntable = "public.jobs"\n{entry}\n')
+    line = one_error(*run(["snapshot", "--config", str(path), "--dsn", "postgresql://u@127.0.0.1:1/x"]))
+    assert line.startswith(f"queuetop: error: config {str(path)!r}: queues[0]") and says in line, line
+
+
+def test_order_by_takes_a_column_or_a_list_and_dead_letter_where_a_table_of_values():
+    [single, several] = parse_config({"queues": [
+        {"name": "a", "table": "t", "order_by": "id", "dead_letter_table": "", "dead_letter_where": {}},  # as the example
+        {"name": "b", "table": "t", "order_by": ["priority DESC", "id ASC NULLS FIRST"], "dead_letter_table": "t_dead",
+         "dead_letter_where": {"status": ["exception", "failed"], "final": True, "attempts": [3, 4]}},
+    ]}).queues
+    assert single.order_by == "id" and single.dead_letter_where == ()
+    assert several.order_by == ("priority DESC", "id ASC NULLS FIRST")
+    assert several.dead_letter_where == (("status", ("exception", "failed")), ("final", (True,)), ("attempts", (3, 4)))
 
 
 # -- a fault of queuetop's own: contained to its probe, or to its source ---------------------------
