@@ -16,6 +16,9 @@ between two reads and never the depth of a queue (at most FEED_CAP rows a read):
   the jobs still there which task and queue they went to, and the count's change what left
   (arrived - growth of the rows). Jobs that came and went between two reads are put to the one
   task (queue) that moved; where several did, shared out by what each did, and flagged estimates.
+- **PgQueuer**: its log (a row per change of a job's status): `queued` with no traceback arrived
+  (with one, a retry's back-off); `successful`, `exception`, `canceled`, `deleted`, `failed` left
+  (`exception`, `failed`: failed for good).
 - **PGMQ**: a table per queue; its msg_id sequence tells what arrived, and what left (deleted or
   archived) is what arrived minus the growth of its rows, when both counts are exact.
 
@@ -72,8 +75,8 @@ class IdFeed:
     def read(self, conn: ProbeConnection) -> Counter[tuple[str | None, str]] | None:
         now = time.monotonic()
         if self.hi is None:
-            top = one(conn.execute(sql.SQL(FLOWS_SQL["top_id"]).format(table=self.table, id=self.id_column)))["top"]
-            self.hi = int(top) if top is not None else 0
+            start = one(conn.execute(sql.SQL(FLOWS_SQL["top_id"]).format(table=self.table, id=self.id_column)))["top"]
+            self.hi = int(start) if start is not None else 0
             return None
         after = sql.SQL(FLOWS_SQL["ids_after"]).format(id=self.id_column)
         again = sql.SQL(FLOWS_SQL["ids_in"]).format(id=self.id_column)
@@ -176,18 +179,14 @@ def _exact_rows(f: QueueFigures) -> int | None:
     return f.depth + (f.dead or 0)
 
 
-class ProcrastinateFlows(FlowReader):
-    """Procrastinate's events table, read by id (its primary key)."""
+class EventFeedFlows(FlowReader):
+    """A library's table of records read by id (IdFeed): which kinds of record say a job arrived,
+    left, failed for good."""
 
-    ARRIVED = frozenset({"deferred"})
-    LEFT = frozenset({"succeeded", "failed", "cancelled", "aborted"})
-
-    def __init__(self, source: QueueSource) -> None:
-        super().__init__(source)
-        parts = {"jobs": Identifier(source.schema, "procrastinate_jobs"),
-                 "events": Identifier(source.schema, "procrastinate_events")}
-        self.feed = IdFeed(sql.SQL("{} AS e").format(parts["events"]), sql.SQL("e.id"),
-                           lambda where: sql.SQL(FLOWS_SQL["procrastinate_events"]).format(**parts, where=where))
+    ARRIVED: frozenset[str] = frozenset()
+    LEFT: frozenset[str] = frozenset()
+    FAILED: frozenset[str] = frozenset()
+    feed: IdFeed
 
     def counts(self, conn: ProbeConnection, figures: list[QueueFigures]) -> Tally | None:
         read = self.feed.read(conn)
@@ -198,13 +197,39 @@ class ProcrastinateFlows(FlowReader):
             if queue is None:
                 continue
             c = out.setdefault(queue, {"enqueued": 0, "dequeued": 0, "failed": 0})
-            if kind in self.ARRIVED:
-                c["enqueued"] += n
-            if kind in self.LEFT:
-                c["dequeued"] += n
-            if kind == "failed":
-                c["failed"] += n
+            c["enqueued"] += n if kind in self.ARRIVED else 0
+            c["dequeued"] += n if kind in self.LEFT else 0
+            c["failed"] += n if kind in self.FAILED else 0
         return out
+
+
+class ProcrastinateFlows(EventFeedFlows):
+    """Procrastinate's events table, read by id (its primary key)."""
+
+    ARRIVED = frozenset({"deferred"})
+    LEFT = frozenset({"succeeded", "failed", "cancelled", "aborted"})
+    FAILED = frozenset({"failed"})
+
+    def __init__(self, source: QueueSource) -> None:
+        super().__init__(source)
+        parts = {"jobs": Identifier(source.schema, "procrastinate_jobs"),
+                 "events": Identifier(source.schema, "procrastinate_events")}
+        self.feed = IdFeed(sql.SQL("{} AS e").format(parts["events"]), sql.SQL("e.id"),
+                           lambda where: sql.SQL(FLOWS_SQL["procrastinate_events"]).format(**parts, where=where))
+
+
+class PgQueuerFlows(EventFeedFlows):
+    """PgQueuer's log table, read by id (its primary key)."""
+
+    ARRIVED = frozenset({"queued"})
+    LEFT = frozenset({"successful", "exception", "canceled", "deleted", "failed"})
+    FAILED = frozenset({"exception", "failed"})
+
+    def __init__(self, source: QueueSource) -> None:
+        super().__init__(source)
+        log = Identifier(source.schema, "pgqueuer_log")
+        self.feed = IdFeed(sql.SQL("{} AS l").format(log), sql.SQL("l.id"),
+                           lambda where: sql.SQL(FLOWS_SQL["pgqueuer_log"]).format(log=log, where=where))
 
 
 class RiverFlows(FlowReader):
@@ -365,6 +390,7 @@ READERS: dict[str, type[FlowReader]] = {
     "river": RiverFlows,
     "graphile-worker": GraphileFlows,
     "pgmq": PgmqFlows,
+    "pgqueuer": PgQueuerFlows,
 }
 
 

@@ -87,3 +87,14 @@ FROM (SELECT j.task_id, j.job_queue_id FROM {jobs} j
 JOIN {tasks} t ON t.id = j.task_id
 LEFT JOIN {job_queues} q ON q.id = j.job_queue_id
 GROUP BY 1, 2;
+
+-- name: pgqueuer_log
+-- Fragment ({where}: the ids read): PgQueuer's log (pgqueuer_log, a row per change of a job's
+-- status, written by the statement that changes it), each with its entrypoint. `queued` with no
+-- traceback: a job arrived (enqueued, or requeued from failed); `queued` with one is a retry's
+-- back-off (retry_job), not an arrival; `successful`, `exception`, `canceled`, `deleted`,
+-- `failed`: it left (`exception`, `failed`: failed for good).
+SELECT l.id, l.entrypoint::text AS grp,
+       CASE WHEN l.status::text = 'queued' AND l.traceback IS NOT NULL THEN 'retried' ELSE l.status::text END AS kind
+FROM {log} l
+WHERE {where}
