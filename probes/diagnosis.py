@@ -186,6 +186,7 @@ def _ours(session: SessionSample) -> bool:
 # of a queue's own (Procrastinate: `procrastinate_any_queue_v1`, `procrastinate_queue_v1#mail`).
 LISTENS: dict[str, tuple[str, str | None]] = {
     "procrastinate": ("procrastinate_any_queue_v1", "procrastinate_queue_v1#"),
+    "pgqueuer": ("ch_pgqueuer", None),  # its QueueManager's channel (DBSettings.channel), every entrypoint's
 }  # (the engine's listeners share one channel for every queue: its workers are found by their claims)
 # The functions a library's workers fetch jobs with, by source: a call takes from its table even
 # though the statement does not name it.

@@ -310,6 +310,7 @@ class PostgresProbes:
             failed_total=failed_total,
             blocked=f.blocked,
             estimated=estimated,
+            counting=tuple(f.counting),
             schema=f.schema,
             error=f.error,
         )

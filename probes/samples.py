@@ -138,6 +138,9 @@ class QueueSample:
     # records tell (probes/sources/flows.py): per second over the last interval, and added up.
     failed_per_s: float | None = None
     failed_total: int | None = None
+    # Figures not known yet and being counted (each None): a table larger than the first cycle's
+    # reading, where a sample of its unread pages bounds them no better than 5 % (tally.py).
+    counting: tuple[str, ...] = ()
     # Due but not claimable now (a lock, a policy, a locked named queue): part of delayed.
     blocked: int | None = None
     # Figures that are estimates -> age (s) of the exact count behind each (None: never counted).

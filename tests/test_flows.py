@@ -12,60 +12,10 @@ import threading
 
 import pytest
 
-from probes.sampler import probes_for, run_cycle
-
 from .conftest import NodeWorkload, wait_until
+from .cycles import Cycles, settle_totals, totals
 
 pytestmark = pytest.mark.matrix
-
-
-def _totals(snapshot, source: str) -> dict[str, tuple[int | None, int | None, int | None]]:
-    return {q.name: (q.enqueued_total, q.dequeued_total, q.failed_total) for q in snapshot.queues if q.source == source}
-
-
-def settle_totals(cycles: Cycles, source: str, expected: dict, timeout: float = 30.0) -> None:
-    """Poll until the counters of the source's queues in the cycles' last snapshot equal
-    `expected`; on timeout, fail with both."""
-    try:
-        wait_until(lambda: _totals(cycles.last, source) == expected, timeout=timeout, interval=0.1,
-                   what=f"{source}'s counters to reach the truth")
-    except AssertionError:
-        assert _totals(cycles.last, source) == expected
-        raise
-
-
-class Cycles:
-    """Probe cycles on one probes object (the readers keep their place between cycles), run in a
-    thread of their own for as long as a workload runs, and the last snapshot."""
-
-    def __init__(self, db) -> None:
-        self.db = db
-        self.probes = probes_for(db.target)
-        self.last = run_cycle(db.target, probes=self.probes)  # the first: where each reader starts
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.cycles = 1
-
-    def __enter__(self) -> Cycles:
-        def loop() -> None:
-            while not self._stop.is_set():
-                self.last = run_cycle(self.db.target, probes=self.probes)
-                self.cycles += 1
-                self._stop.wait(0.2)
-
-        self._thread = threading.Thread(target=loop, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        assert self._thread is not None
-        self._thread.join(60)
-
-    def once(self):
-        self.last = run_cycle(self.db.target, probes=self.probes)
-        self.cycles += 1
-        return self.last
 
 
 # -- Procrastinate -------------------------------------------------------------------------------
@@ -108,11 +58,11 @@ def test_procrastinate_rates_count_every_job_of_each_queue_while_its_worker_runs
                                  "FROM procrastinate_jobs GROUP BY 1").fetchall())
         failed = dict(conn.execute("SELECT queue_name, count(*) FILTER (WHERE status = 'failed') "
                                    "FROM procrastinate_jobs GROUP BY 1").fetchall())
-    totals = _totals(snap, "procrastinate")
+    counted = totals(snap, "procrastinate")
     # mail: 400 deferred after the first cycle (its job from before counts as done, not arrived);
     # 1 in 10 failed for good.
-    assert totals["mail"] == (400, done["mail"], failed["mail"]) and failed["mail"] == 40
-    assert totals["reports"] == (300, 300, 0)
+    assert counted["mail"] == (400, done["mail"], failed["mail"]) and failed["mail"] == 40
+    assert counted["reports"] == (300, 300, 0)
     # Idle now: the last interval's rates are 0.
     rows = {q.name: q for q in snap.queues if q.source == "procrastinate"}
     assert rows["mail"].enqueued_per_s == 0 and rows["mail"].dequeued_per_s == 0 and rows["mail"].failed_per_s == 0
@@ -222,3 +172,26 @@ def test_pgmq_rates_count_sends_by_its_sequence_and_departures_by_exact_counts(d
     finally:
         mq.close()
         pool.close()
+
+
+# -- PgQueuer ------------------------------------------------------------------------------------------
+
+
+def test_pgqueuer_rates_count_its_log_while_a_real_worker_runs(db):
+    pytest.importorskip("pgqueuer", reason="PgQueuer is a test dependency (pip install -e '.[test]')")
+    from .oracle.pgqueuer import PgQueuer
+
+    pgq = PgQueuer(db.dsn, "public")
+    try:
+        pgq.install()
+        pgq.enqueue("mail", 3)  # before the first cycle: worked off after it, so counted as left, not arrived
+        cycles = Cycles(db)
+        with cycles:
+            pgq.enqueue("mail", 200)
+            pgq.enqueue("mail", 20, payload="fail")  # its handler raises: deleted, logged `exception`
+            pgq.enqueue("reports", 100)
+            pgq.worker({"mail": {}, "reports": {}})
+            pgq.wait_for("SELECT count(*) FROM {jobs}", (0,), "the worker to work every job off")
+            settle_totals(cycles, "pgqueuer", {"mail": (220, 223, 20), "reports": (100, 100, 0)})
+    finally:
+        pgq.close()

@@ -25,6 +25,14 @@ def count(value: int | None, estimate: bool = False) -> str:
     return f"~{compact(value)}" if abs(value) >= 10_000 else f"~{value:,}"
 
 
+COUNTING = "counting…"  # a figure not known yet: the table is being read (probes/sources/tally.py)
+
+
+def figure(value: int | None, estimate: bool = False, counting: bool = False) -> str:
+    """A queue's figure (count()), or that it is being counted."""
+    return COUNTING if counting and value is None else count(value, estimate)
+
+
 def compact(value: int) -> str:
     """Three significant figures with a unit: 23.3k, 981k, 1.00M, 12.4G."""
     sign, v = ("-" if value < 0 else ""), abs(value)

@@ -9,10 +9,10 @@ from collections.abc import Sequence
 from rich.cells import cell_len
 
 from dbcore.text import inert, inert_line
-from probes.model import Connections, ServerInfo, Snapshot, utc_text
+from probes.model import Connections, QueueSample, ServerInfo, Snapshot, utc_text
 from probes.pooler_console import POOLER, pool_name, pools_of
 
-from .format import blocks_text, byte_size, database_name, seconds, wait_phrase
+from .format import COUNTING, blocks_text, byte_size, database_name, seconds, wait_phrase
 
 
 def _num(value: object, suffix: str = "") -> str:
@@ -134,6 +134,12 @@ def _pooler(s: Snapshot) -> str:
     return _table(title, ("pool", "waiting", "max wait", "clients", "servers", "idle", "mode"), rows, unknown)
 
 
+def _counted(q: QueueSample, figure: str) -> object:
+    """A queue's figure, or COUNTING where it is not known yet and being counted."""
+    value = getattr(q, figure)
+    return COUNTING if value is None and figure in q.counting else value
+
+
 def render(snapshot: Snapshot) -> str:
     s = snapshot
     head = (
@@ -147,11 +153,11 @@ def render(snapshot: Snapshot) -> str:
         (
             q.name + (" ~" if q.depth_is_estimate else ""),
             q.source,
-            "unknown" if q.error and q.depth is None else q.depth,
-            q.ready,
-            q.in_flight,
-            q.delayed,
-            q.dead,
+            "unknown" if q.error and q.depth is None else _counted(q, "depth"),
+            _counted(q, "ready"),
+            _counted(q, "in_flight"),
+            _counted(q, "delayed"),
+            _counted(q, "dead"),
             q.oldest_ready_age_s,
             q.enqueued_per_s,
             q.dequeued_per_s,

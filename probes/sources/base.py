@@ -216,6 +216,9 @@ class QueueFigures:
     # The figures that are estimates (past the exact-count cap), each with the age in seconds of
     # the exact count it comes from (None: never counted, extrapolated).
     estimated: dict[str, float | None] = field(default_factory=dict)
+    # The figures not known yet, being counted (None): a table larger than the first cycle's
+    # reading whose sample bounds them no better than 5 % (tally.py) until the tally has read it.
+    counting: list[str] = field(default_factory=list)
     schema: str | None = None  # the schema of the library's install this queue belongs to
     # How the rates come from the table's cumulative counters (pg_stat_user_tables):
     # "deletes"  - one queue per table, a finished message is deleted: in = inserts, out = deletes;
@@ -321,6 +324,11 @@ class QueueSource:
 
     def sample(self, conn: ProbeConnection, detection: Detection) -> list[QueueFigures]:
         raise NotImplementedError
+
+    def moved(self, blocks: set[int]) -> None:
+        """The pages of its job table that jobs moved to since the last cycle (flows.py, from
+        the library's own records): a source whose counts are kept per chunk (tally.py) reads
+        those chunks first in the next cycle."""
 
     def details(self, conn: ProbeConnection, name: str) -> QueueDetails:
         raise NotImplementedError

@@ -71,6 +71,7 @@ class IdFeed:
         self.table, self.id_column, self.rows, self.cap = table, id_column, rows, cap
         self.hi: int | None = None
         self.gaps: dict[int, float] = {}  # id -> when it was first found missing (monotonic)
+        self.blocks: set[int] = set()  # the pages the jobs read at the last read are on
 
     def read(self, conn: ProbeConnection) -> Counter[tuple[str | None, str]] | None:
         now = time.monotonic()
@@ -92,6 +93,8 @@ class IdFeed:
                 top = int(row["n"]) if row["n"] is not None else None
             elif row["part"] == "missing":
                 missing = list(row["ids"] or ())
+            elif row["part"] == "blocks":
+                self.blocks = set(row["ids"] or ())
             else:
                 found = list(row["ids"] or ())
         for gone in found:
@@ -117,6 +120,7 @@ class FlowReader:
         # Counts of a queue the records name and the figures do not list yet (its first job came
         # after its source's list was read): given to it at the next read, where it is listed.
         self.carried: dict[str, dict[str, float]] = {}
+        self.blocks: set[int] = set()  # the pages of the jobs that moved since the last read
 
     def read(self, conn: ProbeConnection, figures: list[QueueFigures]) -> dict[str, Flow] | None:
         counts = self.counts(conn, figures)
@@ -190,6 +194,7 @@ class EventFeedFlows(FlowReader):
 
     def counts(self, conn: ProbeConnection, figures: list[QueueFigures]) -> Tally | None:
         read = self.feed.read(conn)
+        self.blocks = self.feed.blocks
         if read is None:
             return None
         out: Tally = {f.name: {"enqueued": 0, "dequeued": 0, "failed": 0} for f in figures}
@@ -227,9 +232,9 @@ class PgQueuerFlows(EventFeedFlows):
 
     def __init__(self, source: QueueSource) -> None:
         super().__init__(source)
-        log = Identifier(source.schema, "pgqueuer_log")
+        log, jobs = Identifier(source.schema, "pgqueuer_log"), Identifier(source.schema, "pgqueuer")
         self.feed = IdFeed(sql.SQL("{} AS l").format(log), sql.SQL("l.id"),
-                           lambda where: sql.SQL(FLOWS_SQL["pgqueuer_log"]).format(log=log, where=where))
+                           lambda where: sql.SQL(FLOWS_SQL["pgqueuer_log"]).format(log=log, jobs=jobs, where=where))
 
 
 class RiverFlows(FlowReader):
@@ -244,6 +249,7 @@ class RiverFlows(FlowReader):
 
     def counts(self, conn: ProbeConnection, figures: list[QueueFigures]) -> Tally | None:
         arrived = self.feed.read(conn)
+        self.blocks = set(self.feed.blocks)
         statement = sql.SQL(FLOWS_SQL["river_finalized"]).format(jobs=self.jobs)
         finalized: Counter[tuple[str, str]] = Counter()
         until = None
@@ -252,6 +258,7 @@ class RiverFlows(FlowReader):
                 until = float(row["until"])
             else:
                 finalized[(row["grp"], row["kind"])] += int(row["n"])
+                self.blocks.update(row["blocks"] or ())
         first = self.since is None
         self.since = until
         if arrived is None or first:
@@ -302,10 +309,12 @@ class GraphileFlows(FlowReader):
             before.setdefault(name, _Rows(0, 0, 0))
         arrived = max(0, value - last)
         seen: Counter[str] = Counter()
+        self.blocks = set()
         if arrived:
             statement = sql.SQL(FLOWS_SQL["graphile_new"]).format(**self.parts)
             for r in conn.execute(statement, {"lo": last, "hi": value, "cap": FEED_CAP}):
                 seen[f"task:{r['task']}"] += int(r["n"])
+                self.blocks.update(r["blocks"] or ())
                 if r["queue"] is not None:
                     seen[f"queue:{r['queue']}"] += int(r["n"])
         out: Tally = {}
@@ -410,6 +419,8 @@ class Flows:
         if reader is None:
             reader = self.readers[key] = cls(source)
         flows = reader.read(conn, figures)
+        if reader.blocks:  # where the jobs that moved are now: their counts are read again first
+            source.moved(reader.blocks)
         if flows is None:
             return
         for f in figures:

@@ -89,11 +89,13 @@ class GraphileWorker(QueueSource):
         # A job is in its task's row and in its named queue's row.
         totals: dict[tuple[str, str], dict[str, float]] = {}
         oldest: dict[tuple[str, str], float] = {}
+        members: dict[tuple[str, str], list[str | None]] = {}  # the tally's groups a row adds up
         for group, counts in by_group.items():
             task_id, _, queue_id = (group or ":").partition(":")
             for key in (("task", task_id), ("queue", queue_id)):
                 if not key[1]:
                     continue
+                members.setdefault(key, []).append(group)
                 total = totals.setdefault(key, dict.fromkeys(counts, 0.0))
                 for cls, n in counts.items():
                     total[cls] += n
@@ -115,16 +117,21 @@ class GraphileWorker(QueueSource):
             )
             figures.depth_is_estimate = any(k in estimated for k in ("ready", "in_flight", "delayed", "blocked"))
             figures.depth = (figures.ready or 0) + (figures.in_flight or 0) + (figures.delayed or 0)
+            # (a row none of whose jobs were read yet: a group of its own, bounded by the sample's floor)
+            self.jobs.mark_counting(figures, members.get(key) or [f"{key[0]}:{key[1]}"])
             if figures.ready and key in oldest:
                 figures.oldest_ready_age_s = max(0.0, server_now - oldest[key])
             if entry["locked_at"] is not None:
                 figures.notes.append(f"named queue locked by {entry['locked_by'] or '?'} since {entry['locked_at']:%H:%M:%S}"
                                      f": {whole('blocked'):,} job(s) wait behind it")
             if table.rls_active:
-                figures.notes.append(f"row-level security hides rows from this role: {figures.depth:,} visible"
+                figures.notes.append(f"row-level security hides rows from this role: {figures.depth or 0:,} visible"
                                      f" of ~{live:,} live in {jobs}")
             out.append(figures)
         return out
+
+    def moved(self, blocks: set[int]) -> None:
+        self.jobs.tally.moved(blocks)
 
     def details(self, conn: ProbeConnection, name: str) -> QueueDetails:
         kind, _, value = name.partition(":")

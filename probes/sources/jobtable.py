@@ -37,7 +37,19 @@ from .base import QueueDetails, QueueFigures
 from .plans import Estimates, too_dear
 from .queuenames import MAX_QUEUES, QueueNames
 from .resolved import ResolvedTable, resolve
-from .tally import CHUNK_PAGES, CLASSES, Key, RelationFacts, Statement, Tally, TallyView, facts_of, flags_of
+from .tally import (
+    CHUNK_PAGES,
+    CLASSES,
+    TOLERANCE,
+    Key,
+    RelationFacts,
+    Statement,
+    Tally,
+    TallyView,
+    facts_of,
+    flags_of,
+    spread,
+)
 
 if TYPE_CHECKING:
     from ..session import ProbeConnection
@@ -79,6 +91,8 @@ class JobTable:
         # that fails and rolls back), is not a job being worked.
         self.held_by_transactions = held_by_transactions
         self._dead_letter_jobs_table: JobTable | None = None
+        # The error bounds of the last sample's counts where they take in pages never read (_bounds).
+        self.last_bounds: dict[Any, float] | None = None
         self._cached_parts: dict[str, sql.Composable] | None = None
         self._reads: dict[tuple[str | None, ...], bytes] = {}  # the states read exactly -> their statement
         self._read_oldest: dict[str | None, dict[str | None, float]] = {}  # state -> group -> oldest due (exact reads)
@@ -136,6 +150,7 @@ class JobTable:
         view = self.tally.advance(conn, table, self._tally_statement(conn, table), self._params(), facts.pages)
         self._read_oldest = {}
         exact = {} if view.fresh else self._exact_reads(conn, table, view)
+        self.last_bounds = self._bounds(view, exact)
         dead_letters = self._dead_letters_by_queue(conn) if d.dead_letter_table else None
         out, notes = self._assemble(conn, table, view, exact, wanted, dead_letters)
         for figures in out:
@@ -150,6 +165,7 @@ class JobTable:
         view = self.tally.advance(conn, table, self._tally_statement(conn, table), self._params(), self.facts(conn).pages)
         exact = {} if view.fresh else self._exact_reads(conn, table, view)
         by_group, estimated = self._by_group(conn, table, view, exact)
+        self.last_bounds = self._bounds(view, exact)
         return by_group, estimated, view
 
     def _params(self) -> dict[str, Any]:
@@ -296,6 +312,50 @@ class JobTable:
                     estimated[cls] = view.age_s
         return by_group, estimated
 
+    def _bounds(self, view: TallyView, exact: dict[str | None, dict[Key, tuple[float, ...]]]) -> dict[Any, float] | None:
+        """The error bound of each (group, class)'s count where the tally's include an estimate of
+        pages never read yet (tally.spread; "depth" for the four waiting classes together), None
+        where they include none. The states read exactly now carry none."""
+        if view.unread is None:
+            return None
+
+        def classify(key: Key, flags: tuple[float, ...]) -> dict[Any, float]:
+            group, state = key
+            if state in exact:
+                return {}
+            by = self._classes(state, flags)
+            out: dict[Any, float] = {(group, cls): n for cls, n in by.items()}
+            out[(group, "depth")] = sum(by.get(cls, 0.0) for cls in ("ready", "in_flight", "delayed", "blocked"))
+            return out
+
+        return spread(view.unread, classify)
+
+    def mark_counting(self, figures: QueueFigures, groups: list[str | None]) -> None:
+        """A figure whose count takes in pages never read yet, bounded no better than TOLERANCE
+        of it (or not certainly past `cap`, below which a figure must be exact), is absent and
+        said to be counting: never a scaled guess. `groups`: the tally's groups the row adds up."""
+        bounds = self.last_bounds
+        if bounds is None:
+            return
+        floor = bounds.get("*", float("inf"))
+
+        def bound(cls: str) -> float:
+            return sum(bounds.get((group, cls), floor) for group in groups)
+
+        wide = {
+            "ready": bound("ready") if "ready" in figures.estimated else 0.0,
+            "in_flight": bound("in_flight") if "in_flight" in figures.estimated else 0.0,
+            "blocked": bound("blocked") if "blocked" in figures.estimated else 0.0,
+            "dead": bound("dead") if "dead" in figures.estimated else 0.0,
+            "depth": bound("depth") if figures.depth_is_estimate else 0.0,
+        }
+        wide["delayed"] = (bound("delayed") if "delayed" in figures.estimated else 0.0) + wide["blocked"]
+        for name, h in wide.items():
+            value = getattr(figures, name)
+            if h and value is not None and not (h <= TOLERANCE * value and value - h >= self.cap):
+                setattr(figures, name, None)
+                figures.counting.append(name)
+
     def _classes(self, state: str | None, flags: tuple[float, ...]) -> dict[str, float]:
         """The rows of one state, counted with their flags (FLAGS: all, held, out of attempts, due
         later, blocked), by class: a listed state's all in its class; another's as its flags say."""
@@ -372,6 +432,7 @@ class JobTable:
             figures.estimated = {k: v for k, v in fields.items() if k in ("ready", "in_flight", "delayed", "dead", "blocked")}
             figures.depth = figures.ready + figures.in_flight + figures.delayed
             figures.depth_is_estimate = any(k in figures.estimated for k in ("ready", "in_flight", "delayed", "blocked"))
+            self.mark_counting(figures, [group if group is not None or shared else None])
             # The oldest due job: of the states read now where they were, else the tally's.
             candidates = [by_state[group] for by_state in self._read_oldest.values() if group in by_state]
             if "ready" in estimated and group in view.oldest:

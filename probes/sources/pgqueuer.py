@@ -136,12 +136,15 @@ class PgQueuer(QueueSource):
         # those is listed too.
         dead: dict[str, int] = {}
         dead_estimated: dict[str, float | None] = {}
+        dead_counting: set[str] = set()
         log_error = None
         if log is not None:
             for figures in log.sample(conn):
                 if figures.error is not None:
                     log_error = figures.error
                     continue
+                if figures.dead is None and "dead" in figures.counting:  # the log is being counted
+                    dead_counting.add(figures.name)
                 dead[figures.name] = figures.dead or 0
                 if "dead" in figures.estimated:
                     dead_estimated["dead"] = figures.estimated["dead"]
@@ -151,7 +154,13 @@ class PgQueuer(QueueSource):
         out = jobs.sample(conn, queues=sorted(set(dead) | set(self._seen)))
         counted = [f for f in out if f.error is None]
         for figures in counted:
+            if figures.dead is None and "dead" in figures.counting:
+                continue
             figures.dead = None if log_error is not None else (figures.dead or 0) + dead.get(figures.name, 0)
+            if figures.name in dead_counting:
+                figures.dead = None
+                figures.counting.append("dead")
+                continue
             if log_error is not None:
                 figures.notes.append(f"its failed jobs are unknown: {log_error}")
             elif "dead" in dead_estimated:  # the older of the two counts' ages (None: never counted)
@@ -199,7 +208,8 @@ class PgQueuer(QueueSource):
             if figures.in_flight is not None:
                 stale = min(stale, figures.in_flight)
                 figures.in_flight -= stale
-            figures.ready = (figures.ready or 0) + stale
+            if "ready" not in figures.counting:
+                figures.ready = (figures.ready or 0) + stale
             if capped:
                 for key in ("ready", "in_flight"):
                     figures.estimated.setdefault(key, None)
@@ -225,6 +235,9 @@ class PgQueuer(QueueSource):
                 figures.notes.append(
                     f"concurrency-limited: {held:,} running job(s) hold its slots; its due jobs wait while they are as many "
                     "as the concurrency_limit its workers register (in their code, not in the database: blocked unknown)")
+
+    def moved(self, blocks: set[int]) -> None:
+        self._job_tables()[0].tally.moved(blocks)
 
     def details(self, conn: ProbeConnection, name: str) -> QueueDetails:
         if self.detect(conn) is None:  # (reads which tables and labels the install has)

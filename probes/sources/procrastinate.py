@@ -80,5 +80,8 @@ class Procrastinate(QueueSource):
             blocked = conn.execute(sql.SQL(PROCRASTINATE_SQL["blocked_head"]).format(**self._parts()), params).fetchall()
         return QueueDetails(head=generic.head, dead=conn.execute(failures, params).fetchall(), blocked=blocked)
 
+    def moved(self, blocks: set[int]) -> None:
+        self.table.tally.moved(blocks)
+
 
 SOURCE = Procrastinate

@@ -82,6 +82,9 @@ class River(QueueSource):
                     figures.oldest_ready_age_s = ages.get(figures.name, figures.oldest_ready_age_s)
         return out
 
+    def moved(self, blocks: set[int]) -> None:
+        self.table.tally.moved(blocks)
+
     def details(self, conn: ProbeConnection, name: str) -> QueueDetails:
         generic = self.table.details(conn, name)
         failures = sql.SQL(RIVER_SQL["failures"]).format(**self._parts())

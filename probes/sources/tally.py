@@ -13,9 +13,15 @@ reads that chunk again:
 - a larger one is read in turns, from where the last cycle stopped, within the probes' time for
   the tallies (CYCLE_TALLY_MS a cycle, shared evenly by the tables as credit: the cost grows with
   the number of tables, never with their depth). Each figure is the sum of the chunks' counts,
-  exact as of the oldest chunk's reading (its `age_s`), and flagged as an estimate. Chunks not
-  read yet (the first passes over a table larger than the first cycle's reading) are
-  extrapolated from the pages read, flagged with no age.
+  exact as of the oldest chunk's reading (its `age_s`), and flagged as an estimate.
+- Chunks not read yet (a table larger than the first cycle's reading, until the first pass has
+  come round) are estimated from a sample taken in that first cycle: SAMPLE_RUNS runs of
+  RUN_PAGES pages at random among them (stratified by chunk: every unread chunk can be drawn,
+  each page as likely as any other), counted like the chunks. The unread pages' rows are the
+  sample's rows per page times their pages (a ratio estimate), and `spread` gives each figure's
+  error bound from the runs' scatter (Z standard errors, and never less than what a sample that
+  met none of a kind's rows leaves possible): a figure is shown, flagged, only where that bound is
+  within 5 % of it; else it is absent and said to be counting (jobtable.py).
 
 Outside a probe cycle (a source sampled alone) a table reads TABLE_PAGES a call. Without TID
 range scans (PostgreSQL 12 and 13), a pass is one statement over the whole table, made when the
@@ -25,6 +31,7 @@ come from one catalog statement a cycle for all of them (CycleCatalog).
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -43,6 +50,13 @@ TABLE_PAGES = 256  # pages of one table read per probe cycle (2 MB: ~10-40k job 
 FIRST_TABLE_PAGES = 16_384  # ... in the table's first cycle (128 MB): one snapshot exact on ~1M narrow rows
 SMALL_TABLE_PAGES = 128  # a table of at most this (1 MB) is read whole every cycle, outside the time budget
 TID_RANGE_SCAN = 140_000  # the first server_version_num with TID range scans
+RUN_PAGES = 8  # a sample run's pages
+SAMPLE_RUNS = 128  # runs sampled from the pages not read in a table's first cycle (8 MB at most)
+MIN_RUNS = 16  # fewer runs than this left among the unread pages: no estimate from them
+Z = 3.0  # standard errors in an estimate's error bound (99.7 % of a normal error)
+TOLERANCE = 0.05  # an estimate is shown only within this of the count (else it is being counted)
+HOT_S = 30.0  # a chunk jobs moved to is read every cycle for this long
+HOT_CHUNKS = 4  # ... at most this many of them a cycle (8 MB), the latest moved first
 CLASSES = ("ready", "in_flight", "delayed", "blocked", "dead")
 FLAGS = ("n", "held", "exhausted", "later", "blocked")  # what a count row says of its rows (tally in jobtable.sql)
 
@@ -177,16 +191,80 @@ class Chunk:
 
 
 @dataclass
+class Run:
+    """A sample run: RUN_PAGES pages (in every partition) of a chunk not read yet, and its counts."""
+
+    index: int  # the chunk index it lies in
+    pages: int  # its pages, all partitions together
+    counts: dict[Key, Flags] = field(default_factory=dict)
+
+
+@dataclass
+class Unread:
+    """The pages of a table not read yet, and the sample runs that lie among them (none: there is
+    no sample, and what they hold is not known)."""
+
+    pages: int
+    runs: list[Run]
+
+    @property
+    def sampled_pages(self) -> int:
+        return sum(r.pages for r in self.runs)
+
+
+@dataclass
 class TallyView:
     """What the tally knows now: flag counts by (group, state); `fresh` when every chunk was
     read in this cycle; `age_s` the age of the oldest chunk's count (None: some never read, and
-    extrapolated)."""
+    estimated from the sample). `unread`: the pages never read and the sample of them (None when
+    every chunk has been read)."""
 
     counts: dict[Key, tuple[float, ...]]
     oldest: dict[str | None, float]
     fresh: bool
     age_s: float | None
     server_offset: float  # server epoch - time.time(), from the last reading
+    unread: Unread | None = None
+
+
+Classify = Callable[[Key, tuple[float, ...]], dict[Any, float]]
+
+
+def spread(unread: Unread, classify: Classify) -> dict[Any, float]:
+    """The error bound of each figure's share from the unread pages: `classify` says what a key's
+    flag counts add to which figures (keys it gives nothing to are read exactly elsewhere). A
+    ratio estimate's standard error over the runs (pages as the auxiliary), times Z; at least the
+    rows a sample that met none of them leaves possible (3 per sampled run's pages, scaled: the
+    upper 95 % bound of a count of 0). No runs: every figure is unbounded (inf)."""
+    runs = unread.runs
+    if unread.pages <= 0:
+        return {}
+    per_run: list[dict[Any, float]] = []
+    figures: set[Any] = set()
+    for run in runs:
+        y: dict[Any, float] = {}
+        for key, flags in run.counts.items():
+            for figure, n in classify(key, flags).items():
+                y[figure] = y.get(figure, 0.0) + n
+        per_run.append(y)
+        figures.update(y)
+    n = len(runs)
+    if n < MIN_RUNS:
+        return {"*": float("inf")}
+    x = [float(r.pages) for r in runs]
+    x_total = sum(x)
+    x_mean = x_total / n
+    fraction = min(1.0, x_total / unread.pages)
+    floor = 3.0 * unread.pages / x_total
+    out: dict[Any, float] = {"*": floor}  # a figure no run met: the floor alone
+    for figure in figures:
+        ys = [run.get(figure, 0.0) for run in per_run]
+        ratio = sum(ys) / x_total
+        residuals = [yi - ratio * xi for yi, xi in zip(ys, x, strict=True)]
+        variance = sum(d * d for d in residuals) / (n - 1)
+        se = unread.pages * (((1 - fraction) * variance / n) ** 0.5) / x_mean
+        out[figure] = max(Z * se, floor)
+    return out
 
 
 class Tally:
@@ -201,6 +279,19 @@ class Tally:
         self.credit_ms = 0.0  # time budget credited and not yet spent (a cycle's share may not pay a chunk)
         self.ms_per_page = MS_PER_PAGE_GUESS  # what reading a page has cost here (moving average)
         self.server_offset = 0.0
+        self.runs: list[Run] | None = None  # the sample of the pages the first cycle left unread
+        self.last_chunks = 0  # chunk indexes the relation had at the last cycle (those past it are new)
+        self.last_pages = 0  # its pages then
+        self.hot: dict[int, float] = {}  # chunk index -> until when (monotonic) it is read every cycle
+
+    def moved(self, blocks: set[int]) -> None:
+        """Jobs moved to these pages since the last cycle (the library's own records say which:
+        flows.py): their chunks are read first in each cycle for HOT_S, so that a burst and its
+        drain show within one interval (a job moved again leaves its old chunk; that chunk is
+        read again too while it is hot)."""
+        until = time.monotonic() + HOT_S
+        for block in blocks:
+            self.hot[int(block) // self.chunk_pages] = until
 
     def advance(self, conn: ProbeConnection, table: ResolvedTable, compose: Statement, params: dict[str, Any],
                 sizes: dict[int, int]) -> TallyView:
@@ -249,26 +340,87 @@ class Tally:
         # Chunks past the end (the table shrank) are gone.
         for gone in [k for k in self.chunks if k[0] not in sizes or k[1] >= self._chunks_of(sizes[k[0]])]:
             self._drop(gone)
-        # Chunk indexes from the cursor on, as many as the allowance pays for: a chunk index costs
-        # its pages in every partition that reaches it.
+        def cost(index: int) -> int:  # a chunk index costs its pages in every partition that reaches it
+            return sum(min(self.chunk_pages, max(0, p - index * self.chunk_pages)) for p in sizes.values())
+
+        # Where the table grew since the last cycle first (outside the allowance, which it then
+        # owes): a burst's rows go there, and are counted in the cycle they came; the rest in turns.
+        tail: list[int] = []
+        pages_now = sum(sizes.values())
+        if not first and budget is None:
+            # (kept hot a while too: a writer's rows may come to those pages after they were read,
+            # its transaction committed later)
+            for index in ({n_chunks - 1, *range(min(self.last_chunks, n_chunks), n_chunks)}
+                          if pages_now > self.last_pages else ()):
+                self.hot[index] = now + HOT_S
+            # ... and the chunks the jobs that moved are in (the library's records said which), the latest first
+            self.hot = {index: until for index, until in self.hot.items() if until > now and index < n_chunks}
+            hot = sorted(self.hot, key=lambda index: -self.hot[index])[:HOT_CHUNKS]
+            tail = sorted(hot)
+        self.last_pages = pages_now
+        # Then chunk indexes from the cursor on, as many as the allowance pays for.
         start = self.cursor % n_chunks
         indexes: list[int] = []
         spent = 0
+        taken = 0
         for i in range(n_chunks):
             index = (start + i) % n_chunks
-            cost = sum(min(self.chunk_pages, max(0, p - index * self.chunk_pages)) for p in sizes.values())
-            if spent + cost > allowance and (indexes or not (first or budget is not None or timed is None)):
+            if index in tail:
+                taken += 1
+                continue
+            if spent + cost(index) > allowance and (indexes or not (first or budget is not None or timed is None)):
                 break  # (a page budget always reads one chunk; a time budget waits until its credit pays one)
             indexes.append(index)
-            spent += cost
-        todo = len(indexes)
+            spent += cost(index)
+            taken += 1
+        self.last_chunks = n_chunks
+        todo = [*tail, *indexes]
         if not todo:
             return self._view(now, sizes, whole=False)
-        ranges = [(i, i * self.chunk_pages, (i + 1) * self.chunk_pages) for i in indexes]
-        fresh = {(rel, i) for rel, pages in sizes.items() for i in indexes if i < self._chunks_of(pages)}
-        self._timed(conn, compose(ranges), params, now, whole=False, fresh=fresh, pages=spent, charged=charged)
-        self.cursor = (start + todo) % n_chunks
+        ranges = [(i, i * self.chunk_pages, (i + 1) * self.chunk_pages) for i in todo]
+        fresh = {(rel, i) for rel, pages in sizes.items() for i in todo if i < self._chunks_of(pages)}
+        self._timed(conn, compose(ranges), params, now, whole=False, fresh=fresh, pages=spent + sum(map(cost, tail)),
+                    charged=charged)
+        if indexes:
+            self.cursor = (start + taken) % n_chunks
+        if self.runs is None and self._unread_pages(sizes):
+            runs = SAMPLE_RUNS if budget is None else budget // (4 * RUN_PAGES)
+            self.runs = self._sample(conn, compose, params, sizes, runs)
         return self._view(now, sizes, whole=False)
+
+    def _unread_indexes(self, sizes: dict[int, int]) -> dict[int, int]:
+        """The chunk indexes not read yet, each with its pages (every partition that reaches it)."""
+        out: dict[int, int] = {}
+        for rel, pages in sizes.items():
+            for index in range(self._chunks_of(pages) if pages else 0):
+                if (rel, index) not in self.chunks:
+                    out[index] = out.get(index, 0) + min(self.chunk_pages, pages - index * self.chunk_pages)
+        return out
+
+    def _unread_pages(self, sizes: dict[int, int]) -> int:
+        return sum(self._unread_indexes(sizes).values())
+
+    def _sample(self, conn: ProbeConnection, compose: Statement, params: dict[str, Any], sizes: dict[int, int],
+                most: int) -> list[Run]:
+        """SAMPLE_RUNS runs of RUN_PAGES pages drawn at random among the pages not read yet, each
+        run's slot as likely as any other's, counted in one statement (a TID range each)."""
+        unread = self._unread_indexes(sizes)
+        widest = max(sizes.values(), default=0)
+        slots = [(index, lo) for index in sorted(unread)
+                 for lo in range(index * self.chunk_pages, min((index + 1) * self.chunk_pages, widest), RUN_PAGES)]
+        if len(slots) < MIN_RUNS:
+            return []
+        chosen = sorted(random.Random(len(slots)).sample(slots, min(most, len(slots) // 4)))
+        if len(chosen) < MIN_RUNS:
+            return []
+        runs = [Run(index, sum(max(0, min(lo + RUN_PAGES, p) - lo) for p in sizes.values())) for index, lo in chosen]
+        ranges = [(i, lo, lo + RUN_PAGES) for i, (_index, lo) in enumerate(chosen)]
+        for row in conn.execute(compose(ranges), params):
+            run = runs[int(row["chunk"])]
+            k: Key = (row["grp"], row["state"])
+            counts = flags_of(row)
+            run.counts[k] = add(run.counts[k], counts) if k in run.counts else counts  # type: ignore[assignment]
+        return runs
 
     def _timed(self, conn: ProbeConnection, statement: sql.Composed, params: dict[str, Any], now: float, *, whole: bool,
                fresh: set[tuple[int, int]], pages: int, charged: bool) -> None:
@@ -330,12 +482,25 @@ class Tally:
         known = len(self.chunks)
         fresh = known >= expected and all(c.at == now for c in self.chunks.values())
         age: float | None = max((now - c.at for c in self.chunks.values()), default=0.0)
+        unread: Unread | None = None
         if known < expected:
-            # Never read yet: what was read, scaled to the whole (an extrapolation, with no age).
-            read_pages = sum(min(self.chunk_pages, max(0, sizes.get(rel, 0) - index * self.chunk_pages)) for rel, index in self.chunks)
-            total = sum(sizes.values())
-            if read_pages and total > read_pages:
-                factor = total / read_pages
-                counts = {k: tuple(x * factor for x in n) for k, n in counts.items()}
+            # Never read yet: estimated from the sample runs among those pages (a ratio estimate:
+            # their rows per page times the pages), with no age; spread() bounds its error.
+            indexes = self._unread_indexes(sizes) if not whole else {0: sum(sizes.values())}
+            runs = [r for r in self.runs or () if r.index in indexes and r.pages]
+            unread = Unread(sum(indexes.values()), runs)
+            sampled = unread.sampled_pages
+            if len(runs) >= MIN_RUNS and sampled:
+                estimate: dict[Key, list[float]] = {}
+                for run in runs:
+                    for k, n in run.counts.items():
+                        total_k = estimate.setdefault(k, [0.0] * len(FLAGS))
+                        for i, x in enumerate(n):
+                            total_k[i] += x
+                factor = unread.pages / sampled
+                for k, sums in estimate.items():
+                    known_k = counts.get(k, (0,) * len(FLAGS))
+                    counts[k] = tuple(a + b * factor for a, b in zip(known_k, sums, strict=True))
             age = None
-        return TallyView(counts=counts, oldest=oldest, fresh=fresh, age_s=age, server_offset=self.server_offset)
+        return TallyView(counts=counts, oldest=oldest, fresh=fresh, age_s=age, server_offset=self.server_offset,
+                         unread=unread)

@@ -7,7 +7,10 @@ For every queue and every figure (ready, in_flight, delayed, dead, blocked, dept
   anything between the two;
 - a truth of at most EXACT_UP_TO rows (both times) must be shown exactly: a value between the
   two counts, so 0 is 0 (no phantom) and 7 is 7;
-- a larger one may be an estimate, within TOLERANCE of the range the truth spanned.
+- a larger one may be an estimate, within TOLERANCE of the range the truth spanned;
+- any figure may be absent where queuetop says it is counting it (`counting`: a table larger than
+  the first cycle reads, whose sample bounds it no better than that): absent and said so, never
+  a guess outside the contract.
 
 `blocked` = due but not claimable now (a lock, a singleton/stately policy, a locked named queue):
 it is counted in `delayed`, never in `ready`.
@@ -57,10 +60,33 @@ def breaches(shown: Mapping[str, Any], before: Truth, after: Truth) -> list[str]
             if any(b.values()) or any(a.values()):
                 out.append(f"{name}: not shown, truth {a}")
             continue
+        counting = (row.get("counting") if isinstance(row, Mapping) else getattr(row, "counting", None)) or ()
         for field in (*FIELDS, "depth"):
             value = row.get(field) if isinstance(row, Mapping) else getattr(row, field, None)
+            if value is None and field in counting:
+                continue
             if not within(value, b[field], a[field]):
                 out.append(f"{name}.{field}: shown {value}, truth {b[field]}..{a[field]}")
+    return out
+
+
+def verdicts(shown: Mapping[str, Any], truth: Truth) -> dict[str, int]:
+    """How many figures of the truth are shown exactly, within TOLERANCE (flagged) or absent
+    (counting): the per-library table of the closing note."""
+    out = {"exact": 0, "within 5 %": 0, "absent": 0, "wrong": 0}
+    for name, counts in truth.items():
+        t = with_depth(counts)
+        row = shown.get(name)
+        for field, value in t.items():
+            got = None if row is None else (row.get(field) if isinstance(row, Mapping) else getattr(row, field, None))
+            if got is None:
+                out["absent"] += 1
+            elif got == value:
+                out["exact"] += 1
+            elif within(got, value, value):
+                out["within 5 %"] += 1
+            else:
+                out["wrong"] += 1
     return out
 
 

@@ -279,14 +279,16 @@ class QueuesPanel(Panel):
             age: str | Text = fmt.seconds(q.oldest_ready_age_s)
             if q.oldest_ready_age_s is not None and q.oldest_ready_age_s > 60:
                 age = Text(fmt.seconds(q.oldest_ready_age_s), style="bold red")
-            dead: str | Text = fmt.count(q.dead, "dead" in q.estimated)
+            dead: str | Text = fmt.figure(q.dead, "dead" in q.estimated, "dead" in q.counting)
             if q.dead:
                 dead = Text(fmt.count(q.dead, "dead" in q.estimated), style="red")
             vacuum = "-" if q.last_vacuum_at is None else fmt.seconds(
                 snapshot.taken_at.timestamp() - q.last_vacuum_at.timestamp()) + " ago"
             rows[key] = (
-                name, fmt.count(q.depth, q.depth_is_estimate), fmt.count(q.ready, _estimated(q, "ready")),
-                fmt.count(q.in_flight, _estimated(q, "in_flight")), fmt.count(q.delayed, _estimated(q, "delayed")), dead, age,
+                name, fmt.figure(q.depth, q.depth_is_estimate, "depth" in q.counting),
+                fmt.figure(q.ready, _estimated(q, "ready"), "ready" in q.counting),
+                fmt.figure(q.in_flight, _estimated(q, "in_flight"), "in_flight" in q.counting),
+                fmt.figure(q.delayed, _estimated(q, "delayed"), "delayed" in q.counting), dead, age,
                 fmt.rate(per_minute[0]), fmt.rate(per_minute[1]),
                 fmt.trend(list(history), styled=trend_shown), bloat, vacuum, _verdict_cell(q),
             )

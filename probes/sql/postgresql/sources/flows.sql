@@ -6,8 +6,9 @@
 -- The rows of a table of records (events, a log, jobs kept) that came into sight since the last
 -- read: those past `hi`, the highest id read so far (at most `cap` of them, in id order), and the
 -- ids that were missing below it then (`gaps`: a write not yet committed, or rolled back), each
--- row with its group (queue) and what it records (kind); then the highest id now read, the ids
--- missing below it, and which of the gaps were found now.
+-- row with its group (queue), what it records (kind) and the page its job's row is on now (blk);
+-- then the highest id now read, the ids missing below it, which of the gaps were found now, and
+-- the pages the jobs that moved are on (the tally recounts them first).
 WITH new AS (
     {rows_after}
 ), again AS (
@@ -24,7 +25,10 @@ UNION ALL
 SELECT 'missing', NULL, NULL, NULL,
        ARRAY(SELECT g FROM generate_series(%(hi)s::bigint + 1, (SELECT top FROM top)) AS g EXCEPT SELECT id FROM new)
 UNION ALL
-SELECT 'found', NULL, NULL, NULL, ARRAY(SELECT id FROM again);
+SELECT 'found', NULL, NULL, NULL, ARRAY(SELECT id FROM again)
+UNION ALL
+SELECT 'blocks', NULL, NULL, NULL,
+       ARRAY(SELECT DISTINCT blk FROM (SELECT blk FROM new UNION ALL SELECT blk FROM again) AS b WHERE blk IS NOT NULL);
 
 -- name: ids_after
 -- Fragment: the ids past the last one read, in order, at most `cap` of them.
@@ -43,14 +47,14 @@ SELECT max({id})::bigint AS top FROM {table};
 -- by its triggers for each change of a job's status), each with its job's queue. `deferred`: a
 -- job arrived (not `deferred_for_retry`, nor `scheduled`, written beside `deferred` with the
 -- time it is due); `succeeded`, `failed`, `cancelled`, `aborted`: it left, for good.
-SELECT e.id, j.queue_name::text AS grp, e.type::text AS kind
+SELECT e.id, j.queue_name::text AS grp, e.type::text AS kind, (j.ctid::text::point)[0]::bigint AS blk
 FROM {events} e JOIN {jobs} j ON j.id = e.job_id
 WHERE {where}
 
 -- name: river_jobs
 -- Fragment ({where}: the ids read): River's jobs by id, each one arrived (River keeps a finished
 -- job until its cleaner deletes it, a day later by default).
-SELECT j.id, j.queue::text AS grp, 'arrived' AS kind
+SELECT j.id, j.queue::text AS grp, 'arrived' AS kind, (j.ctid::text::point)[0]::bigint AS blk
 FROM {jobs} j
 WHERE {where}
 
@@ -59,15 +63,17 @@ WHERE {where}
 -- sets): completed, cancelled or discarded (failed for good), by queue, through its index on
 -- (state, finalized_at). The window ends `settle` seconds before the server's clock (a completion
 -- is committed a moment after it is stamped), and that end is the last row (`until`): the next
--- window starts there. With no start (`since` NULL), only the end.
+-- window starts there. With no start (`since` NULL), only the end. `blocks`: the pages those jobs
+-- are on (the tally recounts them first).
 WITH w AS (SELECT extract(epoch FROM clock_timestamp())::float8 - %(settle)s::float8 AS until)
-SELECT j.queue::text AS grp, j.state::text AS kind, count(*)::bigint AS n, NULL::float8 AS until
+SELECT j.queue::text AS grp, j.state::text AS kind, count(*)::bigint AS n, NULL::float8 AS until,
+       array_agg(DISTINCT (j.ctid::text::point)[0]::bigint) AS blocks
 FROM {jobs} j
 WHERE j.state IN ('completed', 'cancelled', 'discarded')
   AND j.finalized_at >= to_timestamp(%(since)s::float8) AND j.finalized_at < to_timestamp((SELECT until FROM w))
 GROUP BY 1, 2
 UNION ALL
-SELECT NULL, 'until', NULL, until FROM w;
+SELECT NULL, 'until', NULL, until, NULL FROM w;
 
 -- name: sequence_values
 -- The last value each table's id sequence gave out (`tables`, `columns`: in pairs): every row
@@ -81,20 +87,23 @@ FROM unnest(%(tables)s::text[], %(columns)s::text[]) AS t(name, col);
 -- Graphile Worker's jobs inserted between two reads of its id sequence (`lo` < id <= `hi`) and
 -- still there (a job completed since is deleted: those are told by the sequence alone), by task
 -- and named queue, at most `cap` of them.
-SELECT t.identifier::text AS task, q.queue_name::text AS queue, count(*)::bigint AS n
-FROM (SELECT j.task_id, j.job_queue_id FROM {jobs} j
+SELECT t.identifier::text AS task, q.queue_name::text AS queue, count(*)::bigint AS n,
+       array_agg(DISTINCT j.blk) AS blocks
+FROM (SELECT j.task_id, j.job_queue_id, (j.ctid::text::point)[0]::bigint AS blk FROM {jobs} j
       WHERE j.id > %(lo)s::bigint AND j.id <= %(hi)s::bigint ORDER BY j.id LIMIT %(cap)s::integer) AS j
 JOIN {tasks} t ON t.id = j.task_id
 LEFT JOIN {job_queues} q ON q.id = j.job_queue_id
 GROUP BY 1, 2;
 
 -- name: pgqueuer_log
--- Fragment ({where}: the ids read): PgQueuer's log (pgqueuer_log, a row per change of a job's
+-- Fragment ({where}: the ids read; {jobs}: its job table, for the page a job that is still there
+-- is on): PgQueuer's log (pgqueuer_log, a row per change of a job's
 -- status, written by the statement that changes it), each with its entrypoint. `queued` with no
 -- traceback: a job arrived (enqueued, or requeued from failed); `queued` with one is a retry's
 -- back-off (retry_job), not an arrival; `successful`, `exception`, `canceled`, `deleted`,
 -- `failed`: it left (`exception`, `failed`: failed for good).
 SELECT l.id, l.entrypoint::text AS grp,
-       CASE WHEN l.status::text = 'queued' AND l.traceback IS NOT NULL THEN 'retried' ELSE l.status::text END AS kind
+       CASE WHEN l.status::text = 'queued' AND l.traceback IS NOT NULL THEN 'retried' ELSE l.status::text END AS kind,
+       (SELECT (p.ctid::text::point)[0]::bigint FROM {jobs} p WHERE p.id = l.job_id) AS blk
 FROM {log} l
 WHERE {where}
