@@ -30,6 +30,8 @@
     dead_states = []          # e.g. ["failed"]
     dead_letter_table = ""    # optional: its rows are dead ...
     dead_letter_where = {}    # ... those whose columns hold these values: { status = ["failed"] }
+    created_column = ""       # optional: when a row was created: the enqueue rate
+    finished_column = ""      # optional: when it finished (done or dead): the dequeue and failure rates
 
 Column and table names are never put into SQL as text: the probe looks them up in the catalog
 and quotes the catalog's names.
@@ -254,6 +256,7 @@ _KEYS = {
     "state_column", "ready_states", "in_flight_states", "delayed_states", "done_states", "dead_states",
     "in_flight_when_not_null",
     "attempts_column", "max_attempts_column", "max_attempts", "dead_letter_table", "dead_letter_where",
+    "created_column", "finished_column",
 }
 MAX_ORDER_COLUMNS = 8
 MAX_FILTER_COLUMNS = 8
@@ -326,6 +329,8 @@ def _declared_queue(entry: object, index: int, where: str) -> DeclaredQueue:
         max_attempts=max_attempts,
         dead_letter_table=text("dead_letter_table"),
         dead_letter_where=_filter(entry.get("dead_letter_where"), f"{where}: queues[{index}]: dead_letter_where"),
+        created_column=text("created_column"),
+        finished_column=text("finished_column"),
     )
     listed = [*declared.ready_states, *declared.in_flight_states, *declared.delayed_states, *declared.done_states,
               *declared.dead_states]

@@ -51,6 +51,10 @@ class DeclaredQueue:
     dead_letter_table: str | None = None  # its rows (of this queue, if it has the queue column) are dead ...
     # ... those whose columns hold one of these values, every column (column, values) given.
     dead_letter_where: tuple[tuple[str, tuple[FilterValue, ...]], ...] = ()
+    # When a row was created, and when it finished (done or dead): the queue's rates, per queue
+    # even where queues share the table (counted by the tally, tally.py).
+    created_column: str | None = None
+    finished_column: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -617,7 +617,8 @@ def _starved(case: _Case) -> Diagnosis | None:
 def _completed(q: QueueSample, died: int, left: int | None) -> int | None:
     # pg-boss 10 fails a job by deleting it and inserting it back (failed, or retry): each is an
     # arrival and a departure more in its partition's counters, not a completion.
-    return None if left is None else max(0, left - max(0, died) * (2 if q.source in REINSERTS_FAILED else 1))
+    reinserted = q.source in REINSERTS_FAILED and q.rates_from != "records"  # (its records count a failure once)
+    return None if left is None else max(0, left - max(0, died) * (2 if reinserted else 1))
 
 
 def _failing(case: _Case) -> Diagnosis | None:
@@ -639,7 +640,7 @@ def _failing(case: _Case) -> Diagnosis | None:
     span = (last.at - first.at).total_seconds()
     if completed is None:
         done = ", completions unknown (a table several queues share)"
-    elif completed and q.source in REINSERTS_FAILED:
+    elif completed and q.source in REINSERTS_FAILED and q.rates_from != "records":
         # Inferred from the table's insert counter, which a writer's backend sends up to a second
         # or more after its exact row counts: a death near the window's edge can read as a
         # completion. Said as what it is.

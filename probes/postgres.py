@@ -308,6 +308,7 @@ class PostgresProbes:
             enqueued_total=enqueued_total,
             dequeued_total=dequeued_total,
             failed_total=failed_total,
+            rates_from=("records" if f.flow is not None else "statistics" if enq is not None or deq is not None else None),
             blocked=f.blocked,
             estimated=estimated,
             counting=tuple(f.counting),

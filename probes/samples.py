@@ -138,6 +138,9 @@ class QueueSample:
     # records tell (probes/sources/flows.py): per second over the last interval, and added up.
     failed_per_s: float | None = None
     failed_total: int | None = None
+    # Where the rates came from: "records" (the library's own records of its jobs, or a table's
+    # recorded times: each queue's own), "statistics" (the table's counters), None (no rates).
+    rates_from: str | None = None
     # Figures not known yet and being counted (each None): a table larger than the first cycle's
     # reading, where a sample of its unread pages bounds them no better than 5 % (tally.py).
     counting: tuple[str, ...] = ()

@@ -195,3 +195,88 @@ def test_pgqueuer_rates_count_its_log_while_a_real_worker_runs(db):
             settle_totals(cycles, "pgqueuer", {"mail": (220, 223, 20), "reports": (100, 100, 0)})
     finally:
         pgq.close()
+
+
+# -- pg-boss ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("major", ["10", "9"])
+def test_pgboss_rates_count_its_recorded_times_while_it_works(db, node_peers, major):
+    """pg-boss keeps a job's created and completed times: the tally counts each queue's in the
+    windows of the pages it reads (every page each cycle here), so a shared table (9) gives each
+    queue its own rates too."""
+    workload = NodeWorkload(node_peers, "pgboss_flows.mjs", db.dsn, major)
+    try:
+        cycles = Cycles(db)
+        with cycles:
+            for phase in ("mail", "reports"):
+                assert workload.proc.stdin is not None and workload.proc.stdout is not None
+                workload.proc.stdin.write(phase + "\n")
+                workload.proc.stdin.flush()
+                assert json.loads(workload.proc.stdout.readline()) == {"done": phase}
+            with db.connect() as conn:
+                failed = conn.execute("SELECT count(*) FROM pgboss.job WHERE name = 'mail' AND state = 'failed'").fetchone()[0]
+            assert failed == 30
+            settle_totals(cycles, "pg-boss", {"mail": (300, 300, 30), "reports": (200, 200, 0)})
+        rows = {q.name: q for q in cycles.last.queues if q.source == "pg-boss"}
+        assert rows["mail"].rates_from == "records" and not rows["mail"].estimated
+    finally:
+        workload.close()
+
+
+# -- a declared table ------------------------------------------------------------------------------------
+
+
+def test_a_declared_shared_table_with_recorded_times_has_each_queues_rates(db):
+    """Your own job table, two queues in it, declared with when a row was created and finished:
+    each queue's rates, while real threads work it (claim with SKIP LOCKED, then finish or fail)."""
+    import tomllib
+
+    from probes.config import parse_config
+    from probes.sampler import probes_for
+
+    with db.connect() as conn:
+        conn.execute("""CREATE TABLE public.work (id bigserial PRIMARY KEY, queue text NOT NULL,
+                        status text NOT NULL DEFAULT 'new', created_at timestamptz NOT NULL DEFAULT now(),
+                        finished_at timestamptz, n int NOT NULL)""")
+        conn.execute("CREATE INDEX ON public.work (queue)")
+    config = parse_config(tomllib.loads("""
+[[queues]]
+name = "work"
+table = "public.work"
+order_by = "id"
+queue_column = "queue"
+state_column = "status"
+ready_states = ["new"]
+in_flight_states = ["busy"]
+done_states = ["done"]
+dead_states = ["failed"]
+created_column = "created_at"
+finished_column = "finished_at"
+"""))
+    cycles = Cycles(db, probes_for(db.target, config))
+
+    def worker() -> None:
+        with db.connect() as conn:
+            while True:
+                with conn.transaction():
+                    ids = [r[0] for r in conn.execute(
+                        "UPDATE work SET status = 'busy' WHERE id IN (SELECT id FROM work WHERE status = 'new' "
+                        "ORDER BY id LIMIT 20 FOR UPDATE SKIP LOCKED) RETURNING id").fetchall()]
+                if not ids:
+                    return
+                conn.execute("UPDATE work SET status = CASE WHEN n %% 10 = 0 THEN 'failed' ELSE 'done' END, "
+                             "finished_at = now() WHERE id = ANY(%s)", (ids,))
+
+    with cycles:
+        with db.connect() as conn:
+            for queue, count in (("mail", 300), ("reports", 200)):
+                conn.execute("INSERT INTO work (queue, n) SELECT %s, g FROM generate_series(1, %s) AS g", (queue, count))
+        threads = [threading.Thread(target=worker) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        with db.connect() as conn:
+            assert conn.execute("SELECT count(*) FROM work WHERE status IN ('new', 'busy')").fetchone()[0] == 0
+        settle_totals(cycles, "table", {"work:mail": (300, 300, 30), "work:reports": (200, 200, 20)})

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
@@ -33,7 +34,8 @@ from dbcore.sqlfiles import Queries
 from ..configmodel import DeclaredQueue, FilterValue
 from ..failures import PROBE_FAILURES, NotAsDeclared, describe_failure
 from ..session import contained
-from .base import QueueDetails, QueueFigures
+from .base import Flow, QueueDetails, QueueFigures
+from .flows import SETTLE_S, Departures
 from .plans import Estimates, too_dear
 from .queuenames import MAX_QUEUES, QueueNames
 from .resolved import ResolvedTable, resolve
@@ -93,6 +95,9 @@ class JobTable:
         self._dead_letter_jobs_table: JobTable | None = None
         # The error bounds of the last sample's counts where they take in pages never read (_bounds).
         self.last_bounds: dict[Any, float] | None = None
+        self._sampled_at: float | None = None  # monotonic, the last sample's (the rates' span)
+        self._departures = Departures()  # what left, from arrivals and the rows' growth (no finished column)
+        self._rows_before: dict[str | None, int | None] = {}
         self._cached_parts: dict[str, sql.Composable] | None = None
         self._reads: dict[tuple[str | None, ...], bytes] = {}  # the states read exactly -> their statement
         self._read_oldest: dict[str | None, dict[str | None, float]] = {}  # state -> group -> oldest due (exact reads)
@@ -172,6 +177,7 @@ class JobTable:
         d = self.declared
         rows = self._resolved.rows_params if self._resolved is not None else {}
         return {"listed_states": [*d.dead_states, *d.in_flight_states, *d.delayed_states], "done_states": list(d.done_states),
+                "finished_states": [*d.done_states, *d.dead_states], "dead_states": list(d.dead_states), "settle": SETTLE_S,
                 **rows}
 
     def _parts(self, conn: ProbeConnection, table: ResolvedTable) -> dict[str, sql.Composable]:
@@ -197,6 +203,8 @@ class JobTable:
         parts["later"] = sql.SQL("false") if constant else sql.SQL(JOBTABLE_SQL["later"]).format(**parts)
         parts["blocked_row"] = sql.SQL("false") if constant else sql.SQL(JOBTABLE_SQL["blocked_row"]).format(**parts)
         parts["rel"] = sql.SQL("0::oid") if view else sql.SQL("j.tableoid")
+        parts["failed_row"] = sql.SQL(JOBTABLE_SQL["failed_row"]).format(**parts) if self.declared.dead_states else sql.SQL("false")
+        parts["not_done_or_dead"] = sql.SQL(JOBTABLE_SQL["not_finished"]).format(**parts)
         self._cached_parts = parts
         return parts
 
@@ -206,14 +214,28 @@ class JobTable:
         parts = self._parts(conn, table)
         rows = sql.SQL(JOBTABLE_SQL["tally_rows"])
 
-        def statement(ranges: list[tuple[int, int, int]] | None) -> sql.Composed:
+        d = self.declared
+
+        def windows(since: float | None) -> dict[str, sql.Composable]:
+            """The fragments of a range's window (from `since`): the rows created and finished in it."""
+            off = sql.SQL("false")
+            if since is None:
+                return {"arrived": off, "finished": off}
+            start = sql.Literal(since)
+            return {"arrived": sql.SQL(JOBTABLE_SQL["arrived_in_window"]).format(**parts, since=start)
+                    if d.created_column else off,
+                    "finished": sql.SQL(JOBTABLE_SQL["finished_in_window"]).format(**parts, since=start)
+                    if d.finished_column else off}
+
+        def statement(ranges: list[tuple[int, int, int]] | None, since: Mapping[int, float | None] | None = None) -> sql.Composed:
+            since = since or {}
             if ranges is None:
-                branches: sql.Composable = rows.format(**parts, chunk=sql.Literal(0),
+                branches: sql.Composable = rows.format(**parts, **windows(since.get(0)), chunk=sql.Literal(0),
                                                        range=sql.SQL(JOBTABLE_SQL["whole_relation"]))
             else:
                 page_range = sql.SQL(JOBTABLE_SQL["page_range"])
                 branches = sql.SQL(JOBTABLE_SQL["union_all"]).join(
-                    rows.format(**parts, chunk=sql.Literal(chunk),
+                    rows.format(**parts, **windows(since.get(chunk)), chunk=sql.Literal(chunk),
                                 range=page_range.format(lo=sql.Literal(f"({lo},0)"), hi=sql.Literal(f"({hi},0)")))
                     for chunk, lo, hi in ranges)
             return sql.SQL(JOBTABLE_SQL["tally"]).format(branches=branches)
@@ -312,6 +334,28 @@ class JobTable:
                     estimated[cls] = view.age_s
         return by_group, estimated
 
+    def _flow(self, view: TallyView, group: str | None, figures: QueueFigures, span: float | None) -> Flow | None:
+        """A queue's traffic since the last sample, from the table's recorded times (created_column,
+        finished_column), counted by the tally in each chunk's window: exact where every chunk was
+        read in this cycle with the same window (view.window_s), else what the chunks read now
+        caught (flagged estimates). Without a finished column, what left is what arrived minus the
+        growth of its rows, where both counts are exact."""
+        d = self.declared
+        if not (d.created_column or d.finished_column) or span is None or span <= 0:
+            return None
+        arrived, finished, failed = view.flows.get(group, (0, 0, 0))
+        exact = view.window_s is not None
+        rows = figures.depth + (figures.dead or 0) if figures.depth is not None and not figures.depth_is_estimate \
+            and "dead" not in figures.estimated and figures.dead is not None else None
+        left: float | None = finished if d.finished_column else None
+        if left is None and d.created_column and exact:
+            left = self._departures.left(str(group), arrived, rows, self._rows_before.get(group))
+        self._rows_before[group] = rows
+        counted = ("enqueued", "dequeued", "failed")
+        return Flow(enqueued=arrived if d.created_column else None, dequeued=None if left is None else round(left),
+                    failed=failed if d.finished_column and d.dead_states else None,
+                    span_s=view.window_s if exact and view.window_s else span, estimated=() if exact else counted)
+
     def _bounds(self, view: TallyView, exact: dict[str | None, dict[Key, tuple[float, ...]]]) -> dict[Any, float] | None:
         """The error bound of each (group, class)'s count where the tally's include an estimate of
         pages never read yet (tally.spread; "depth" for the four waiting classes together), None
@@ -409,6 +453,9 @@ class JobTable:
         shared = d.queue_column is not None or self.group is not None
         keeps_rows = bool(d.done_states or d.dead_states or d.max_attempts or d.max_attempts_column)
         server_now = time.time() + view.server_offset
+        now = time.monotonic()
+        span = now - self._sampled_at if self._sampled_at is not None else None
+        self._sampled_at = now
         out = []
         for group in groups:
             counts = by_group.get(group if group is not None or shared else None, dict.fromkeys(CLASSES, 0.0))
@@ -433,6 +480,7 @@ class JobTable:
             figures.depth = figures.ready + figures.in_flight + figures.delayed
             figures.depth_is_estimate = any(k in figures.estimated for k in ("ready", "in_flight", "delayed", "blocked"))
             self.mark_counting(figures, [group if group is not None or shared else None])
+            figures.flow = self._flow(view, group if group is not None or shared else None, figures, span)
             # The oldest due job: of the states read now where they were, else the tally's.
             candidates = [by_state[group] for by_state in self._read_oldest.values() if group in by_state]
             if "ready" in estimated and group in view.oldest:

@@ -67,6 +67,8 @@ class PgBoss(QueueSource):
                 state_column="state", not_before_column=start_after, ready_states=("created", "retry"),
                 in_flight_states=("active",), done_states=("completed", "cancelled"),
                 dead_states=("failed",) if v10 else ("failed", "expired"),
+                # Its rates: when each job was created, and completed (done, failed or cancelled).
+                created_column="created_on" if v10 else "createdon", finished_column="completed_on" if v10 else "completedon",
             ), index_note=False, blocked=self._blocked(v10), held_by_transactions=False,
                 # Its queues are all listed (v10: its queue table; v9: its job names, through
                 # its own index): none is read from the rows besides.

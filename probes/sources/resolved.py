@@ -102,6 +102,8 @@ def resolve(conn: ProbeConnection, declared: DeclaredQueue, what: str = "table",
         "max_attempts": (column("max_attempts_column", declared.max_attempts_column)
                          if declared.max_attempts_column else sql.Literal(declared.max_attempts)),
         "queue_column": column("queue_column", declared.queue_column),
+        "created": column("created_column", declared.created_column, _TIMESTAMPS),
+        "finished_at": column("finished_column", declared.finished_column, _TIMESTAMPS),
     }
     indexes = [(list(r["columns"]), list(r["options"])) for r in conn.execute(JOBTABLE_SQL["index_keys"], {"relid": row["relid"]})]
     leading = {keys[0] for keys, _ in indexes if keys}

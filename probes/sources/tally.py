@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -56,13 +56,16 @@ MIN_RUNS = 16  # fewer runs than this left among the unread pages: no estimate f
 Z = 3.0  # standard errors in an estimate's error bound (99.7 % of a normal error)
 TOLERANCE = 0.05  # an estimate is shown only within this of the count (else it is being counted)
 HOT_S = 30.0  # a chunk jobs moved to is read every cycle for this long
+SETTLE_S = 1.0  # a window of recorded times ends this long before the server's clock (as flows.py's)
 HOT_CHUNKS = 4  # ... at most this many of them a cycle (8 MB), the latest moved first
 CLASSES = ("ready", "in_flight", "delayed", "blocked", "dead")
 FLAGS = ("n", "held", "exhausted", "later", "blocked")  # what a count row says of its rows (tally in jobtable.sql)
 
 Key = tuple[str | None, str | None]  # (group, state)
 Flags = tuple[int, int, int, int, int]  # FLAGS, in order
-Statement = Callable[[list[tuple[int, int, int]] | None], sql.Composed]  # ranges (chunk, lo, hi), or None: whole
+# The tally's statement for some page ranges (chunk, lo, hi), or None: the whole relation; and
+# where each chunk's window of recorded times starts (server epoch; None: no window).
+Statement = Callable[[list[tuple[int, int, int]] | None, Mapping[int, float | None] | None], sql.Composed]
 
 
 def add(a: tuple[float, ...], b: tuple[float, ...]) -> tuple[float, ...]:
@@ -187,6 +190,7 @@ def cycle_budget(pages: int) -> Iterator[None]:
 class Chunk:
     at: float  # time.monotonic() of its reading
     counts: dict[Key, Flags] = field(default_factory=dict)
+    until: float | None = None  # where its window of recorded times ended (server epoch): the next one starts there
     oldest: dict[str | None, float] = field(default_factory=dict)  # group -> oldest due time (server epoch)
 
 
@@ -225,6 +229,12 @@ class TallyView:
     age_s: float | None
     server_offset: float  # server epoch - time.time(), from the last reading
     unread: Unread | None = None
+    # The rows created, finished and failed for good (where the table records when) in the
+    # windows of the chunks read this cycle, by group; `window_s`: how long the windows were,
+    # where every chunk was read this cycle (fresh: the figures are each group's traffic since the
+    # last cycle), else None (each chunk's since its own last reading: a partial count).
+    flows: dict[str | None, tuple[int, int, int]] = field(default_factory=dict)
+    window_s: float | None = None
 
 
 Classify = Callable[[Key, tuple[float, ...]], dict[Any, float]]
@@ -283,6 +293,11 @@ class Tally:
         self.last_chunks = 0  # chunk indexes the relation had at the last cycle (those past it are new)
         self.last_pages = 0  # its pages then
         self.hot: dict[int, float] = {}  # chunk index -> until when (monotonic) it is read every cycle
+        self.until: float | None = None  # where the last reading's window ended (server epoch)
+        self._since_before: float | None = None  # ... before this cycle's reading
+        self._uniform = True  # every chunk read this cycle had its window start there
+        self.flows: dict[str | None, list[int]] = {}  # this cycle's readings' windows: group -> arrived, finished, failed
+        self.window_s: float | None = None
 
     def moved(self, blocks: set[int]) -> None:
         """Jobs moved to these pages since the last cycle (the library's own records say which:
@@ -299,6 +314,8 @@ class Tally:
         of its relations now), then say what is known."""
         first = self.cycles == 0
         self.cycles += 1
+        self.flows, self.window_s = {}, None
+        since_before = self.until  # where the last reading's window ended
         budget, timed = _BUDGET.get(), _TIME.get()
         small = sum(sizes.values()) <= SMALL_TABLE_PAGES and table.relkind != "v"
         # Whether this cycle's reading is paid from the credit: not a small table's, read whole every
@@ -319,20 +336,22 @@ class Tally:
         else:
             allowance = TABLE_PAGES
         now = time.monotonic()
+        self._since_before, self._uniform = since_before, True
+        whole_since = {0: self._since(range(1))}
         if table.relkind == "v":
-            self._timed(conn, compose(None), params, now, whole=True, fresh={(0, 0)}, pages=0, charged=charged)
+            self._timed(conn, compose(None, whole_since), params, now, whole=True, fresh={(0, 0)}, pages=0, charged=charged)
             return self._view(now, {0: 0}, whole=True)
         if conn.info.server_version < TID_RANGE_SCAN:
             # No page ranges: one chunk, the whole relation, read when the budget of the cycles
             # since the last reading covers it - and the first time, whatever its size (the
             # statement timeout bounds it): never counted would be no figure at all.
             if first or allowance >= sum(sizes.values()):
-                self._timed(conn, compose(None), params, now, whole=True, fresh={(rel, 0) for rel in sizes},
+                self._timed(conn, compose(None, whole_since), params, now, whole=True, fresh={(rel, 0) for rel in sizes},
                             pages=sum(sizes.values()), charged=charged)
             elif budget is None and timed is None:
                 self.credit_ms += TABLE_PAGES * self.ms_per_page  # untimed: a whole read once the cycles' pages pay for it
                 if self.credit_ms >= sum(sizes.values()) * self.ms_per_page:
-                    self._timed(conn, compose(None), params, now, whole=True, fresh={(rel, 0) for rel in sizes},
+                    self._timed(conn, compose(None, whole_since), params, now, whole=True, fresh={(rel, 0) for rel in sizes},
                                 pages=sum(sizes.values()), charged=charged)
             return self._view(now, {rel: 0 for rel in sizes}, whole=True)
         widest = max(sizes.values(), default=0)
@@ -379,7 +398,9 @@ class Tally:
             return self._view(now, sizes, whole=False)
         ranges = [(i, i * self.chunk_pages, (i + 1) * self.chunk_pages) for i in todo]
         fresh = {(rel, i) for rel, pages in sizes.items() for i in todo if i < self._chunks_of(pages)}
-        self._timed(conn, compose(ranges), params, now, whole=False, fresh=fresh, pages=spent + sum(map(cost, tail)),
+        since = {i: self._since([i]) for i in todo}
+        self._uniform = all(start == since_before for start in since.values())
+        self._timed(conn, compose(ranges, since), params, now, whole=False, fresh=fresh, pages=spent + sum(map(cost, tail)),
                     charged=charged)
         if indexes:
             self.cursor = (start + taken) % n_chunks
@@ -415,7 +436,7 @@ class Tally:
             return []
         runs = [Run(index, sum(max(0, min(lo + RUN_PAGES, p) - lo) for p in sizes.values())) for index, lo in chosen]
         ranges = [(i, lo, lo + RUN_PAGES) for i, (_index, lo) in enumerate(chosen)]
-        for row in conn.execute(compose(ranges), params):
+        for row in conn.execute(compose(ranges, None), params):
             run = runs[int(row["chunk"])]
             k: Key = (row["grp"], row["state"])
             counts = flags_of(row)
@@ -434,6 +455,14 @@ class Tally:
         if self.cycles > 1 and charged:  # the first reading is the snapshot's own, not the cycles' budget
             self.credit_ms -= elapsed
 
+    def _since(self, indexes: Iterable[int]) -> float | None:
+        """Where the window of recorded times of a reading of these chunk indexes starts: where
+        their last reading's ended (the earliest, over the partitions), or for a chunk never read
+        (the table grew), where the table's last reading's did; None the first time."""
+        wanted = set(indexes)
+        ends = [c.until for (_rel, index), c in self.chunks.items() if index in wanted and c.until is not None]
+        return min(ends) if ends else self.until
+
     def _chunks_of(self, pages: int) -> int:
         return max(1, -(-pages // self.chunk_pages))
 
@@ -442,16 +471,29 @@ class Tally:
         read = {key: Chunk(now) for key in fresh}
         if whole:  # everything is read: every chunk known is replaced
             self.chunks, self.totals = {}, {}
+        until: float | None = None
         for row in conn.execute(statement, params):
             key = (int(row["rel"]), int(row["chunk"]))
             chunk = read.setdefault(key, Chunk(now))
             k: Key = (row["grp"], row["state"])
             counts = flags_of(row)
-            chunk.counts[k] = add(chunk.counts[k], counts) if k in chunk.counts else counts  # type: ignore[assignment]
+            if counts[0]:  # (a group's finished rows alone: in its window's counts, in no figure)
+                chunk.counts[k] = add(chunk.counts[k], counts) if k in chunk.counts else counts  # type: ignore[assignment]
             if row["oldest"] is not None:
                 group = row["grp"]
                 chunk.oldest[group] = min(chunk.oldest.get(group, row["oldest"]), row["oldest"])
+            if row["arrived"] or row["finished"]:
+                moved = self.flows.setdefault(row["grp"], [0, 0, 0])
+                moved[0] += int(row["arrived"])
+                moved[1] += int(row["finished"])
+                moved[2] += int(row["failed"])
             self.server_offset = float(row["server_now"]) - time.time()
+            until = float(row["server_until"])
+        if until is None:  # no row read: where the window ended, by the server's clock as last known
+            until = time.time() + self.server_offset - SETTLE_S
+        for chunk in read.values():
+            chunk.until = until
+        self.until = until
         for key, chunk in read.items():
             self._drop(key)
             self.chunks[key] = chunk
@@ -502,5 +544,9 @@ class Tally:
                     known_k = counts.get(k, (0,) * len(FLAGS))
                     counts[k] = tuple(a + b * factor for a, b in zip(known_k, sums, strict=True))
             age = None
+        flows = {group: (n[0], n[1], n[2]) for group, n in self.flows.items()}
+        window = None
+        if fresh and self._uniform and self._since_before is not None and self.until is not None:
+            window = self.until - self._since_before  # every chunk's window the same: the traffic since the last cycle
         return TallyView(counts=counts, oldest=oldest, fresh=fresh, age_s=age, server_offset=self.server_offset,
-                         unread=unread)
+                         unread=unread, flows=flows, window_s=window)

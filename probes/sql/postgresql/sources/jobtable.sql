@@ -125,29 +125,57 @@ coalesce({state} <> ALL(%(done_states)s::{state_type}[]), true)
 -- chunk of pages, group and state, with how many of them the row itself says are held, out of
 -- attempts, due later, or blocked (in that order: each count excludes the rows of the ones
 -- before), and the oldest due time of the rest (the age column, epoch seconds). Which class a
--- row is in follows from its state (jobtable.py, `_classes`).
-SELECT s.rel, s.chunk, s.grp, s.state::text AS state, count(*) AS n,
-       count(*) FILTER (WHERE s.held) AS held,
-       count(*) FILTER (WHERE NOT s.held AND s.exhausted) AS exhausted,
-       count(*) FILTER (WHERE NOT s.held AND NOT s.exhausted AND s.later) AS later,
-       count(*) FILTER (WHERE NOT s.held AND NOT s.exhausted AND NOT s.later AND s.blocked) AS blocked,
-       extract(epoch FROM min(s.ts) FILTER (WHERE NOT s.held AND NOT s.exhausted AND NOT s.later AND NOT s.blocked))::float8
-           AS oldest,
+-- row is in follows from its state (jobtable.py, `_classes`). Finished rows are in none of these
+-- (counted false): only in `finished`. With the table's recorded times (created_column,
+-- finished_column), the rows of each range created and finished in its window (since the
+-- range's last reading, up to `settle` seconds before this statement): the rates.
+SELECT s.rel, s.chunk, s.grp, s.state::text AS state, count(*) FILTER (WHERE s.counted) AS n,
+       count(*) FILTER (WHERE s.counted AND s.held) AS held,
+       count(*) FILTER (WHERE s.counted AND NOT s.held AND s.exhausted) AS exhausted,
+       count(*) FILTER (WHERE s.counted AND NOT s.held AND NOT s.exhausted AND s.later) AS later,
+       count(*) FILTER (WHERE s.counted AND NOT s.held AND NOT s.exhausted AND NOT s.later AND s.blocked) AS blocked,
+       extract(epoch FROM min(s.ts) FILTER (WHERE s.counted AND NOT s.held AND NOT s.exhausted AND NOT s.later
+                                              AND NOT s.blocked))::float8 AS oldest,
+       count(*) FILTER (WHERE s.arrived) AS arrived,
+       count(*) FILTER (WHERE s.finished) AS finished,
+       count(*) FILTER (WHERE s.finished AND s.failed) AS failed,
        -- (the statement's own start: now() is the probe transaction's, which began before)
-       extract(epoch FROM statement_timestamp())::float8 AS server_now
+       extract(epoch FROM statement_timestamp())::float8 AS server_now,
+       extract(epoch FROM statement_timestamp())::float8 - %(settle)s::float8 AS server_until
 FROM ({branches}) AS s
 GROUP BY s.rel, s.chunk, s.grp, s.state;
 
 -- name: tally_rows
 -- Part of tally: the unfinished rows of one page range ({range}) of the table, of each partition
 -- of a partitioned one (a TID range scan, PostgreSQL 14 and later: its cost is the range's pages,
--- whatever the table's size), or of the whole relation. OFFSET 0 keeps each row's flags computed
--- once, not once per count.
+-- whatever the table's size), or of the whole relation; and the finished ones that were created
+-- or finished in the range's window ({arrived}, {finished}). OFFSET 0 keeps each row's flags computed once, not once per count.
 (SELECT {chunk}::bigint AS chunk, {rel} AS rel, ({group})::text AS grp, {state} AS state,
-        {held} AS held, {exhausted} AS exhausted, {later} AS later, {blocked_row} AS blocked, ({age})::timestamptz AS ts
+        {held} AS held, {exhausted} AS exhausted, {later} AS later, {blocked_row} AS blocked, ({age})::timestamptz AS ts,
+        {not_done} AS counted, {arrived} AS arrived, {finished} AS finished, {failed_row} AS failed
  FROM {table} AS j
- WHERE {range} AND {not_done}
+ WHERE {range} AND ({not_done} OR {finished} OR {arrived})
  OFFSET 0)
+
+-- name: arrived_in_window
+-- Fragment: row `j` was created ({created}: its recorded time) in its range's window, from
+-- {since} (epoch seconds) to `settle` seconds before this statement.
+(j.{created} >= to_timestamp({since}::float8)
+ AND j.{created} < statement_timestamp() - make_interval(secs => %(settle)s::float8))
+
+-- name: finished_in_window
+-- Fragment: row `j` is finished (done or dead) and finished ({finished_at}) in the window.
+(j.{finished_at} >= to_timestamp({since}::float8)
+ AND j.{finished_at} < statement_timestamp() - make_interval(secs => %(settle)s::float8)
+ AND NOT {not_done_or_dead})
+
+-- name: not_finished
+-- Fragment: a row neither done nor dead (what finished_in_window's rows are not).
+coalesce({state} <> ALL(%(finished_states)s::{state_type}[]), true)
+
+-- name: failed_row
+-- Fragment: a finished row that failed for good (a dead state).
+coalesce({state} = ANY(%(dead_states)s::{state_type}[]), false)
 
 -- name: page_range
 -- Fragment: the rows of pages [lo, hi).
