@@ -23,6 +23,7 @@ from probes.sources.tally import CycleTallies, cycle_budget
 from .conftest import wait_until
 from .cycles import Cycles
 from .oracle.contract import breaches
+from .test_prometheus import exporter_factory  # noqa: F401  (the fixture)
 
 DECLARED = DeclaredQueue(name="acc", table="public.acc", order_by="id", queue_column="queue", state_column="status",
                          not_before_column="run_at", ready_states=("todo",), in_flight_states=("doing",),
@@ -147,3 +148,92 @@ def test_a_burst_and_its_drain_on_a_large_shared_table_show_within_one_interval(
         assert burst_depth(cycles) == 0
         backlog = next(q for q in cycles.last.queues if q.name == "backlog")
         assert backlog.ready == 60_000  # the backlog's counts, kept per chunk, untouched
+
+
+def _procrastinate_with_backlog(db, backlog: int = 60_000):
+    logging.getLogger("procrastinate").setLevel(logging.CRITICAL)
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=db.dsn))
+
+    @app.task(name="send_mail")
+    def send_mail(n: int) -> None:
+        pass
+
+    with app.open():
+        app.schema_manager.apply_schema()
+        for start in range(0, backlog, 20_000):
+            app.configure_task("send_mail", queue="backlog").batch_defer(*({"n": n} for n in range(start, start + 20_000)))
+    return app
+
+
+def test_a_queue_that_appears_inside_a_rates_window_is_listed(db):
+    """`snapshot --json --rates 3` while 5,000 jobs are deferred into a new queue between its two
+    cycles (the issue: left out, 3 runs of 3): listed, every job counted, and all of them arrived."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from probes.session import APPLICATION_NAME
+
+    from .conftest import REPO
+
+    app = _procrastinate_with_backlog(db)
+    env = {k: v for k, v in os.environ.items() if k != "QUEUETOP_DSN"}
+    snapshot = subprocess.Popen([sys.executable, "-m", "tui", "snapshot", "--dsn", db.dsn, "--json", "--rates", "3"],
+                                cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        with db.connect() as conn:  # its first cycle done: its probe session idle between the two
+            wait_until(lambda: conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND state = 'idle'"
+                " AND state_change < now() - interval '0.5 s'", (APPLICATION_NAME,)).fetchone()[0], timeout=60,
+                interval=0.05, what="the snapshot's first cycle")
+        with app.open():
+            app.configure_task("send_mail", queue="burst").batch_defer(*({"n": n} for n in range(5_000)))
+        out, err = snapshot.communicate(timeout=120)
+    finally:
+        if snapshot.poll() is None:
+            snapshot.kill()
+    assert snapshot.returncode == 0, err
+    rows = {q["name"]: q for q in json.loads(out)["queues"] if q["source"] == "procrastinate"}
+    assert "burst" in rows, sorted(rows)
+    burst = rows["burst"]
+    assert (burst["depth"], burst["ready"], burst["enqueued_total"], burst["dequeued_total"]) == (5_000, 5_000, 5_000, 0)
+    assert burst["enqueued_per_s"] > 0 and burst["rates_from"] == "records"
+    assert rows["backlog"]["depth"] == 60_000
+
+
+def test_the_exporter_follows_a_burst_and_its_drain_within_an_interval(db, exporter_factory):  # noqa: F811
+    """The exporter's samples every second while 5,000 jobs arrive in a new queue of a large shared
+    table and a real worker drains them: the depth and the counters follow within a few intervals
+    (the issue: depth 0 for ~10 s after the burst, 875 for 12.6 s after the drain)."""
+    import time
+
+    app = _procrastinate_with_backlog(db)
+    exporter = exporter_factory("--dsn", db.dsn, "--interval", "1")
+
+    def gauge(name: str, queue: str = "burst") -> float | None:
+        metrics = exporter.metrics()
+        for (metric, got), value in metrics.items():
+            if metric == name and dict(got).get("queue") == queue:
+                return value
+        return None
+
+    wait_until(lambda: gauge("queuetop_queue_depth", "backlog") == 60_000, timeout=60, what="the backlog counted")
+    with app.open():
+        app.configure_task("send_mail", queue="burst").batch_defer(*({"n": n} for n in range(5_000)))
+    deferred = time.monotonic()
+    wait_until(lambda: gauge("queuetop_queue_depth") == 5_000, timeout=30, interval=0.1, what="the burst's depth")
+    shown_after = time.monotonic() - deferred
+    worker = threading.Thread(target=app.run_worker, kwargs={"queues": ["burst"], "wait": False, "concurrency": 4},
+                              daemon=True)
+    worker.start()
+    worker.join(120)
+    assert not worker.is_alive()
+    drained = time.monotonic()
+    wait_until(lambda: gauge("queuetop_queue_depth") == 0 and gauge("queuetop_queue_dequeued_total") == 5_000,
+               timeout=30, interval=0.1, what="the drain")
+    drain_after = time.monotonic() - drained
+    assert gauge("queuetop_queue_enqueued_total") == 5_000
+    # Within a few of its 1 s intervals each (a cycle, the next one's reading, the scrape), not 10 s.
+    print(f"\nexporter, 1 s interval: the burst shown after {shown_after:.1f} s, the drain after {drain_after:.1f} s")
+    assert shown_after < 5 and drain_after < 5, (shown_after, drain_after)
