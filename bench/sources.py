@@ -1,18 +1,20 @@
-"""`queuetop bench sources`: what reading the five queue libraries costs queuetop, at a small and a
+"""`queuetop bench sources`: what reading the six queue libraries costs queuetop, at a small and a
 large number of jobs per library, next to the libraries' own monitoring calls in the same run.
 
 It works in a database of its own (`queuetop_bench_sources`, created and dropped on the target's
 server: the role needs CREATEDB). Each library's schema is installed as the library installs it
 (PGMQ's SQL from its PyPI client; Procrastinate's schema manager; River's `river_job` as its Python
-client ships it, with River's fetching index; pg-boss's start() and Graphile Worker's migrate()
-through Node.js), then filled in bulk with jobs shaped as each library writes them (see
+client ships it, with the fetching and (state, finalized_at) indexes of River's migrations;
+PgQueuer's install SQL from its package; pg-boss's start() and Graphile Worker's migrate() through
+Node.js), then filled in bulk with jobs shaped as each library writes them (see
 bench/sql/postgresql/sources.sql). A library whose package (or Node.js) is missing is skipped,
 and the result says so.
 
-Measured: queuetop's queues probe over the five (p50 of `cycles`), each source's share, and the
+Measured: queuetop's queues probe over the six (p50 of `cycles`), each source's share, and the
 libraries' own calls where they have one: PGMQ `metrics_all()`, Procrastinate's
-`JobManager.list_queues()` (its API), pg-boss `getQueueSize` per queue (its SQL). Graphile Worker
-and River offer none in a language that runs here.
+`JobManager.list_queues()` (its API), pg-boss `getQueueSize` per queue (its SQL), PgQueuer's
+`Queries.queue_size()` (the statement its query builder makes). Graphile Worker and River offer
+none in a language that runs here.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from probes.sources import source_classes
 SOURCES_BENCH_SQL = Queries("bench", "sources.sql")
 DATABASE = "queuetop_bench_sources"
 QUEUES = ("q0", "q1", "q2", "q3")
-LIBRARIES = ("pgmq", "procrastinate", "pg-boss", "graphile-worker", "river")
+LIBRARIES = ("pgmq", "procrastinate", "pg-boss", "graphile-worker", "river", "pgqueuer")
 NODE_PEERS = Path(__file__).resolve().parent.parent / ".cache" / "node-peers" / "node_modules"
 PEER_SCRIPTS = Path(__file__).resolve().parent.parent / "tests" / "peers"
 
@@ -123,6 +125,11 @@ def _install(bench: Target, say: Callable[[str], None]) -> tuple[list[str], dict
             installed.append("river")
         except ModuleNotFoundError:
             skipped["river"] = "the riverqueue package is not installed (pip install -e '.[test]')"
+        try:
+            conn.execute(_pgqueuer_builders()[0].build_install_query())  # what its Queries.install() runs
+            installed.append("pgqueuer")
+        except ModuleNotFoundError:
+            skipped["pgqueuer"] = "the pgqueuer package is not installed (pip install -e '.[test]')"
         # pg-boss calls gen_random_uuid(), core from PostgreSQL 13; before it pgcrypto's, as its documentation says.
         if not one(conn.execute(SOURCES_BENCH_SQL["has_gen_random_uuid"]))[0]:
             conn.execute(SOURCES_BENCH_SQL["create_pgcrypto"])
@@ -162,6 +169,15 @@ def _libpq_uri(target: Target) -> str:
     return f"postgresql://{netloc}/{quote(dbname, safe='')}" + (f"?{urlencode(query, safe='/')}" if query else "")
 
 
+def _pgqueuer_builders() -> tuple[Any, Any]:
+    """PgQueuer's query builders for its default install (no schema, no prefix: the search_path's
+    `pgqueuer` tables): its install's and its queue statements'."""
+    from pgqueuer.adapters.persistence.qb import QueryBuilderEnvironment, QueryQueueBuilder
+    from pgqueuer.domain.settings import DBSettings
+
+    return QueryBuilderEnvironment(DBSettings()), QueryQueueBuilder(DBSettings())
+
+
 def _fill(conn: Any, library: str, n: int) -> None:
     if library == "pgmq":
         statement = SOURCES_BENCH_SQL["fill_pgmq"]
@@ -171,6 +187,8 @@ def _fill(conn: Any, library: str, n: int) -> None:
         statement = SOURCES_BENCH_SQL["fill_pgboss"]
     elif library == "graphile-worker":
         statement = SOURCES_BENCH_SQL["fill_graphile"]
+    elif library == "pgqueuer":
+        statement = SOURCES_BENCH_SQL["fill_pgqueuer"]
     else:
         statement = SOURCES_BENCH_SQL["fill_river"]
     conn.execute(statement, {"n": n})
@@ -216,6 +234,12 @@ def _measure(bench: Target, installed: list[str], cycles: int) -> dict[str, Any]
                 for queue in QUEUES:
                     conn.execute(SOURCES_BENCH_SQL["pgboss_queue_size"], {"queue": queue}).fetchall()
             own["pg-boss getQueueSize x4"] = round(_p50(queue_sizes, cycles), 2)
+        if "pgqueuer" in installed:
+            queue_size = _pgqueuer_builders()[1].build_queue_size_query()
+
+            def pgqueuer_queue_size() -> None:
+                conn.execute(queue_size).fetchall()
+            own["pgqueuer queue_size()"] = round(_p50(pgqueuer_queue_size, cycles), 2)
     if "procrastinate" in installed:
         own["procrastinate list_queues()"] = round(_procrastinate_list_queues(bench, cycles), 2)
     out["libraries_ms_p50"] = own

@@ -105,17 +105,18 @@ def test_bench_tui_tiny_run(cli):
 
 @pytest.mark.matrix  # its database is made and dropped on every major (DROP DATABASE ... WITH (FORCE) is 13's)
 def test_bench_sources_tiny_run_reads_every_library_right(db, cli, node_peers):
-    """The five libraries installed their own way, filled, and read: each queue's figures are
+    """The six libraries installed their own way, filled, and read: each queue's figures are
     the fill's exact mix (the jobs are few, so nothing is estimated)."""
     result = cli("bench", "sources", "--dsn", db.dsn, "--json", "--small", "1000", "--large", "2000", "--cycles", "1")
     assert result.returncode == 0, result.stderr
     (report,) = result.json_lines()
     assert report["skipped"] == {} and sorted(report["libraries"]) == sorted(
-        ["pgmq", "procrastinate", "pg-boss", "graphile-worker", "river"])
+        ["pgmq", "procrastinate", "pg-boss", "graphile-worker", "river", "pgqueuer"])
     for size, n in (("small", 1000), ("large", 2000)):
         figures = report["sizes"][size]
         assert figures["queuetop_ms_p50"] > 0 and set(figures["queuetop_ms_p50_by_source"]) == set(report["libraries"])
-        assert set(figures["libraries_ms_p50"]) == {"pgmq metrics_all()", "pg-boss getQueueSize x4", "procrastinate list_queues()"}
+        assert set(figures["libraries_ms_p50"]) == {"pgmq metrics_all()", "pg-boss getQueueSize x4", "procrastinate list_queues()",
+                                                    "pgqueuer queue_size()"}
         rows = {(q["source"], q["name"]): q for q in figures["queues"]}
         # PGMQ, one queue: 98 % ready, 1 % delayed sends, 1 % read; a tenth archived.
         assert (rows[("pgmq", "bench")]["ready"], rows[("pgmq", "bench")]["dead"]) == (n * 98 // 100, n // 10)
@@ -128,6 +129,13 @@ def test_bench_sources_tiny_run_reads_every_library_right(db, cli, node_peers):
             assert sum(q["depth"] for q in queues) == n * 95 // 1000
         tasks = [q for (s, _), q in rows.items() if s == "graphile-worker"]
         assert sum(q["depth"] for q in tasks) == n - n * 5 // 1000  # 0.5 % exhausted are dead
+        # PgQueuer, four entrypoints: 98 % due, 1 % scheduled, 0.5 % picked (stale once the heartbeat
+        # is 30 s old: ready then), 0.5 % failed (deleted, logged `exception`: dead).
+        entrypoints = [q for (s, _), q in rows.items() if s == "pgqueuer"]
+        assert len(entrypoints) == 4 and not any(q["depth_is_estimate"] for q in entrypoints)
+        assert sum(q["ready"] + q["in_flight"] for q in entrypoints) == n * 985 // 1000
+        assert sum(q["delayed"] for q in entrypoints) == n // 100
+        assert sum(q["dead"] for q in entrypoints) == n * 5 // 1000
     # It leaves nothing behind: its database is gone.
     with db.connect() as conn:
         assert conn.execute("SELECT count(*) FROM pg_database WHERE datname = 'queuetop_bench_sources'").fetchone()[0] == 0

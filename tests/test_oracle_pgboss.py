@@ -20,7 +20,7 @@ from dbcore.sqlfiles import Queries
 from probes.sampler import run_cycle
 
 from .conftest import Database, drop_database, make_database
-from .oracle.contract import breaches, counted_in_turns, error_table, shown_rows
+from .oracle.contract import breaches, counted_in_turns, error_table, shown_rows, verdicts
 from .oracle.pgboss import (
     CUSTOM_SCHEMA,
     DEFAULT_SCHEMA,
@@ -177,6 +177,8 @@ def test_every_large_figure_keeps_the_contract(large, in_turns):
     for name, figure, value, got, error in error_table(shown, after):
         print(f"  {name:10} {figure:9} {value:>9,} {got if got is None else f'{got:,}':>9} "
               f"{'-' if error is None else f'{error:+.2%}'}")
+    print(f"  verdicts: {verdicts(shown, after)}; queues probe {snap.probes['queues'].elapsed_ms:,.0f} ms "
+          f"({'the last cycle of the pass' if in_turns else 'the first cycle'})")
     assert snap.probes["queues"].error is None
     problems = breaches(shown, before, after)
     assert not problems, f"pg-boss {workload.version} at {workload.rows:,} rows:\n" + "\n".join(problems)

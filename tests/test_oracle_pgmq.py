@@ -18,7 +18,7 @@ import pytest
 from probes.sampler import run_cycle
 
 from .conftest import Database, Server, drop_database, make_database
-from .oracle.contract import Truth, breaches, counted_in_turns, error_table, shown_rows
+from .oracle.contract import Truth, breaches, counted_in_turns, error_table, shown_rows, verdicts
 from .oracle.pgmq import LARGE_ROWS, SCHEMA, SOURCE, Workload, build_large, build_small, grouped_visible, install, reads_would_claim, truth
 
 pytest.importorskip("pgmq", reason="the pgmq client (which ships PGMQ's SQL) is a test dependency (pip install -e '.[test]')")
@@ -128,6 +128,8 @@ def test_every_large_figure_keeps_the_contract(large, in_turns):
     for name, figure, value, got, error in error_table(shown, after):
         print(f"  {name:10} {figure:9} {value:>9,} {'-' if got is None else f'{got:,}':>9} "
               f"{'-' if error is None else f'{error:+.2%}'}")
+    print(f"  verdicts: {verdicts(shown, after)}; queues probe {snap.probes['queues'].elapsed_ms:,.0f} ms "
+          f"({'the last cycle of the pass' if in_turns else 'the first cycle'})")
     assert snap.probes["queues"].error is None, snap.probes["queues"].error
     problems = breaches(shown, before, after)
     assert not problems, f"PGMQ at {LARGE_ROWS:,} messages:\n" + "\n".join(problems)

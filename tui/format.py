@@ -26,11 +26,14 @@ def count(value: int | None, estimate: bool = False) -> str:
 
 
 COUNTING = "counting…"  # a figure not known yet: the table is being read (probes/sources/tally.py)
+# ... in a table's cell: no wider than the figures beside it (~1.07M), so that at 80 columns the
+# rates keep their place (the help's legend says what it means).
+COUNTING_CELL = "count…"
 
 
 def figure(value: int | None, estimate: bool = False, counting: bool = False) -> str:
-    """A queue's figure (count()), or that it is being counted."""
-    return COUNTING if counting and value is None else count(value, estimate)
+    """A queue's figure (count()) as a cell, or that it is being counted."""
+    return COUNTING_CELL if counting and value is None else count(value, estimate)
 
 
 def compact(value: int) -> str:

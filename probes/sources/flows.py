@@ -246,10 +246,25 @@ class RiverFlows(FlowReader):
         self.feed = IdFeed(sql.SQL("{} AS j").format(self.jobs), sql.SQL("j.id"),
                            lambda where: sql.SQL(FLOWS_SQL["river_jobs"]).format(jobs=self.jobs, where=where))
         self.since: float | None = None
+        self.indexed = False
+        self.reads = 0
 
     def counts(self, conn: ProbeConnection, figures: list[QueueFigures]) -> Tally | None:
         arrived = self.feed.read(conn)
         self.blocks = set(self.feed.blocks)
+        if self.reads % 100 == 0:  # (a migration may add it meanwhile)
+            self.indexed = bool(one(conn.execute(FLOWS_SQL["river_finalized_index"],
+                                                 {"table": self.jobs.as_string(None)}))["indexed"])
+        self.reads += 1
+        if not self.indexed:  # no (state, finalized_at) index: what left is not read (it would scan the table)
+            self.since = None
+            if arrived is None:
+                return None
+            queues = _by_queue(arrived)
+            only: Tally = {f.name: {"enqueued": float(queues.get(f.name, 0))} for f in figures}
+            for queue, n in queues.items():
+                only.setdefault(queue, {"enqueued": float(n)})
+            return only
         statement = sql.SQL(FLOWS_SQL["river_finalized"]).format(jobs=self.jobs)
         finalized: Counter[tuple[str, str]] = Counter()
         until = None
@@ -264,15 +279,22 @@ class RiverFlows(FlowReader):
         if arrived is None or first:
             return None
         out: Tally = {f.name: {"enqueued": 0, "dequeued": 0, "failed": 0} for f in figures}
-        for (queue, _kind), n in arrived.items():
-            if queue is not None:
-                out.setdefault(queue, {"enqueued": 0, "dequeued": 0, "failed": 0})["enqueued"] += n
+        for queue, n in _by_queue(arrived).items():
+            out.setdefault(queue, {"enqueued": 0, "dequeued": 0, "failed": 0})["enqueued"] += n
         for (queue, state), n in finalized.items():
             c = out.setdefault(queue, {"enqueued": 0, "dequeued": 0, "failed": 0})
             c["dequeued"] += n
             if state == "discarded":
                 c["failed"] += n
         return out
+
+
+def _by_queue(read: Counter[tuple[str | None, str]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for (queue, _kind), n in read.items():
+        if queue is not None:
+            out[queue] = out.get(queue, 0) + n
+    return out
 
 
 @dataclass

@@ -57,7 +57,7 @@ Z = 3.0  # standard errors in an estimate's error bound (99.7 % of a normal erro
 TOLERANCE = 0.05  # an estimate is shown only within this of the count (else it is being counted)
 HOT_S = 30.0  # a chunk jobs moved to is read every cycle for this long
 SETTLE_S = 1.0  # a window of recorded times ends this long before the server's clock (as flows.py's)
-HOT_CHUNKS = 4  # ... at most this many of them a cycle (8 MB), the latest moved first
+HOT_CHUNKS = 2  # ... at most this many of them a cycle (4 MB), the latest moved first
 CLASSES = ("ready", "in_flight", "delayed", "blocked", "dead")
 FLAGS = ("n", "held", "exhausted", "later", "blocked")  # what a count row says of its rows (tally in jobtable.sql)
 
@@ -362,8 +362,9 @@ class Tally:
         def cost(index: int) -> int:  # a chunk index costs its pages in every partition that reaches it
             return sum(min(self.chunk_pages, max(0, p - index * self.chunk_pages)) for p in sizes.values())
 
-        # Where the table grew since the last cycle first (outside the allowance, which it then
-        # owes): a burst's rows go there, and are counted in the cycle they came; the rest in turns.
+        # Where the table grew since the last cycle first (outside the allowance and the credit:
+        # at most HOT_CHUNKS): a burst's rows go there, and are counted in the cycle they came; the
+        # rest in turns.
         tail: list[int] = []
         pages_now = sum(sizes.values())
         if not first and budget is None:
@@ -400,8 +401,11 @@ class Tally:
         fresh = {(rel, i) for rel, pages in sizes.items() for i in todo if i < self._chunks_of(pages)}
         since = {i: self._since([i]) for i in todo}
         self._uniform = all(start == since_before for start in since.values())
-        self._timed(conn, compose(ranges, since), params, now, whole=False, fresh=fresh, pages=spent + sum(map(cost, tail)),
+        tail_pages = sum(map(cost, tail))
+        self._timed(conn, compose(ranges, since), params, now, whole=False, fresh=fresh, pages=spent + tail_pages,
                     charged=charged)
+        if charged and self.cycles > 1:  # (what moved is read outside the credit: it must not starve the pass)
+            self.credit_ms += tail_pages * self.ms_per_page
         if indexes:
             self.cursor = (start + taken) % n_chunks
         if self.runs is None and self._unread_pages(sizes):

@@ -69,6 +69,7 @@ both. Every task and named queue Graphile has registered is a row, an empty one 
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -244,6 +245,83 @@ def build_large(node_peers: Path, dsn: str, schema: str = LARGE_SCHEMA) -> Workl
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(sql.SQL("ANALYZE {}").format(parts(schema)["jobs"]))
+    except BaseException:
+        workload.close()
+        raise
+    return workload
+
+
+# -- huge: past the first cycle's reading (issue: 1.5M jobs, 19,701 pages) -------------------------
+
+HUGE_SCHEMA = "gw_huge"
+HUGE_DELAYED = 1_000_000
+HUGE_READY = 500_000
+HUGE_BATCH = 100_000  # job specs per add_jobs call
+
+# The small workload (SMALL: every state, a worker holding three jobs and named queue "reports"
+# with three blocked behind it) first, at the table's head; then task sync's backlog as the issue
+# had it, through Graphile Worker's own SQL API (add_jobs, in batches): 1,000,000 scheduled ahead
+# (+1 h to +6 days) added first, then 500,000 due (run_at over the last hour); then, at the table's
+# end, among the pages a first cycle leaves unread, task audit: 7 failed for good
+# (permanently_fail_jobs) and 3 scheduled ahead.
+HUGE: dict[str, dict[str, int]] = {
+    **SMALL,
+    "task:sync": _shape(ready=HUGE_READY, scheduled=HUGE_DELAYED),
+    "task:audit": _shape(scheduled=3, dead=7),
+}
+HUGE_ROWS = 22 + HUGE_DELAYED + HUGE_READY + 10
+
+# Graphile Worker's add_jobs(specs job_spec[], job_key_preserve_run_at boolean) (sql/000018.sql),
+# job_spec (sql/000011.sql, 000013.sql): identifier, payload, queue_name, run_at, max_attempts,
+# job_key, priority, flags; the jobs `g` from `first` to `last`, due `offset` seconds from now
+# plus g modulo `spread` seconds.
+ADD_JOBS = """
+SELECT array_agg(id ORDER BY id) FROM {add_jobs}(ARRAY(
+    SELECT ROW(%(task)s::text, json_build_object('n', g), NULL, now() + make_interval(secs => %(offset)s + g %% %(spread)s),
+               NULL, NULL, NULL, NULL)::{job_spec}
+    FROM generate_series(%(first)s::integer, %(last)s::integer) AS g
+    ORDER BY g))
+"""
+PERMANENTLY_FAIL_JOBS = "SELECT count(*) FROM {permanently_fail_jobs}(%(ids)s::bigint[], %(why)s::text)"
+PAGES = """
+SELECT pg_relation_size(c.oid) / current_setting('block_size')::bigint
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = %(schema)s AND c.relname = '_private_jobs'
+"""
+
+
+def add_jobs(conn: psycopg.Connection, schema: str, task: str, first: int, last: int, offset: int,
+             spread: int) -> list[int]:
+    """Jobs `first`..`last` of `task` through Graphile Worker's add_jobs, HUGE_BATCH a call
+    (each in its own transaction, as a client's addJobs calls are); their ids."""
+    statement = sql.SQL(ADD_JOBS).format(add_jobs=sql.Identifier(schema, "add_jobs"),
+                                         job_spec=sql.Identifier(schema, "job_spec"))
+    ids: list[int] = []
+    for lo in range(first, last + 1, HUGE_BATCH):
+        row = conn.execute(statement, {"task": task, "first": lo, "last": min(last, lo + HUGE_BATCH - 1),
+                                       "offset": offset, "spread": spread}).fetchone()
+        ids += row[0] if row and row[0] else []
+    return ids
+
+
+def build_huge(node_peers: Path, dsn: str, schema: str = HUGE_SCHEMA) -> Workload:
+    """HUGE_ROWS jobs (HUGE) in `schema`, past FIRST_TABLE_PAGES (probes/sources/tally.py), then
+    ANALYZE. `report` says the bulk's seconds and the jobs table's pages."""
+    workload = _build(node_peers, dsn, schema, "small", HUGE)
+    try:
+        started = time.monotonic()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            add_jobs(conn, schema, "sync", 1, HUGE_DELAYED, 3600, 6 * 86400)
+            add_jobs(conn, schema, "sync", HUGE_DELAYED + 1, HUGE_DELAYED + HUGE_READY, -3600, 3600)
+            dead = add_jobs(conn, schema, "audit", 1, 7, -60, 1)
+            conn.execute(sql.SQL(PERMANENTLY_FAIL_JOBS).format(
+                permanently_fail_jobs=sql.Identifier(schema, "permanently_fail_jobs")),
+                {"ids": dead, "why": "audit store gone"})
+            add_jobs(conn, schema, "audit", 8, 10, 7200, 1)
+            conn.execute(sql.SQL("ANALYZE {}").format(parts(schema)["jobs"]))
+            row = conn.execute(PAGES, {"schema": schema}).fetchone()
+        workload.report["bulk_seconds"] = time.monotonic() - started
+        workload.report["pages"] = int(row[0]) if row else 0
     except BaseException:
         workload.close()
         raise

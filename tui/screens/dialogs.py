@@ -69,6 +69,8 @@ class HelpScreen(ScrollingBoxScreen):
         with self.scrolling_box("help-keys", "queuetop keys", "Esc, q or ?"):
             yield Static("The keys that apply here and now (the footer shows the focused panel's). "
                          "Remap a key by its id in the config's \\[keys] table.")
+            yield Static("Figures: ~ an estimate (a table read in turns); count… not known yet, being counted "
+                         "(a table larger than the first reading, whose sample cannot bound it within 5 %).")
             yield Static(table)
 
 

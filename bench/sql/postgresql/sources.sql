@@ -1,8 +1,9 @@
 -- `queuetop bench sources`: each library's jobs, shaped as the library writes them, in bulk, and
 -- the libraries' own monitoring calls. Every table gets %(n)s jobs over four queues q0..q3: where
 -- finished jobs stay (Procrastinate, pg-boss, River) 90 %% finished, 8 %% ready, 1 %% scheduled,
--- 0.5 %% running, 0.5 %% failed; where they are deleted (Graphile Worker, PGMQ) 98 %% ready, 1 %
--- scheduled, 0.5 %% running, 0.5 %% failed (PGMQ: archived).
+-- 0.5 %% running, 0.5 %% failed; where they are deleted (Graphile Worker, PGMQ, PgQueuer) 98 %%
+-- ready, 1 %% scheduled, 0.5 %% running, 0.5 %% failed (PGMQ: archived; PgQueuer: deleted and
+-- logged `exception`, its default on_failure).
 
 -- name: create_database
 CREATE DATABASE {database};
@@ -22,8 +23,11 @@ SELECT to_regproc('gen_random_uuid') IS NOT NULL;
 CREATE EXTENSION IF NOT EXISTS pgcrypto;
 
 -- name: river_index
--- River's fetching index (its migrations create it).
+-- River's fetching index and its (state, finalized_at) one, which its cleaner and its completed
+-- jobs' reads go through (its migrations create both: 002_initial_schema).
 CREATE INDEX IF NOT EXISTS river_job_prioritized_fetching_index ON river_job (state, queue, priority, scheduled_at, id);
+CREATE INDEX IF NOT EXISTS river_job_state_and_finalized_at_index ON river_job (state, finalized_at)
+    WHERE finalized_at IS NOT NULL;
 
 -- name: fill_procrastinate
 INSERT INTO procrastinate_jobs (queue_name, task_name, status, scheduled_at)
@@ -68,6 +72,36 @@ SELECT t.id,
        CASE WHEN g %% 1000 >= 990 AND g %% 1000 < 995 THEN 'bench' END
 FROM generate_series(1, %(n)s::integer) AS g
 JOIN tasks t ON t.identifier = 'q' || (g %% 4);
+
+-- name: fill_pgqueuer
+-- As PgQueuer's enqueue writes a job (its id sequence, priority, entrypoint, payload,
+-- execute_after = now() + delay, status 'queued') with its 'queued' log row; a dequeue makes a job
+-- 'picked' (queue_manager_id, heartbeat) and logs 'picked'; a failure (on_failure 'delete')
+-- deletes the job and logs 'exception' with its traceback: those jobs are only in the log.
+WITH jobs AS (
+    INSERT INTO pgqueuer (priority, entrypoint, payload, execute_after, status, heartbeat, queue_manager_id)
+    SELECT 0, 'q' || (g %% 4), convert_to('bench', 'UTF8'),
+           CASE WHEN g %% 1000 >= 980 AND g %% 1000 < 990 THEN now() + interval '1 hour' ELSE now() END,
+           (CASE WHEN g %% 1000 >= 990 THEN 'picked' ELSE 'queued' END)::pgqueuer_status,
+           now(), CASE WHEN g %% 1000 >= 990 THEN '00000000-0000-4000-8000-000000000001'::uuid END
+    FROM generate_series(1, %(n)s::integer) AS g
+    WHERE g %% 1000 < 995
+    RETURNING id, entrypoint, priority, status
+), failed AS (
+    SELECT nextval(pg_get_serial_sequence('pgqueuer', 'id')) AS id, 'q' || (g %% 4) AS entrypoint, 0 AS priority
+    FROM generate_series(1, %(n)s::integer) AS g
+    WHERE g %% 1000 >= 995
+)
+INSERT INTO pgqueuer_log (job_id, status, entrypoint, priority, traceback)
+SELECT id, 'queued'::pgqueuer_status, entrypoint, priority, NULL::jsonb FROM jobs
+UNION ALL
+SELECT id, 'picked'::pgqueuer_status, entrypoint, priority, NULL FROM jobs WHERE status = 'picked'
+UNION ALL
+SELECT f.id, s.status::pgqueuer_status, f.entrypoint, f.priority,
+       CASE WHEN s.status = 'exception' THEN jsonb_build_object(
+           'job_id', f.id, 'timestamp', now(), 'exception_type', 'ValueError', 'exception_message', 'bench',
+           'traceback', 'Traceback (most recent call last): ValueError: bench', 'additional_context', NULL) END
+FROM failed AS f, unnest(ARRAY['queued', 'picked', 'exception']) AS s(status);
 
 -- name: pgmq_create
 SELECT pgmq.create(%(queue)s::text);

@@ -107,3 +107,13 @@ SELECT l.id, l.entrypoint::text AS grp,
        (SELECT (p.ctid::text::point)[0]::bigint FROM {jobs} p WHERE p.id = l.job_id) AS blk
 FROM {log} l
 WHERE {where}
+
+-- name: river_finalized_index
+-- Whether River's (state, finalized_at) index (its migration 002) is there: without it the read of
+-- the jobs finalized in a window would scan the table, and is not made.
+SELECT EXISTS (
+    SELECT 1 FROM pg_index i
+    JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+    JOIN pg_attribute b ON b.attrelid = i.indrelid AND b.attnum = i.indkey[1]
+    WHERE i.indrelid = to_regclass(%(table)s::text) AND i.indisvalid
+      AND a.attname = 'state' AND b.attname = 'finalized_at') AS indexed;
