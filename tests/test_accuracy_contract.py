@@ -108,10 +108,7 @@ def test_a_figure_no_sample_can_bound_is_counting_never_a_guess(big):
 procrastinate = pytest.importorskip("procrastinate", reason="procrastinate is a test dependency (pip install -e '.[test]')")
 
 
-def test_a_burst_and_its_drain_on_a_large_shared_table_show_within_one_interval(db):
-    """A 5,000-job burst into a new Procrastinate queue beside a 60,000-job backlog (its table past
-    a cycle's reading: counted in turns, a sliver a cycle), then its drain by a real worker: the
-    second cycle that starts after each shows it exactly (the events say which pages moved)."""
+def _procrastinate_with_backlog(db, backlog: int = 60_000):
     logging.getLogger("procrastinate").setLevel(logging.CRITICAL)
     app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=db.dsn))
 
@@ -121,8 +118,16 @@ def test_a_burst_and_its_drain_on_a_large_shared_table_show_within_one_interval(
 
     with app.open():
         app.schema_manager.apply_schema()
-        for start in range(0, 60_000, 20_000):
+        for start in range(0, backlog, 20_000):
             app.configure_task("send_mail", queue="backlog").batch_defer(*({"n": n} for n in range(start, start + 20_000)))
+    return app
+
+
+def test_a_burst_and_its_drain_on_a_large_shared_table_show_within_one_interval(db):
+    """A 5,000-job burst into a new Procrastinate queue beside a 60,000-job backlog (its table past
+    a cycle's reading: counted in turns, a sliver a cycle), then its drain by a real worker: the
+    second cycle that starts after each shows it exactly (the events say which pages moved)."""
+    app = _procrastinate_with_backlog(db)
     probes = probes_for(db.target)
     probes.tallies = CycleTallies(ms=0.5)  # a sliver of the table a cycle: without the hints, weeks to come round
 
@@ -148,21 +153,6 @@ def test_a_burst_and_its_drain_on_a_large_shared_table_show_within_one_interval(
         assert burst_depth(cycles) == 0
         backlog = next(q for q in cycles.last.queues if q.name == "backlog")
         assert backlog.ready == 60_000  # the backlog's counts, kept per chunk, untouched
-
-
-def _procrastinate_with_backlog(db, backlog: int = 60_000):
-    logging.getLogger("procrastinate").setLevel(logging.CRITICAL)
-    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=db.dsn))
-
-    @app.task(name="send_mail")
-    def send_mail(n: int) -> None:
-        pass
-
-    with app.open():
-        app.schema_manager.apply_schema()
-        for start in range(0, backlog, 20_000):
-            app.configure_task("send_mail", queue="backlog").batch_defer(*({"n": n} for n in range(start, start + 20_000)))
-    return app
 
 
 def test_a_queue_that_appears_inside_a_rates_window_is_listed(db):

@@ -14,15 +14,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 from psycopg import sql
 
 from dbcore.sqlfiles import Queries
-from probes.sampler import run_cycle
 
-from .conftest import Database, Server, drop_database, make_database
-from .oracle.contract import FIELDS, Truth, breaches, counted_in_turns, error_table, shown_rows, verdicts
+from .conftest import Database, Server
+from .oracle.contract import FIELDS, Truth, breaches, error_table, shown_rows, verdicts
 from .oracle.graphile import (
     CUSTOM_SCHEMA,
     DEFAULT_SCHEMA,
@@ -41,6 +39,7 @@ from .oracle.graphile import (
     parts,
     truth,
 )
+from .oracle.harness import built_in_a_database, observed
 
 GRAPHILE_SQL = Queries("probes", "sources/graphile_worker.sql")
 SMALL_SCHEMAS = (DEFAULT_SCHEMA, CUSTOM_SCHEMA)
@@ -49,41 +48,20 @@ SMALL_SCHEMAS = (DEFAULT_SCHEMA, CUSTOM_SCHEMA)
 @pytest.fixture(scope="module")
 def small(pg_server: Server, node_peers: Path) -> Iterator[tuple[Database, dict[str, Workload]]]:
     """The small workload in `graphile_worker` and in `gw_custom` of one database."""
-    database = make_database(pg_server, prefix="gwo")
-    built: dict[str, Workload] = {}
-    try:
-        for schema in SMALL_SCHEMAS:
-            built[schema] = build_small(node_peers, database.dsn, schema)
-        yield database, built
-    finally:
-        for workload in built.values():
-            workload.close()
-        with psycopg.connect(pg_server.admin_uri, autocommit=True) as admin:
-            drop_database(admin, database.name)
+    builders = [lambda dsn, schema=schema: build_small(node_peers, dsn, schema) for schema in SMALL_SCHEMAS]
+    with built_in_a_database(pg_server, "gwo", *builders) as (database, built):
+        yield database, dict(zip(SMALL_SCHEMAS, built, strict=True))
 
 
 @pytest.fixture(scope="module")
 def large(pg_server: Server, node_peers: Path) -> Iterator[tuple[Database, Workload]]:
     """LARGE_ROWS jobs in `gw_large`, built once for the module."""
-    database = make_database(pg_server, prefix="gwo")
-    workload = None
-    try:
-        workload = build_large(node_peers, database.dsn, LARGE_SCHEMA)
+    with built_in_a_database(pg_server, "gwo", lambda dsn: build_large(node_peers, dsn, LARGE_SCHEMA)) as (database, (workload,)):
         yield database, workload
-    finally:
-        if workload is not None:
-            workload.close()
-        with psycopg.connect(pg_server.admin_uri, autocommit=True) as admin:
-            drop_database(admin, database.name)
 
 
 def _oracle(database: Database, schema: str, in_turns: bool = False) -> tuple[Any, Truth, Truth]:
-    with database.connect() as conn:
-        before = truth(conn, schema)
-    snap = (counted_in_turns(database.target) if in_turns else run_cycle(database.target))
-    with database.connect() as conn:
-        after = truth(conn, schema)
-    return snap, before, after
+    return observed(database, lambda conn: truth(conn, schema), in_turns)
 
 
 # -- small: every state, two installs in one database ----------------------------------------------
@@ -182,16 +160,8 @@ def test_every_large_figure_keeps_the_contract(large, in_turns):
 @pytest.fixture(scope="module")
 def huge(pg_server: Server, node_peers: Path) -> Iterator[tuple[Database, Workload]]:
     """HUGE_ROWS jobs in `gw_huge` (tests/oracle/graphile.py, HUGE), built once for the module."""
-    database = make_database(pg_server, prefix="gwh")
-    workload = None
-    try:
-        workload = build_huge(node_peers, database.dsn, HUGE_SCHEMA)
+    with built_in_a_database(pg_server, "gwh", lambda dsn: build_huge(node_peers, dsn, HUGE_SCHEMA)) as (database, (workload,)):
         yield database, workload
-    finally:
-        if workload is not None:
-            workload.close()
-        with psycopg.connect(pg_server.admin_uri, autocommit=True) as admin:
-            drop_database(admin, database.name)
 
 
 @pytest.mark.oracle

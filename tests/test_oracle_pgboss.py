@@ -12,15 +12,14 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
-import psycopg
 import pytest
 from psycopg import sql
 
 from dbcore.sqlfiles import Queries
-from probes.sampler import run_cycle
 
-from .conftest import Database, drop_database, make_database
-from .oracle.contract import breaches, counted_in_turns, error_table, shown_rows, verdicts
+from .conftest import Database
+from .oracle.contract import breaches, error_table, shown_rows, verdicts
+from .oracle.harness import built_in_a_database, observed
 from .oracle.pgboss import (
     CUSTOM_SCHEMA,
     DEFAULT_SCHEMA,
@@ -41,18 +40,9 @@ SMALL_SCHEMAS = (DEFAULT_SCHEMA, CUSTOM_SCHEMA)
 
 
 def _built(pg_server, node_peers, version: str, build) -> Iterator[tuple[Database, Workload]]:
-    database = make_database(pg_server, prefix="boss")
-    workload = None
-    try:
-        with database.connect() as conn:
-            prepare(conn)
-        workload = build(node_peers, database.dsn, version)
+    with built_in_a_database(pg_server, "boss", lambda dsn: build(node_peers, dsn, version), prepare=prepare) as (
+            database, (workload,)):
         yield database, workload
-    finally:
-        if workload is not None:
-            workload.close()
-        with psycopg.connect(pg_server.admin_uri, autocommit=True) as admin:
-            drop_database(admin, database.name)
 
 
 @pytest.fixture(scope="module", params=VERSIONS, ids=[f"pg-boss-{v}" for v in VERSIONS])
@@ -74,12 +64,7 @@ def large(request, pg_server, node_peers) -> Iterator[tuple[Database, Workload]]
 
 
 def _oracle(database: Database, workload: Workload, schema: str, in_turns: bool = False):
-    with database.connect() as conn:
-        before = truth(conn, schema, workload.version)
-    snap = (counted_in_turns(database.target) if in_turns else run_cycle(database.target))
-    with database.connect() as conn:
-        after = truth(conn, schema, workload.version)
-    return snap, before, after
+    return observed(database, lambda conn: truth(conn, schema, workload.version), in_turns)
 
 
 # -- small: every state, two installs in one database ----------------------------------------------

@@ -12,13 +12,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import psycopg
 import pytest
 
-from probes.sampler import run_cycle
-
-from .conftest import Database, Server, drop_database, make_database
-from .oracle.contract import Truth, breaches, counted_in_turns, error_table, shown_rows, verdicts
+from .conftest import Database, Server
+from .oracle.contract import Truth, breaches, error_table, shown_rows, verdicts
+from .oracle.harness import built_in_a_database, observed
 from .oracle.pgmq import LARGE_ROWS, SCHEMA, SOURCE, Workload, build_large, build_small, grouped_visible, install, reads_would_claim, truth
 
 pytest.importorskip("pgmq", reason="the pgmq client (which ships PGMQ's SQL) is a test dependency (pip install -e '.[test]')")
@@ -26,40 +24,19 @@ pytest.importorskip("pgmq", reason="the pgmq client (which ships PGMQ's SQL) is 
 
 @pytest.fixture(scope="module")
 def small(pg_server: Server) -> Iterator[tuple[Database, Workload]]:
-    database = make_database(pg_server, prefix="mqo")
-    workload = None
-    try:
-        workload = build_small(database.dsn)
+    with built_in_a_database(pg_server, "mqo", build_small) as (database, (workload,)):
         yield database, workload
-    finally:
-        if workload is not None:
-            workload.close()
-        with psycopg.connect(pg_server.admin_uri, autocommit=True) as admin:
-            drop_database(admin, database.name)
 
 
 @pytest.fixture(scope="module")
 def large(pg_server: Server) -> Iterator[tuple[Database, Workload]]:
     """LARGE_ROWS messages, built once for the module."""
-    database = make_database(pg_server, prefix="mqo")
-    workload = None
-    try:
-        workload = build_large(database.dsn)
+    with built_in_a_database(pg_server, "mqo", build_large) as (database, (workload,)):
         yield database, workload
-    finally:
-        if workload is not None:
-            workload.close()
-        with psycopg.connect(pg_server.admin_uri, autocommit=True) as admin:
-            drop_database(admin, database.name)
 
 
 def _oracle(database: Database, in_turns: bool = False) -> tuple[Any, Truth, Truth]:
-    with database.connect() as conn:
-        before = truth(conn)
-    snap = (counted_in_turns(database.target) if in_turns else run_cycle(database.target))  # no config at all
-    with database.connect() as conn:
-        after = truth(conn)
-    return snap, before, after
+    return observed(database, truth, in_turns)  # no config at all
 
 
 # -- small: every state ----------------------------------------------------------------------------

@@ -12,15 +12,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import psycopg
 import pytest
 from psycopg import sql
 
 from dbcore.sqlfiles import Queries
 from probes.sampler import run_cycle
 
-from .conftest import Database, Server, drop_database, make_database
-from .oracle.contract import Truth, breaches, counted_in_turns, error_table, shown_rows, verdicts
+from .conftest import Database, Server
+from .oracle.contract import Truth, breaches, error_table, shown_rows, verdicts
+from .oracle.harness import built_in_a_database, observed
 from .oracle.procrastinate import (
     CUSTOM_SCHEMA,
     DEFAULT_SCHEMA,
@@ -45,41 +45,21 @@ SMALL_SCHEMAS = (DEFAULT_SCHEMA, CUSTOM_SCHEMA)
 def small(pg_server: Server) -> Iterator[tuple[Database, dict[str, Workload]]]:
     """The small workload in `public` and in `jobs` of one database (counts shifted in `jobs`,
     so that the two installs cannot be mistaken for each other)."""
-    database = make_database(pg_server, prefix="pco")
-    built: dict[str, Workload] = {}
-    try:
-        for variant, schema in enumerate(SMALL_SCHEMAS):
-            built[schema] = build_small(database.dsn, schema, variant)
-        yield database, built
-    finally:
-        for workload in built.values():
-            workload.close()
-        with psycopg.connect(pg_server.admin_uri, autocommit=True) as admin:
-            drop_database(admin, database.name)
+    builders = [lambda dsn, schema=schema, variant=variant: build_small(dsn, schema, variant)
+                for variant, schema in enumerate(SMALL_SCHEMAS)]
+    with built_in_a_database(pg_server, "pco", *builders) as (database, built):
+        yield database, dict(zip(SMALL_SCHEMAS, built, strict=True))
 
 
 @pytest.fixture(scope="module")
 def large(pg_server: Server) -> Iterator[tuple[Database, Workload]]:
     """LARGE_ROWS jobs in `jobs_big`, built once for the module."""
-    database = make_database(pg_server, prefix="pco")
-    workload = None
-    try:
-        workload = build_large(database.dsn, LARGE_SCHEMA)
+    with built_in_a_database(pg_server, "pco", lambda dsn: build_large(dsn, LARGE_SCHEMA)) as (database, (workload,)):
         yield database, workload
-    finally:
-        if workload is not None:
-            workload.close()
-        with psycopg.connect(pg_server.admin_uri, autocommit=True) as admin:
-            drop_database(admin, database.name)
 
 
 def _oracle(database: Database, schema: str, in_turns: bool = False) -> tuple[Any, Truth, Truth]:
-    with database.connect() as conn:
-        before = truth(conn, schema)
-    snap = (counted_in_turns(database.target) if in_turns else run_cycle(database.target))  # no config at all
-    with database.connect() as conn:
-        after = truth(conn, schema)
-    return snap, before, after
+    return observed(database, lambda conn: truth(conn, schema), in_turns)
 
 
 # -- small: every state, two installs in one database ----------------------------------------------

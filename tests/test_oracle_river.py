@@ -13,15 +13,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import psycopg
 import pytest
 from psycopg import sql
 
 from dbcore.sqlfiles import Queries
-from probes.sampler import run_cycle
 
-from .conftest import Database, Server, drop_database, make_database
-from .oracle.contract import Truth, breaches, counted_in_turns, error_table, shown_rows, verdicts
+from .conftest import Database, Server
+from .oracle.contract import Truth, breaches, error_table, shown_rows, verdicts
+from .oracle.harness import built_in_a_database, observed
 from .oracle.river import (
     CUSTOM_SCHEMA,
     DEFAULT_SCHEMA,
@@ -46,41 +45,20 @@ SMALL_SCHEMAS = (DEFAULT_SCHEMA, CUSTOM_SCHEMA)
 @pytest.fixture(scope="module")
 def small(pg_server: Server) -> Iterator[tuple[Database, dict[str, Workload]]]:
     """The small workload in `public` and in `river_custom` of one database."""
-    database = make_database(pg_server, prefix="rvo")
-    built: dict[str, Workload] = {}
-    try:
-        for schema in SMALL_SCHEMAS:
-            built[schema] = build_small(database.dsn, schema)
-        yield database, built
-    finally:
-        for workload in built.values():
-            workload.close()
-        with psycopg.connect(pg_server.admin_uri, autocommit=True) as admin:
-            drop_database(admin, database.name)
+    builders = [lambda dsn, schema=schema: build_small(dsn, schema) for schema in SMALL_SCHEMAS]
+    with built_in_a_database(pg_server, "rvo", *builders) as (database, built):
+        yield database, dict(zip(SMALL_SCHEMAS, built, strict=True))
 
 
 @pytest.fixture(scope="module")
 def large(pg_server: Server) -> Iterator[tuple[Database, Workload]]:
     """LARGE_ROWS jobs in `river_large`, built once for the module."""
-    database = make_database(pg_server, prefix="rvo")
-    workload = None
-    try:
-        workload = build_large(database.dsn, LARGE_SCHEMA)
+    with built_in_a_database(pg_server, "rvo", lambda dsn: build_large(dsn, LARGE_SCHEMA)) as (database, (workload,)):
         yield database, workload
-    finally:
-        if workload is not None:
-            workload.close()
-        with psycopg.connect(pg_server.admin_uri, autocommit=True) as admin:
-            drop_database(admin, database.name)
 
 
 def _oracle(database: Database, schema: str, in_turns: bool = False) -> tuple[Any, Truth, Truth]:
-    with database.connect() as conn:
-        before = truth(conn, schema)
-    snap = (counted_in_turns(database.target) if in_turns else run_cycle(database.target))
-    with database.connect() as conn:
-        after = truth(conn, schema)
-    return snap, before, after
+    return observed(database, lambda conn: truth(conn, schema), in_turns)
 
 
 # -- small: every state, two installs in one database ----------------------------------------------
