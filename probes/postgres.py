@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 from functools import cache
 from typing import Any, TypeAlias
@@ -43,6 +43,7 @@ from .model import (
     SessionSample,
     Standby,
 )
+from .rates import QueueRates
 from .session import APPLICATION_NAME as APPLICATION_NAME
 from .session import PROBE_SETTINGS as PROBE_SETTINGS
 from .session import ProbeConnection as ProbeConnection
@@ -89,26 +90,6 @@ COMPACTION_SQL = Queries("probes", "compaction.sql")
 REPLICATION_SQL = Queries("probes", "replication.sql")  # PostgreSQL only
 
 
-@dataclass(frozen=True, slots=True)
-class _Counters:
-    at: float
-    inserted: int
-    deleted: int
-    depth: int | None  # exact depths only
-    # Messages enqueued and dequeued since the queue was first seen (QueueSample's counters).
-    enqueued_total: int = 0
-    dequeued_total: int | None = 0
-    # Departures inferred as arrivals - the depth's growth that came out negative (the rows
-    # counted before the statistics that insert them were sent): owed by the next interval rather
-    # than clamped to 0, which would count them as departures once the statistics come.
-    owed: int = 0
-    failed_total: int | None = None  # jobs failed for good (where the library's records tell)
-
-
-# (enqueued, dequeued, failed) per second, then the counters: enqueued, dequeued, failed since first seen.
-_Rates: TypeAlias = "tuple[float | None, float | None, float | None, int | None, int | None, int | None]"
-
-
 class PostgresProbes:
     """The probes for one monitored PostgreSQL database. Holds what successive samples need:
     the previous counters (rates) and resolved user-declared tables."""
@@ -120,7 +101,7 @@ class PostgresProbes:
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or Config()
-        self._previous: dict[str, _Counters] = {}
+        self.rates = QueueRates()  # each queue's counters from one cycle to the next
         # Every source, and each library's installs (one instance per schema), kept across cycles.
         self.tallies = CycleTallies()
         self.flows = Flows()  # the libraries' own records of their jobs' traffic: the rates
@@ -279,7 +260,7 @@ class PostgresProbes:
                 {relid: tuple(held) for relid, held in lockers.items()})
 
     def _queue_sample(self, source: QueueSource, f: QueueFigures, st: DictRow | None, now: float) -> QueueSample:
-        rates = self._flow_rates(source, f, now) if f.flow is not None else self._stat_rates(source, f, st, now)
+        rates = self.rates.of_flow(source, f, now) if f.flow is not None else self.rates.of_statistics(source, f, st, now)
         enq, deq, failed, enqueued_total, dequeued_total, failed_total = rates
         estimated = dict(f.estimated)
         for figure in f.flow.estimated if f.flow is not None else ():  # a share of jobs whose queue is not known
@@ -315,59 +296,6 @@ class PostgresProbes:
             schema=f.schema,
             error=f.error,
         )
-
-    def _flow_rates(self, source: QueueSource, f: QueueFigures, now: float) -> _Rates:
-        """The rates of a queue whose library's own records told its traffic (flows.py), and the
-        counters they add up to (restarted from 0 after a cycle where a count was not known,
-        which Prometheus's rate() reads as a reset: never an undercount)."""
-        assert f.flow is not None
-        flow = f.flow
-        key = f"{source.name}:{source.schema}:{f.name}"
-        previous = self._previous.get(key)
-        totals = [previous.enqueued_total, previous.dequeued_total, previous.failed_total] if previous else [0, 0, 0]
-        counts = (flow.enqueued, flow.dequeued, flow.failed)
-        totals = [(t or 0) + n if n is not None else None for t, n in zip(totals, counts, strict=True)]
-        self._previous[key] = _Counters(now, 0, 0, None, totals[0] or 0, totals[1], failed_total=totals[2])
-        per_s = [n / flow.span_s if n is not None else None for n in counts]
-        return per_s[0], per_s[1], per_s[2], totals[0], totals[1], totals[2]
-
-    def _stat_rates(self, source: QueueSource, f: QueueFigures, st: DictRow | None, now: float) -> _Rates:
-        """The rates of a queue from its table's cumulative counters (pg_stat_user_tables), where
-        the table is the queue's alone (QueueFigures.rates_from)."""
-        enq = deq = None
-        enqueued_total = dequeued_total = None
-        # No counters this cycle (SQL Server's operational stats need VIEW DATABASE STATE and
-        # restart when a table's metadata leaves the cache): no rate, rather than a wrong one.
-        if st is not None and f.rates_from is not None and st["n_tup_ins"] is not None and st["n_tup_del"] is not None:
-            key = f"{source.name}:{f.name}"
-            inserted, deleted = st["n_tup_ins"], st["n_tup_del"]
-            depth = f.depth if not f.depth_is_estimate else None
-            previous = self._previous.get(key)
-            enqueued_total, dequeued_total = (previous.enqueued_total, previous.dequeued_total) if previous else (0, 0)
-            owed = 0
-            if previous is None and depth is not None and st.get("n_live_tup") is not None:
-                # First seen: rows the depth counts that the statistics do not hold yet (their inserts
-                # not sent: live tuples fewer than the waiting rows) would read, once sent, as
-                # arrivals that left at once (pg-boss's 5 fresh jobs as 5 departures, CI on 12).
-                owed = max(0, depth - st["n_live_tup"])
-            if previous is not None and now > previous.at:
-                span = now - previous.at
-                arrived = max(0, inserted - previous.inserted)  # 0 across a statistics reset
-                left: int | None = None
-                if f.rates_from == "deletes":
-                    left = max(0, deleted - previous.deleted)
-                elif depth is not None and previous.depth is not None:
-                    # Finished rows may stay: what arrived and is no longer waiting has left.
-                    inferred = arrived - (depth - previous.depth) - (previous.owed if inserted >= previous.inserted else 0)
-                    left, owed = max(0, inferred), max(0, -inferred)
-                enq = arrived / span
-                deq = left / span if left is not None else None
-                enqueued_total += arrived
-                # Unknown this cycle (an estimated depth): absent, and counted again from 0 after
-                # (a counter's reset, which rate() understands), never an undercount.
-                dequeued_total = (dequeued_total or 0) + left if left is not None else None
-            self._previous[key] = _Counters(now, inserted, deleted, depth, enqueued_total, dequeued_total, owed)
-        return enq, deq, None, enqueued_total, dequeued_total, None
 
     # -- rings and leases ----------------------------------------------------------------
 

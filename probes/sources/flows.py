@@ -48,8 +48,10 @@ from dbcore.sqlfiles import Queries
 from .base import Flow, Identifier
 
 if TYPE_CHECKING:
+    from ..configmodel import DeclaredQueue
     from ..session import ProbeConnection
     from .base import QueueFigures, QueueSource
+    from .tally import TallyView
 
 FLOWS_SQL = Queries("probes", "sources/flows.sql")
 FEED_CAP = 50_000  # rows a feed reads at most in one read (the rest at the next)
@@ -174,6 +176,29 @@ class Departures:
         left = arrived - (rows_now - rows_then) - self.owed.get(name, 0.0)
         self.owed[name] = max(0.0, -left)
         return max(0.0, left)
+
+
+def tally_flow(declared: DeclaredQueue, view: TallyView, group: str | None, figures: QueueFigures, span: float | None,
+               departures: Departures, rows_before: dict[str | None, int | None]) -> Flow | None:
+    """A declared table's queue's traffic since the last sample, from its recorded times
+    (created_column, finished_column), counted by the tally in each chunk's window: exact where
+    every chunk was read in this cycle with the same window (view.window_s), else what the chunks
+    read now caught (flagged estimates). Without a finished column, what left is what arrived minus
+    the growth of its rows, where both counts are exact (`departures`, `rows_before`: the table's)."""
+    d = declared
+    if not (d.created_column or d.finished_column) or span is None or span <= 0:
+        return None
+    arrived, finished, failed = view.flows.get(group, (0, 0, 0))
+    exact = view.window_s is not None
+    rows = _exact_rows(figures)
+    left: float | None = finished if d.finished_column else None
+    if left is None and d.created_column and exact:
+        left = departures.left(str(group), arrived, rows, rows_before.get(group))
+    rows_before[group] = rows
+    return Flow(enqueued=arrived if d.created_column else None, dequeued=None if left is None else round(left),
+                failed=failed if d.finished_column and d.dead_states else None,
+                span_s=view.window_s if exact and view.window_s else span,
+                estimated=() if exact else ("enqueued", "dequeued", "failed"))
 
 
 def _exact_rows(f: QueueFigures) -> int | None:

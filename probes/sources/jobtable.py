@@ -35,14 +35,14 @@ from ..configmodel import DeclaredQueue, FilterValue
 from ..failures import PROBE_FAILURES, NotAsDeclared, describe_failure
 from ..session import contained
 from .base import Flow, QueueDetails, QueueFigures
-from .flows import SETTLE_S, Departures
+from .counting import bounds_of, mark_counting
+from .flows import SETTLE_S, Departures, tally_flow
 from .plans import Estimates, too_dear
 from .queuenames import MAX_QUEUES, QueueNames
 from .resolved import ResolvedTable, resolve
 from .tally import (
     CHUNK_PAGES,
     CLASSES,
-    TOLERANCE,
     Key,
     RelationFacts,
     Statement,
@@ -50,7 +50,6 @@ from .tally import (
     TallyView,
     facts_of,
     flags_of,
-    spread,
 )
 
 if TYPE_CHECKING:
@@ -335,70 +334,16 @@ class JobTable:
         return by_group, estimated
 
     def _flow(self, view: TallyView, group: str | None, figures: QueueFigures, span: float | None) -> Flow | None:
-        """A queue's traffic since the last sample, from the table's recorded times (created_column,
-        finished_column), counted by the tally in each chunk's window: exact where every chunk was
-        read in this cycle with the same window (view.window_s), else what the chunks read now
-        caught (flagged estimates). Without a finished column, what left is what arrived minus the
-        growth of its rows, where both counts are exact."""
-        d = self.declared
-        if not (d.created_column or d.finished_column) or span is None or span <= 0:
-            return None
-        arrived, finished, failed = view.flows.get(group, (0, 0, 0))
-        exact = view.window_s is not None
-        rows = figures.depth + (figures.dead or 0) if figures.depth is not None and not figures.depth_is_estimate \
-            and "dead" not in figures.estimated and figures.dead is not None else None
-        left: float | None = finished if d.finished_column else None
-        if left is None and d.created_column and exact:
-            left = self._departures.left(str(group), arrived, rows, self._rows_before.get(group))
-        self._rows_before[group] = rows
-        counted = ("enqueued", "dequeued", "failed")
-        return Flow(enqueued=arrived if d.created_column else None, dequeued=None if left is None else round(left),
-                    failed=failed if d.finished_column and d.dead_states else None,
-                    span_s=view.window_s if exact and view.window_s else span, estimated=() if exact else counted)
+        """The queue's traffic since the last sample, from the table's recorded times (flows.tally_flow)."""
+        return tally_flow(self.declared, view, group, figures, span, self._departures, self._rows_before)
 
     def _bounds(self, view: TallyView, exact: dict[str | None, dict[Key, tuple[float, ...]]]) -> dict[Any, float] | None:
-        """The error bound of each (group, class)'s count where the tally's include an estimate of
-        pages never read yet (tally.spread; "depth" for the four waiting classes together), None
-        where they include none. The states read exactly now carry none."""
-        if view.unread is None:
-            return None
-
-        def classify(key: Key, flags: tuple[float, ...]) -> dict[Any, float]:
-            group, state = key
-            if state in exact:
-                return {}
-            by = self._classes(state, flags)
-            out: dict[Any, float] = {(group, cls): n for cls, n in by.items()}
-            out[(group, "depth")] = sum(by.get(cls, 0.0) for cls in ("ready", "in_flight", "delayed", "blocked"))
-            return out
-
-        return spread(view.unread, classify)
+        """The error bound of each (group, class)'s count (counting.bounds_of), the states read exactly now aside."""
+        return bounds_of(view, set(exact), self._classes)
 
     def mark_counting(self, figures: QueueFigures, groups: list[str | None]) -> None:
-        """A figure whose count takes in pages never read yet, bounded no better than TOLERANCE
-        of it (or not certainly past `cap`, below which a figure must be exact), is absent and
-        said to be counting: never a scaled guess. `groups`: the tally's groups the row adds up."""
-        bounds = self.last_bounds
-        if bounds is None:
-            return
-        floor = bounds.get("*", float("inf"))
-
-        def bound(cls: str) -> float:
-            return sum(bounds.get((group, cls), floor) for group in groups)
-
-        wide = {
-            "ready": bound("ready") if "ready" in figures.estimated else 0.0,
-            "in_flight": bound("in_flight") if "in_flight" in figures.estimated else 0.0,
-            "blocked": bound("blocked") if "blocked" in figures.estimated else 0.0,
-            "dead": bound("dead") if "dead" in figures.estimated else 0.0,
-            "depth": bound("depth") if figures.depth_is_estimate else 0.0,
-        }
-        wide["delayed"] = (bound("delayed") if "delayed" in figures.estimated else 0.0) + wide["blocked"]
-        for name, h in wide.items():
-            value = getattr(figures, name)
-            if h and value is not None and not (h <= TOLERANCE * value and value - h >= self.cap):
-                setattr(figures, name, None)
-                figures.counting.append(name)
+        """Figures the sample cannot bound within the contract, absent and counting (counting.mark_counting)."""
+        mark_counting(figures, groups, self.last_bounds, self.cap)
 
     def _classes(self, state: str | None, flags: tuple[float, ...]) -> dict[str, float]:
         """The rows of one state, counted with their flags (FLAGS: all, held, out of attempts, due
