@@ -205,6 +205,10 @@ def test_pgboss_rates_count_its_recorded_times_while_it_works(db, node_peers, ma
     """pg-boss keeps a job's created and completed times: the tally counts each queue's in the
     windows of the pages it reads (every page each cycle here), so a shared table (9) gives each
     queue its own rates too."""
+    from .oracle.pgboss import prepare
+
+    with db.connect() as conn:
+        prepare(conn)  # (gen_random_uuid() before PostgreSQL 13)
     workload = NodeWorkload(node_peers, "pgboss_flows.mjs", db.dsn, major)
     try:
         cycles = Cycles(db)
