@@ -86,6 +86,8 @@ def test_with_no_index_to_read_the_queues_by_it_says_so_and_lists_the_unfinished
         conn.execute(TABLE)
         conn.execute("CREATE INDEX jobs_waiting ON jobs (queue_name, id) WHERE status = 'todo'")
         conn.execute(ROWS)
+        # Past what is read whole every cycle (a small table's queues are found in one pass over it).
+        conn.execute("INSERT INTO jobs (queue_name, status) SELECT 'mail', 'succeeded' FROM generate_series(1, 30000)")
         ground = truth(conn)
     table = JobTable(SHARED)
     with open_probe_connection(db.target) as conn:
@@ -99,6 +101,20 @@ def test_with_no_index_to_read_the_queues_by_it_says_so_and_lists_the_unfinished
         rows = table.sample(conn)
     assert DRAINED_KEPT_S >= 60
     assert figures(rows) == {"jobs:mail": ground["jobs:mail"], "jobs:bounces": (0, 0, 0)}
+
+
+def test_a_small_table_s_queues_are_found_in_one_pass_whatever_its_indexes(db):
+    # A table the tally reads whole every cycle (at most 1 MB), with no index on the queue column
+    # at all (or statistics that do not favour one yet): its finished queues are listed too.
+    with db.connect() as conn:
+        conn.execute(TABLE)
+        conn.execute(ROWS)
+        ground = truth(conn)
+    table = JobTable(SHARED)
+    with open_probe_connection(db.target) as conn:
+        rows = table.sample(conn)
+    assert figures(rows) == ground and "jobs:archive" in ground
+    assert table.queue_names is not None and table.queue_names.how == "small table"
 
 
 def test_at_most_max_queues_are_listed_those_with_unfinished_jobs_first(db):

@@ -29,6 +29,7 @@ from dbcore.sqlfiles import Queries
 
 from .plans import Estimates
 from .resolved import ResolvedTable
+from .tally import SMALL_TABLE_PAGES, facts_of
 
 if TYPE_CHECKING:
     from ..session import ProbeConnection
@@ -49,7 +50,7 @@ class QueueNames:
         self._enum_states: list[str] | None = None
         self._read_at = 0.0
         self._read_kept_s = 0.0
-        self.how: str | None = None  # "queue index", "state and queue index", or None (no read: the tally's)
+        self.how: str | None = None  # "queue index", "small table", "state and queue index", or None (no read: the tally's)
 
     def listed(self, conn: ProbeConnection, table: ResolvedTable, estimates: Estimates, column: str,
                found: Iterable[str | None], wanted: list[str | None] | None) -> tuple[list[str | None], list[str]]:
@@ -121,6 +122,12 @@ class QueueNames:
                 if _index_led(conn, estimates, "queues in states", read, params):
                     self.how = "state and queue index"
                     return read, params
+        if table.relkind != "v" and sum(facts_of(conn, table.relid, JOBTABLE_SQL["relation_facts"]).pages.values()) <= SMALL_TABLE_PAGES:
+            # A table small enough to be read whole every cycle (its statistics may not favour the
+            # index yet): one pass over it.
+            self.how = "small table"
+            read = sql.SQL(JOBTABLE_SQL["distinct_small"]).format(table=parts["table"], column=parts["queue_column"])
+            return read, {"max_values": MAX_QUEUES + 1}
         return None, {}
 
     def _states(self, conn: ProbeConnection, table: ResolvedTable, estimates: Estimates) -> list[str] | None:

@@ -49,6 +49,12 @@ WITH RECURSIVE q AS (
 )
 SELECT v::text AS value FROM q WHERE v IS NOT NULL LIMIT %(max_values)s::integer;
 
+-- name: distinct_small
+-- The distinct values of a column of a small table (one the tally reads whole every cycle), in one
+-- pass over it: where the planner would not skip through an index (a table too small for its
+-- statistics to favour one), a scan of a megabyte, not one per value.
+SELECT DISTINCT {column}::text AS value FROM {table} WHERE {column} IS NOT NULL LIMIT %(max_values)s::integer;
+
 -- name: distinct_in_states
 -- The distinct queues of a shared table whose index leads with (state, queue) and none with the
 -- queue alone (River's fetching index): skipping through the queues of each state the column
