@@ -21,8 +21,8 @@ def settle_totals(cycles: Cycles, source: str, expected: dict, timeout: float = 
         wait_until(lambda: totals(cycles.last, source) == expected, timeout=timeout, interval=0.1,
                    what=f"{source}'s counters to reach the truth")
     except AssertionError:
-        assert totals(cycles.last, source) == expected
-        raise
+        got = totals(cycles.last, source)
+        raise AssertionError(f"{source}'s counters after {timeout:.0f} s: {got}, the truth: {expected}") from None
 
 
 class Cycles:

@@ -342,6 +342,8 @@ class GraphileFlows(FlowReader):
         self.last: int | None = None  # the sequence's value at the last read
         self.held: dict[str, _Rows] = {}
         self.departures = Departures()
+        self.pending: list[int] = []  # ids of the last read's range missing then
+        self.activity: dict[str, dict[str, float]] = {}  # ... and what each task (queue) did in that window
 
     def counts(self, conn: ProbeConnection, figures: list[QueueFigures]) -> Tally | None:
         row = one(conn.execute(FLOWS_SQL["sequence_values"], {"tables": [self.table_name], "columns": ["id"]}))
@@ -349,40 +351,53 @@ class GraphileFlows(FlowReader):
         held = {f.name: _Rows(_exact_rows(f), f.dead if f.error is None and "dead" not in f.estimated else None,
                               f.in_flight or 0) for f in figures}
         last, before = self.last, self.held
-        self.last, self.held = value, held
+        self.held = held
         if last is None:
+            self.last = value
             return None
+        upto = min(value, last + FEED_CAP)  # (the rest at the next read)
+        self.last = upto
         for name in held:  # a task (queue) first listed now held nothing at the last read
             before.setdefault(name, _Rows(0, 0, 0))
-        arrived = max(0, value - last)
+        # The ids missing at the last read are looked for once more (an insert not committed then
+        # is seen now, its task known); those missing twice came and went: their task is not known.
+        pending, self.pending = self.pending, []
         seen: Counter[str] = Counter()
         self.blocks = set()
-        if arrived:
+        if upto > last or pending:
             statement = sql.SQL(FLOWS_SQL["graphile_new"]).format(**self.parts)
-            for r in conn.execute(statement, {"lo": last, "hi": value, "cap": FEED_CAP}):
+            for r in conn.execute(statement, {"lo": last, "hi": upto, "pending": pending}):
+                if r["part"] == "missing":  # (the ids are in the blocks column of that row)
+                    self.pending = list(r["blocks"] or ())
+                    continue
                 seen[f"task:{r['task']}"] += int(r["n"])
                 self.blocks.update(r["blocks"] or ())
                 if r["queue"] is not None:
                     seen[f"queue:{r['queue']}"] += int(r["n"])
+        # Jobs that arrived and are gone already, whose task (queue) is not known: of the last
+        # read's missing ids, those still missing.
+        gone = max(0, (upto - last) + len(pending) - len(self.pending) - sum(v for k, v in seen.items() if k.startswith("task:")))
         out: Tally = {}
+        activities: dict[str, dict[str, float]] = {}
         for kind in ("task:", "queue:"):
             names = [name for name in held if name.startswith(kind)]
             for name in seen:  # its first jobs came after the list was read: theirs, at the next read
                 if name.startswith(kind) and name not in held:
                     out[name] = {"enqueued": seen[name]}
-            # Jobs that arrived and are gone already: whose task (queue) is not known. A named
-            # queue is a job's option: the unseen among queues are at most those among tasks.
-            unseen = arrived - sum(seen[n] for n in names)
-            activity = {n: self._activity(n, seen[n], before.get(n), held[n]) for n in names}
-            moving = [n for n, a in activity.items() if a > 0]
-            total = sum(activity.values())
+            # Those gone went missing in the last read's window: shared out by what each task
+            # (queue) did then. A named queue is a job's option: those gone among queues are at most
+            # those among tasks.
+            activities[kind] = activity = {n: self._activity(n, seen[n], before.get(n), held[n]) for n in names}
+            then_activity = self.activity.get(kind, {})
+            moving = [n for n, a in then_activity.items() if a > 0 and n in held]
+            total = sum(then_activity.get(n, 0.0) for n in names)
             for name in names:
                 share: float = 0.0
                 estimated = False
-                if unseen > 0 and kind == "task:" and len(moving) == 1:
-                    share = unseen if name in moving else 0.0
-                elif unseen > 0:
-                    share, estimated = (unseen * activity[name] / total if total else 0.0), True
+                if gone > 0 and kind == "task:" and len(moving) == 1:
+                    share = gone if name in moving else 0.0
+                elif gone > 0:
+                    share, estimated = (gone * then_activity.get(name, 0.0) / total if total else 0.0), True
                 c: dict[str, float] = {"enqueued": seen[name] + share}
                 now, then = held[name], before.get(name)
                 left = self.departures.left(name, c["enqueued"], now.rows, then.rows if then is not None else None)
@@ -393,6 +408,8 @@ class GraphileFlows(FlowReader):
                 if estimated:
                     c["enqueued_estimated"] = c["dequeued_estimated"] = 1
                 out[name] = c
+            del activity
+        self.activity = activities
         return out
 
     @staticmethod

@@ -84,16 +84,29 @@ SELECT t.name AS table_name, pg_sequence_last_value(pg_get_serial_sequence(t.nam
 FROM unnest(%(tables)s::text[], %(columns)s::text[]) AS t(name, col);
 
 -- name: graphile_new
--- Graphile Worker's jobs inserted between two reads of its id sequence (`lo` < id <= `hi`) and
--- still there (a job completed since is deleted: those are told by the sequence alone), by task
--- and named queue, at most `cap` of them.
-SELECT t.identifier::text AS task, q.queue_name::text AS queue, count(*)::bigint AS n,
-       array_agg(DISTINCT j.blk) AS blocks
-FROM (SELECT j.task_id, j.job_queue_id, (j.ctid::text::point)[0]::bigint AS blk FROM {jobs} j
-      WHERE j.id > %(lo)s::bigint AND j.id <= %(hi)s::bigint ORDER BY j.id LIMIT %(cap)s::integer) AS j
-JOIN {tasks} t ON t.id = j.task_id
-LEFT JOIN {job_queues} q ON q.id = j.job_queue_id
-GROUP BY 1, 2;
+-- Graphile Worker's jobs inserted between two reads of its id sequence (`lo` < id <= `hi`, at most
+-- `cap`) and still there, and those of the ids missing at the last read (`pending`: a job whose
+-- insert had not committed yet, or that came and went), by task and named queue, with the pages
+-- they are on; then the ids of the range missing now (a job completed since is deleted: those
+-- are told by the sequence alone, once they are missing twice).
+WITH new AS (
+    SELECT j.id, j.task_id, j.job_queue_id, (j.ctid::text::point)[0]::bigint AS blk FROM {jobs} j
+    WHERE j.id > %(lo)s::bigint AND j.id <= %(hi)s::bigint
+), late AS (
+    SELECT j.id, j.task_id, j.job_queue_id, (j.ctid::text::point)[0]::bigint AS blk FROM {jobs} j
+    WHERE j.id = ANY(%(pending)s::bigint[])
+), seen AS (
+    SELECT * FROM new UNION ALL SELECT * FROM late
+)
+SELECT 'rows' AS part, t.identifier::text AS task, q.queue_name::text AS queue, count(*)::bigint AS n,
+       array_agg(DISTINCT s.blk) AS blocks
+FROM seen s
+JOIN {tasks} t ON t.id = s.task_id
+LEFT JOIN {job_queues} q ON q.id = s.job_queue_id
+GROUP BY 2, 3
+UNION ALL
+SELECT 'missing', NULL, NULL, NULL,
+       ARRAY(SELECT g FROM generate_series(%(lo)s::bigint + 1, %(hi)s::bigint) AS g EXCEPT SELECT id FROM new);
 
 -- name: pgqueuer_log
 -- Fragment ({where}: the ids read; {jobs}: its job table, for the page a job that is still there
