@@ -46,6 +46,7 @@ from dbcore.database import one
 from dbcore.sqlfiles import Queries
 
 from .base import Flow, Identifier
+from .tally import SETTLE_S
 
 if TYPE_CHECKING:
     from ..configmodel import DeclaredQueue
@@ -57,7 +58,6 @@ FLOWS_SQL = Queries("probes", "sources/flows.sql")
 FEED_CAP = 50_000  # rows a feed reads at most in one read (the rest at the next)
 MAX_GAPS = 5_000  # ids missing below the highest read, looked for again (the oldest dropped past this)
 GAP_TTL_S = 30.0  # ... for this long: a write that commits later than that is not counted
-SETTLE_S = 1.0  # a window of recorded time ends this long before the server's clock
 
 
 Tally = dict[str, dict[str, float]]  # queue name -> "enqueued" | "dequeued" | "failed" -> count

@@ -44,6 +44,7 @@ from dbcore.sqlfiles import Queries
 from ..configmodel import DeclaredQueue
 from .base import Detection, Identifier, Install, QueueDetails, QueueFigures, QueueSource
 from .jobtable import COUNT_CAP, HEAD_ROWS, JobTable
+from .queuenames import DRAINED_KEPT_S  # (a drained entrypoint stays listed at 0 this long, as elsewhere)
 
 if TYPE_CHECKING:
     from ..configmodel import Config
@@ -53,10 +54,6 @@ PGQUEUER_SQL = Queries("probes", "sources/pgqueuer.sql")
 DEFAULT_HEARTBEAT_TIMEOUT_S = 30.0  # QueueManager.run(heartbeat_timeout=timedelta(seconds=30)), PgQueuer 1.x
 # Its status labels (pgqueuer 1.6, domain/schema/declaration.py), where the install's own cannot be read.
 LABELS = ("queued", "picked", "successful", "exception", "canceled", "deleted", "failed")
-# An entrypoint with no job left (all done: PgQueuer deletes them) stays listed this long after it
-# last had one, at exact 0 (a busy queue emptied between two samples would blink out of the
-# dashboard and out of its verdict's window).
-DRAINED_KEPT_S = 300.0
 LOG_EXTRA = "pgqueuer_log.traceback"
 SLOT_EXTRA = "pgqueuer.slot"
 
