@@ -2,8 +2,9 @@
 
     dbcore   <-  queues   (the engine)
     dbcore   <-  probes   (the samplers)
+    dbcore, probes   <-  jobs   (the job console: any library's jobs, read and acted on)
     dbcore, queues, probes   <-  bench   (the benchmarks)
-    dbcore, queues, probes, bench   <-  tui   (the dashboard and the command line)
+    dbcore, queues, probes, jobs, bench   <-  tui   (the dashboard and the command line)
 
 `queues` and `probes` never import each other, and nothing but `tui` imports textual.
 Checked twice: statically (every import statement, at any depth of the module) and at run time
@@ -21,13 +22,14 @@ import pytest
 
 from .conftest import REPO
 
-OURS = ("dbcore", "queues", "probes", "bench", "tui")
+OURS = ("dbcore", "queues", "probes", "jobs", "bench", "tui")
 ALLOWED = {
     "dbcore": set(),
     "queues": {"dbcore"},
     "probes": {"dbcore"},
+    "jobs": {"dbcore", "probes"},
     "bench": {"dbcore", "queues", "probes"},
-    "tui": {"dbcore", "queues", "probes", "bench"},
+    "tui": {"dbcore", "queues", "probes", "jobs", "bench"},
 }
 UI_ONLY = {"textual"}  # third-party packages only the dashboard may use
 
@@ -65,8 +67,9 @@ def test_the_check_catches_an_import_against_the_direction(tmp_path):
 
 @pytest.mark.parametrize(
     ("package", "unseen"),
-    [("dbcore", ("queues", "probes", "bench", "tui", "textual")), ("queues", ("probes", "bench", "tui", "textual")),
-     ("probes", ("queues", "bench", "tui", "textual")), ("bench", ("tui", "textual"))],
+    [("dbcore", ("queues", "probes", "jobs", "bench", "tui", "textual")), ("queues", ("probes", "jobs", "bench", "tui", "textual")),
+     ("probes", ("queues", "jobs", "bench", "tui", "textual")), ("jobs", ("queues", "bench", "tui", "textual")),
+     ("bench", ("jobs", "tui", "textual"))],
 )
 def test_importing_a_package_loads_nothing_it_may_not_see(package, unseen):
     code = (

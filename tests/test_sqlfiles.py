@@ -25,9 +25,9 @@ from dbcore import pgversions, sqlfiles
 
 from .conftest import REPO
 
-PACKAGES = ("dbcore", "queues", "probes", "bench", "tui")
+PACKAGES = ("dbcore", "queues", "probes", "jobs", "bench", "tui")
 LOADER = "dbcore/sqlfiles.py"  # Queries itself: the one place a name is looked up by value
-SQL_PACKAGES = ("dbcore", "queues", "probes", "bench")
+SQL_PACKAGES = ("dbcore", "queues", "probes", "jobs", "bench")
 # Files run whole, not looked up by name; and the table of fragments by major, whose sections
 # dbcore/pgversions.py reads all at once (tests/test_servers.py checks each slot is filled); and
 # a dialect's shared expressions, which dbcore/sqlfiles.py fills in as it loads a file.

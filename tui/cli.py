@@ -20,13 +20,13 @@ from dbcore.errors import QueuetopError, first_line
 from dbcore.redact import mask_raw
 from dbcore.text import inert_line
 from queues import __version__
-from tui.commands import bench, demo, engine, export, recording, server, snapshot
+from tui.commands import bench, demo, engine, export, jobs, recording, server, snapshot
 from tui.commands.context import Context, HostsUnreachable
 from tui.commands.options import ArgumentParser, connection_options, float_between, pgbouncer_option
 from tui.title import PROG, set_title
 
 # The command groups, in the order `queuetop --help` lists them (recording: record and replay).
-GROUPS = (snapshot, recording, engine, export, demo, bench, server)
+GROUPS = (snapshot, recording, engine, jobs, export, demo, bench, server)
 
 
 def cmd_dashboard(ctx: Context) -> int:

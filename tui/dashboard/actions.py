@@ -24,6 +24,7 @@ from textual.widgets import DataTable
 
 from dbcore.dialect import dialect_named
 from dbcore.errors import QueuetopError
+from jobs.registry import library_for
 from probes.model import Blocker, QueueSample, SessionSample, Snapshot
 
 from .. import format as fmt
@@ -106,8 +107,9 @@ class HostActions:
             if goto is not None:
                 goto(screen.dismiss)
 
+        jobs = partial(self.open_jobs, host, source, name) if library_for(source) is not None else None
         if source != "reference":
-            screen = DetailsScreen(title, loader, goto=go if goto is not None else None)
+            screen = DetailsScreen(title, loader, goto=go if goto is not None else None, jobs=jobs)
             self.app.push_screen(screen)
             return
         act = None if self.read_only or host.controls is None else partial(self._dead_letters, host, name)
@@ -117,8 +119,37 @@ class HostActions:
             found = next((q for q in sample.queues if q.source == source and q.name == name), None) if sample else None
             return found.dead if found is not None else None
 
-        screen = EngineQueueDetails(title, loader, queue=name, dead=dead, act=act, goto=go if goto is not None else None)
+        screen = EngineQueueDetails(title, loader, queue=name, dead=dead, act=act, goto=go if goto is not None else None,
+                                    jobs=jobs)
         self.app.push_screen(screen)
+
+    def open_jobs(self, host: Host, source: str, name: str) -> None:
+        """A queue's Jobs screen (J in its details): its jobs by state, searched, acted on with its
+        library's own semantics; no action under --read-only."""
+        from jobs.resolve import queue_of
+
+        from ..screens.jobs import JobsScreen
+
+        sample = host.snapshot
+        queue = next((q for q in sample.queues if q.source == source and q.name == name), None) if sample else None
+        if queue is None or host.backend is None:
+            self.app.notify(f"queue {name!r} is not in the last sample", severity="warning")
+            return
+
+        def counts() -> dict[str, int | None]:
+            latest = host.snapshot
+            q = next((q for q in latest.queues if q.source == source and q.name == name), None) if latest else None
+            if q is None:
+                return {}
+            return {"ready": q.ready, "delayed": q.delayed, "blocked": q.blocked, "in_flight": q.in_flight, "dead": q.dead}
+
+        try:
+            job_queue = queue_of(source, queue.schema, name)
+        except QueuetopError as exc:
+            self.app.notify(str(exc), severity="warning", timeout=8)
+            return
+        self.app.push_screen(JobsScreen(host.backend, job_queue, counts=counts, read_only=self.read_only,
+                                        start_state="dead" if queue.dead else "ready"))
 
     def _dead_letters(self, host: Host, queue: str, what: str, then: Callable[[], None]) -> None:
         """Retry or purge an engine queue's dead letters (confirmed by the details screen)."""

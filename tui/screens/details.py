@@ -31,6 +31,8 @@ class DetailsScreen(ModalScreen[None]):
         Binding("k", "scroll_box(-1)", "Scroll up", show=False),
         # A queue's details: to what holds it up (the dashboard's `v`, remapped by the same id).
         Binding("v", "goto", "Go to what holds the queue up", id="verdict.goto", show=False),
+        # A library's queue: its jobs, by state, to search and act on (tui/screens/jobs.py).
+        Binding("J", "jobs", "The queue's jobs", id="details.jobs", show=False),
     ]
     CLOSE_HINT = "↑↓ j k PgUp PgDn scroll · Esc, q or Enter closes"
     DEFAULT_CSS = """
@@ -38,8 +40,12 @@ class DetailsScreen(ModalScreen[None]):
     DetailsScreen > VerticalScroll { width: 95%; height: 90%; border: round $accent; background: $surface; padding: 0 1; }
     """
 
-    def __init__(self, title: str, loader, *, goto: Callable[[], None] | None = None) -> None:
+    def __init__(self, title: str, loader, *, goto: Callable[[], None] | None = None,
+                 jobs: Callable[[], None] | None = None) -> None:
         super().__init__()
+        self._jobs = jobs  # a queue's: open its Jobs screen (None: its source has no job console)
+        if jobs is not None:
+            self.CLOSE_HINT = f"J jobs · {self.CLOSE_HINT}"
         self.title_text = title
         self.loader = loader  # runs in a thread, returns a list of renderables
         self.renderables: list | None = None  # what is shown, once loaded
@@ -48,11 +54,17 @@ class DetailsScreen(ModalScreen[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "goto":
             return self._goto is not None
+        if action == "jobs":
+            return self._jobs is not None
         return True
 
     def action_goto(self) -> None:
         if self._goto is not None:
             self._goto()
+
+    def action_jobs(self) -> None:
+        if self._jobs is not None:
+            self._jobs()
 
     def compose(self) -> ComposeResult:
         box = VerticalScroll()

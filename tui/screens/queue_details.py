@@ -28,16 +28,19 @@ class EngineQueueDetails(DetailsScreen):
     CLOSE_HINT = "r retry the dead letters · d purge them · Esc, q or Enter closes"
 
     def __init__(self, title: str, loader, *, queue: str, dead: Callable[[], int | None],
-                 act: Callable[[str, Callable[[], None]], None] | None, goto: Callable[[], None] | None = None) -> None:
+                 act: Callable[[str, Callable[[], None]], None] | None, goto: Callable[[], None] | None = None,
+                 jobs: Callable[[], None] | None = None) -> None:
         """`dead()`: how many dead letters the last sample counted; `act(what, then)` retries or
         purges them off the event loop and calls `then` (from its thread) when done; None: the
         dashboard may not write here. `goto`: the verdict's key (DetailsScreen)."""
-        super().__init__(title, loader, goto=goto)
+        super().__init__(title, loader, goto=goto, jobs=jobs)
         self.queue = queue
         self._dead = dead
         self._act = act
         if act is None:
-            self.CLOSE_HINT = DetailsScreen.CLOSE_HINT
+            self.CLOSE_HINT = DetailsScreen.CLOSE_HINT if jobs is None else f"J jobs · {DetailsScreen.CLOSE_HINT}"
+        elif jobs is not None:
+            self.CLOSE_HINT = f"J jobs · {self.CLOSE_HINT}"
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "dead_letters":
