@@ -39,6 +39,8 @@ class JobLibrary:
     # Pausing a queue: what it runs, or (None) why the library has no such thing (`pause_lacks`).
     pause_mirrors: ClassVar[str | None] = None
     pause_lacks: ClassVar[str] = "the library has no notion of a paused queue"
+    # The schema of an install the snapshot names none for (a source that is not found by signature).
+    default_schema: ClassVar[str] = "public"
     # What a search by arguments is led by (an index), or None: bounded in rows (SCAN_ROWS a page).
     args_index: ClassVar[str | None] = None
 

@@ -35,7 +35,7 @@ def queue_of(source: str, schema: str | None, shown: str, version: str | None = 
     cls = library_for(source)
     if cls is None:
         raise ActionRefused(f"{shown}: {why_not(source)}")
-    schema = schema or "public"
+    schema = schema or cls.default_schema
     prefix = f"{schema}."
     name = shown[len(prefix):] if shown.startswith(prefix) and _prefixed(source, schema) else shown
     return JobQueue(shown=shown, name=name, source=source, library=cls(schema, version))
@@ -84,4 +84,4 @@ def find_queue(conn: Any, shown: str, source: str | None = None, config: Config 
     cls = library_for(name)
     if cls is None:
         raise ActionRefused(f"queue {shown!r}: {why_not(name)}")
-    return JobQueue(shown=shown, name=bare, source=name, library=cls(schema or "public", version))
+    return JobQueue(shown=shown, name=bare, source=name, library=cls(schema or cls.default_schema, version))
