@@ -106,3 +106,41 @@ async def test_under_read_only_the_jobs_screen_offers_no_action(db):
         await pilot.press("s")
         await settle(pilot, app, lambda: screen.state == "ready" and screen.page_now is not None and not screen.page_now.jobs,
                      "the ready state, empty", 500)
+
+
+# -- the screen's picture (pytest-textual-snapshot): a fixed page, so the picture is the same each run --
+
+class FixedPage:
+    """The host backend's job methods answering one fixed page (the live tests above read real ones)."""
+
+    def __init__(self) -> None:
+        from datetime import UTC, datetime
+
+        from jobs.model import Job, Page
+
+        at = datetime(2026, 11, 29, 3, 12, 40, tzinfo=UTC)
+        jobs = [Job(id=str(1041 + 7 * i), queue="emails", state="dead", status="discarded", kind="send_email", attempts=25,
+                    max_attempts=25, created_at=at, scheduled_at=at, age_s=7380.0 + 60 * i,
+                    last_error=["smtp: 550 mailbox unavailable", "smtp: timeout after 30 s", "dns: no MX for example.invalid"][i % 3],
+                    args={"to": f"user{i}@example.com", "template": "welcome"}) for i in range(12)]
+        self.page = Page(jobs=jobs, after=jobs[-1].id)
+
+    def jobs_page(self, queue, flt, *, after, limit, newest_first):
+        return self.page
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_jobs_screen(snap_compare, size):
+    from jobs.resolve import queue_of
+
+    from .test_tui import sample_app, sample_snapshot
+
+    app = sample_app(snapshots=[sample_snapshot()])
+
+    async def open_screen(pilot) -> None:
+        counts = {"ready": 120, "delayed": 4, "blocked": 0, "in_flight": 8, "dead": 5230}
+        screen = JobsScreen(FixedPage(), queue_of("river", "public", "emails"), counts=lambda: counts)
+        app.push_screen(screen)
+        await settle(pilot, app, lambda: screen.page_now is not None, "the page shown")
+
+    assert snap_compare(app, terminal_size=size, run_before=open_screen)

@@ -46,6 +46,8 @@ def job_lines(job: Job) -> list[str]:
     for error in job.errors:
         text = error if isinstance(error, str) else json.dumps(error, ensure_ascii=False, default=str)
         out += ["  " + inert_line(line) for line in text.splitlines()[:40]]
+    if job.extra:
+        out.append("more:")
     for key, value in job.extra.items():
-        out.append(f"{inert(str(key)):<13}{inert_line(str(value), 200)}")
+        out.append(f"  {inert(str(key))}: {inert_line(str(value), 200)}")
     return out
