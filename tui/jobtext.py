@@ -41,7 +41,7 @@ def job_lines(job: Job) -> list[str]:
            f"{'created':<13}{when(job.created_at)}", f"{'scheduled':<13}{when(job.scheduled_at)}",
            f"{'held by':<13}{inert(job.held_by or '-')}", "arguments:"]
     pretty = json.dumps(job.args, ensure_ascii=False, indent=2, default=str) if job.args is not None else "-"
-    out += ["  " + inert_line(line) for line in pretty.splitlines()]
+    out += ["  " + inert(line) for line in pretty.splitlines()]  # each line whole, its indentation kept
     out.append(f"errors ({len(job.errors)}):")
     for error in job.errors:
         text = error if isinstance(error, str) else json.dumps(error, ensure_ascii=False, default=str)

@@ -276,7 +276,7 @@ class JobsScreen(Screen[None]):
                 self.app.notify(f"job {job.id} is {job.state.replace('_', ' ')}: {action} is for "
                                 f"{', '.join(self.library.states_for(action))} jobs", severity="warning", timeout=6)
                 return
-            question = f"{WORDS[action]} job {job.id} ({job.state.replace('_', ' ')}) of {self.queue.shown!r}?\n{what}"
+            question = f"{WORDS[action]} job {job.id} ({job.state.replace('_', ' ')}) of {self.queue.shown!r}? It runs: {what}"
 
             def decided(yes: bool | None) -> None:
                 if yes:
@@ -316,7 +316,7 @@ class JobsScreen(Screen[None]):
             self.app.call_from_thread(self.status, f"no {flt.describe()} job to {action}", "yellow")
             return
         question = (f"{WORDS[action]} all {count:,}{'+' if more else ''} job(s) of {self.queue.shown!r} matching "
-                    f"{flt.describe()}?\n{what}\nIn batches of a short transaction each; a job that changed since it was "
+                    f"{flt.describe()}? It runs: {what}. In batches of a short transaction each; a job that changed since it was "
                     "listed is skipped and counted; x stops after the batch in hand.")
 
         def decided(yes: bool | None) -> None:
@@ -380,7 +380,8 @@ class JobsScreen(Screen[None]):
 
             self.run_worker(work, thread=True, group="jobs-act")
 
-        self.app.push_screen(ConfirmScreen(f"{verb.capitalize()} queue {self.queue.shown!r}?\n{self.library.pause_mirrors}"), decided)
+        question = f"{verb.capitalize()} queue {self.queue.shown!r}? It runs: {self.library.pause_mirrors}"
+        self.app.push_screen(ConfirmScreen(question), decided)
 
 
 def _state_style(state: str) -> str:
