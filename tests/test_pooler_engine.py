@@ -278,3 +278,25 @@ def queue_ids_or_none(db) -> list[int] | None:
         if conn.execute("SELECT to_regclass('queuetop.q_jobs')").fetchone()[0] is None:
             return None
     return queue_ids(db, "jobs")
+
+
+def test_the_job_console_works_through_the_pooler(db, pgbouncer):
+    """Issue 46: listing, showing and a bulk retry through a stock PgBouncer (session and transaction
+    mode): each batch's settings are its own transaction's, nothing relies on the session."""
+    from queues.table_queue import TableQueue
+
+    with db.connect() as conn:
+        queue = TableQueue.create(conn, "pooled-dead")
+        queue.enqueue_batch(conn, [json.dumps({"n": n}) for n in range(30)])
+        for message in queue.claim(conn, visibility_s=30, batch=30):
+            assert queue.dead_letter_claimed(conn, message, "boom")
+    dsn = pgbouncer.uri(db.name)
+    listed = json.loads(ok("jobs", "list", "pooled-dead", "--state", "dead", "--limit", "10", "--json", "--dsn", dsn).stdout)
+    assert len(listed["jobs"]) == 10 and listed["after"] is not None
+    shown = json.loads(ok("jobs", "show", "pooled-dead", listed["jobs"][0]["id"], "--json", "--dsn", dsn).stdout)
+    assert shown["job"]["last_error"] == "boom"
+    done = json.loads(ok("jobs", "retry", "pooled-dead", "--state", "dead", "--all", "--yes", "--json", "--dsn", dsn).stdout)
+    assert (done["matched"], done["changed"], done["skipped"]) == (30, 30, 0)
+    with db.connect() as conn:
+        counts = queue.counts(conn)
+        assert (counts.dead, counts.ready) == (0, 30)

@@ -319,3 +319,15 @@ def test_on_a_standby_only_blocked_is_judged():
                   xact_age_s=30.0)
     locked = Diagnoser().diagnose(frame(0, replace(starved, lockers=(lock,), table=TABLE))).queues[0].diagnosis
     assert locked.code == "blocked" and locked.pids[:1] == (7,)
+
+
+def test_the_job_console_lists_on_a_standby_and_refuses_to_act_there(pair):
+    """Issue 46: a standby's jobs can be listed (a read); an action on them is refused in one line
+    (exit 2), nothing changed, on the standby as on the primary."""
+    listed = run_cli("jobs", "list", QUEUE, "--state", "ready", "--json", "--dsn", pair.standby_dsn)
+    assert listed.returncode == 0, listed.stderr
+    ids = [job["id"] for job in json.loads(listed.stdout)["jobs"]]
+    assert len(ids) == ready(pair.standby) == 7
+    result = run_cli("jobs", "delete", QUEUE, ids[0], "--yes", "--dsn", pair.standby_dsn)
+    assert (result.returncode, result.stderr) == (2, f"queuetop: error: {pair.standby.masked} is a standby: read-only\n")
+    assert ready(pair.primary.target) == 7
