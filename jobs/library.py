@@ -10,6 +10,7 @@ docs/jobs.md and the confirmation; an action the library does not have is in `la
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from dbcore.database import DictRow
@@ -44,9 +45,11 @@ class JobLibrary:
     # What a search by arguments is led by (an index), or None: bounded in rows (SCAN_ROWS a page).
     args_index: ClassVar[str | None] = None
 
-    def __init__(self, schema: str, version: str | None = None) -> None:
+    def __init__(self, schema: str, version: str | None = None, *, options: Mapping[str, Any] | None = None) -> None:
+        """`options`: the source's own options from the config (`[sources.<name>]`, as the probe reads them)."""
         self.schema = schema
         self.version = version
+        self.options = dict(options or {})
 
     # -- what the console may do ---------------------------------------------------------------
 
@@ -94,5 +97,38 @@ class JobLibrary:
         raise NotImplementedError
 
 
+# The keyset bounds of a bigint id (PostgreSQL's), each outside every id.
+LOWEST, HIGHEST = -(2**63), 2**63 - 1
+
+
 def as_text_id(row: DictRow, key: str = "id") -> str:
     return str(row[key])
+
+
+def int_ids(ids: list[str] | tuple[str, ...]) -> list[int]:
+    """The ids that can be PGMQ msg_ids (bigints); any other matches no message."""
+    out = []
+    for text in ids:
+        try:
+            value = int(text)
+        except ValueError:
+            continue
+        if LOWEST < value < HIGHEST:
+            out.append(value)
+    return out
+
+
+def merge(branches: list[tuple[list[dict[str, Any]], int | None]], limit: int, newest_first: bool,
+          key: str) -> tuple[list[dict[str, Any]], int | None, int | None]:
+    """Rows of several keyset-ordered branches, each (its rows: at most limit + 1 of them; its
+    scan edge, when it read only part of its relation): the first `limit` rows in keyset order,
+    where the next page starts (None: nothing after), and the edge the page stopped at when a
+    bounded branch cut it short (None when not)."""
+    edges = [edge for _, edge in branches if edge is not None]
+    cut = (max(edges) if newest_first else min(edges)) if edges else None
+    rows = [r for found, _ in branches for r in found
+            if cut is None or (r[key] >= cut if newest_first else r[key] <= cut)]
+    rows.sort(key=lambda r: r[key], reverse=newest_first)
+    if len(rows) > limit:
+        return rows[:limit], rows[limit - 1][key], None
+    return rows, cut, cut

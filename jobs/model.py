@@ -95,11 +95,11 @@ class Job:
             "id": self.id, "queue": self.queue, "state": self.state, "status": self.status, "kind": self.kind,
             "attempts": self.attempts, "max_attempts": self.max_attempts,
             "created_at": _iso(self.created_at), "scheduled_at": _iso(self.scheduled_at), "age_s": self.age_s,
-            "last_error": self.last_error, "args": self.args, "held_by": self.held_by,
+            "last_error": self.last_error, "args": _jsonable(self.args), "held_by": self.held_by,
         }
         if whole:
-            out["errors"] = self.errors
-            out["extra"] = {k: _jsonable(v) for k, v in self.extra.items()}
+            out["errors"] = _jsonable(self.errors)
+            out["extra"] = _jsonable(self.extra)
         return out
 
 
@@ -140,8 +140,13 @@ def _iso(value: datetime | None) -> str | None:
 
 
 def _jsonable(value: Any) -> Any:
+    """`value` as JSON can carry it, nested values too: a time as ISO-8601, anything else unknown as text."""
     if isinstance(value, datetime):
         return value.isoformat()
-    if isinstance(value, (str, int, float, bool, type(None), list, dict)):
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (str, int, float, bool, type(None))):
         return value
     return str(value)

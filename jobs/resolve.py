@@ -29,7 +29,7 @@ class JobQueue:
     library: JobLibrary
 
 
-def queue_of(source: str, schema: str | None, shown: str, version: str | None = None) -> JobQueue:
+def queue_of(source: str, schema: str | None, shown: str, version: str | None = None, config: Config | None = None) -> JobQueue:
     """The queue a snapshot's row names (the dashboard's: its source, schema and name known).
     ActionRefused when queuetop has no job console for that source."""
     cls = library_for(source)
@@ -38,7 +38,8 @@ def queue_of(source: str, schema: str | None, shown: str, version: str | None = 
     schema = schema or cls.default_schema
     prefix = f"{schema}."
     name = shown[len(prefix):] if shown.startswith(prefix) and _prefixed(source, schema) else shown
-    return JobQueue(shown=shown, name=name, source=source, library=cls(schema, version))
+    options = (config or Config()).source_options.get(source, {})
+    return JobQueue(shown=shown, name=name, source=source, library=cls(schema, version, options=options))
 
 
 def _prefixed(source: str, schema: str) -> bool:
@@ -84,4 +85,5 @@ def find_queue(conn: Any, shown: str, source: str | None = None, config: Config 
     cls = library_for(name)
     if cls is None:
         raise ActionRefused(f"queue {shown!r}: {why_not(name)}")
-    return JobQueue(shown=shown, name=bare, source=name, library=cls(schema or cls.default_schema, version))
+    return JobQueue(shown=shown, name=bare, source=name, library=cls(schema or cls.default_schema, version,
+                                                                    options=config.source_options.get(name, {})))

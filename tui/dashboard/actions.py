@@ -144,7 +144,7 @@ class HostActions:
             return {"ready": q.ready, "delayed": q.delayed, "blocked": q.blocked, "in_flight": q.in_flight, "dead": q.dead}
 
         try:
-            job_queue = queue_of(source, queue.schema, name)
+            job_queue = queue_of(source, queue.schema, name, config=getattr(host.backend, "config", None))
         except QueuetopError as exc:
             self.app.notify(str(exc), severity="warning", timeout=8)
             return
