@@ -31,7 +31,7 @@ from dbcore.errors import UsageError
 from dbcore.sqlfiles import Queries
 from probes.sources.base import Identifier
 
-from .library import JobLibrary
+from .library import JobLibrary, bigint_id
 from .model import MAX_PAGE, SCAN_ROWS, Job, JobFilter, Page
 
 GRAPHILE_JOBS_SQL = Queries("jobs", "graphile_worker.sql")
@@ -107,7 +107,7 @@ class GraphileWorkerJobs(JobLibrary):
         start = _bigint(after, "after")
         ids: list[int] | None = None
         if flt.ids:
-            ids = [n for n in (_as_id(i) for i in flt.ids) if n is not None]
+            ids = [n for n in (bigint_id(i) for i in flt.ids) if n is not None]
             if not ids:
                 return Page(jobs=[], after=None)
         parts = self._parts()
@@ -133,7 +133,7 @@ class GraphileWorkerJobs(JobLibrary):
         return Page(jobs=jobs, after=None)
 
     def job(self, conn: Any, queue: str, job_id: str) -> Job | None:
-        number = _as_id(job_id)
+        number = bigint_id(job_id)
         if number is None:
             return None
         params: dict[str, Any] = {**self.scope(queue), "id": number}
@@ -160,7 +160,7 @@ class GraphileWorkerJobs(JobLibrary):
 
     def act(self, conn: Any, queue: str, action: str, ids: list[str], expect: str | None) -> list[str]:
         type(self).refuse(action)
-        numbers = [n for n in (_as_id(i) for i in ids) if n is not None]
+        numbers = [n for n in (bigint_id(i) for i in ids) if n is not None]
         states = self._states(type(self).states_for(action), expect)
         if not numbers or not states:
             return []
@@ -189,19 +189,10 @@ class GraphileWorkerJobs(JobLibrary):
         type(self).refuse_pause()
 
 
-def _as_id(value: str) -> int | None:
-    """A job id as Graphile Worker's (a bigint), or None: no job has that id."""
-    text = str(value).strip()
-    if not text.isascii() or not text.lstrip("-").isdigit():
-        return None
-    number = int(text)
-    return number if -(2**63) <= number < 2**63 else None
-
-
 def _bigint(value: str | None, what: str) -> int | None:
     if value is None:
         return None
-    number = _as_id(value)
+    number = bigint_id(value)
     if number is None:
         raise UsageError(f"{what} {value!r} is no Graphile Worker job id (a whole number)")
     return number

@@ -105,17 +105,19 @@ def as_text_id(row: DictRow, key: str = "id") -> str:
     return str(row[key])
 
 
+def bigint_id(value: str | None) -> int | None:
+    """A job id as a bigint id column holds it, or None: no job has that id (not a whole number,
+    or outside a bigint's range, which the server would refuse rather than find nothing)."""
+    text = str(value).strip() if value is not None else ""
+    if not text.isascii() or not text.lstrip("-").isdigit() or text.count("-") > 1:
+        return None
+    number = int(text)
+    return number if LOWEST < number < HIGHEST else None
+
+
 def int_ids(ids: list[str] | tuple[str, ...]) -> list[int]:
-    """The ids that can be PGMQ msg_ids (bigints); any other matches no message."""
-    out = []
-    for text in ids:
-        try:
-            value = int(text)
-        except ValueError:
-            continue
-        if LOWEST < value < HIGHEST:
-            out.append(value)
-    return out
+    """The ids that can be a bigint id column's; any other matches no job."""
+    return [number for number in map(bigint_id, ids) if number is not None]
 
 
 def merge(branches: list[tuple[list[dict[str, Any]], int | None]], limit: int, newest_first: bool,

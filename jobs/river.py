@@ -36,7 +36,7 @@ from dbcore.errors import UsageError
 from dbcore.sqlfiles import Queries
 from probes.sources.base import Identifier
 
-from .library import ACTS_ON, JobLibrary
+from .library import ACTS_ON, JobLibrary, bigint_id
 from .model import MAX_PAGE, SCAN_ROWS, ActionRefused, Job, JobFilter, Page
 
 RIVER_JOBS_SQL = Queries("jobs", "river.sql")
@@ -211,10 +211,10 @@ class RiverJobs(JobLibrary):
 
 
 def _job_id(text: str) -> int:
-    try:
-        return int(text)
-    except (TypeError, ValueError):
-        raise UsageError(f"{text!r} is not a River job id (a number)") from None
+    number = bigint_id(text)
+    if number is None:
+        raise UsageError(f"{text!r} is not a River job id (a number)")
+    return number
 
 
 def _job(row: Any, *, errors: list[Any] | None = None, held_by: str | None = None, extra: dict[str, Any] | None = None) -> Job:
