@@ -60,3 +60,27 @@ def test_the_readme_snapshot_example_has_the_reports_columns():
         shown = readme[readme.index(title) + 1].split()
         printed = report[report.index(title) + 1].split()
         assert shown == printed, (title, shown, printed)
+
+
+def test_the_job_console_table_says_what_each_library_does():
+    """docs/jobs.md's library × action table (issue 46) says "refused" exactly where the library's
+    job console refuses the action, for every library with one."""
+    from jobs.model import ACTIONS
+    from jobs.registry import MODULES, library_for
+
+    text = (REPO / "docs" / "jobs.md").read_text(encoding="utf-8")
+    table = text.split("## What each library's actions run", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| library")]
+    seen = set()
+    for row in rows:
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        source = re.search(r"\(`([^`]+)`\)", cells[0]).group(1)
+        cls = library_for(source)
+        assert cls is not None, source
+        version = {"pg-boss 9": "20", "pg-boss 10": "24"}.get(cells[0].split(" (")[0])
+        library = type(cls("public", version))
+        for action, cell in zip(ACTIONS, cells[1:5], strict=True):
+            assert cell.startswith("refused") == (action not in library.mirrors), (cells[0], action, cell)
+        assert cells[5].startswith("refused") == (library.pause_mirrors is None), (cells[0], "pause")
+        seen.add(source)
+    assert seen == set(MODULES)
