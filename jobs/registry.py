@@ -30,10 +30,7 @@ def library_for(source: str) -> type[JobLibrary] | None:
     module = MODULES.get(source)
     if module is None:
         return None
-    try:
-        cls: type[JobLibrary] = importlib.import_module(f"{__package__}.{module}").LIBRARY
-    except ModuleNotFoundError:
-        return None
+    cls: type[JobLibrary] = importlib.import_module(f"{__package__}.{module}").LIBRARY
     return cls
 
 
