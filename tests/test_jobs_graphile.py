@@ -30,9 +30,10 @@ from jobs.graphile_worker import CANCEL_REASON, LIBRARY, GraphileWorkerJobs
 from jobs.model import SCAN_ROWS, ActionRefused, JobFilter
 from jobs.registry import library_for
 from probes.sampler import run_cycle
-from probes.session import open_probe_connection, probe_transaction
 
 from .conftest import REPO, NodeWorkload, wait_until
+from .jobpages import every_page as pages_of
+from .jobpages import ids_of, read
 
 pytestmark = pytest.mark.matrix
 
@@ -66,25 +67,7 @@ def truth(db, name: str) -> dict[str, list[str]]:
 
 def every_page(target, queue: str, flt: JobFilter, *, limit: int, newest_first: bool = False, lib=None):
     """Every page of a list, as the console reads them (one probe transaction each)."""
-    lib = lib or LIBRARY("graphile_worker")
-    pages, after = [], None
-    with open_probe_connection(target) as conn:
-        while True:
-            with probe_transaction(conn):
-                page = lib.page(conn, queue, flt, after=after, limit=limit, newest_first=newest_first)
-            pages.append(page)
-            after = page.after
-            if after is None:
-                return pages
-
-
-def ids_of(pages) -> list[str]:
-    return [job.id for page in pages for job in page.jobs]
-
-
-def read(target, fn):
-    with open_probe_connection(target) as conn, probe_transaction(conn):
-        return fn(conn)
+    return pages_of(target, lib or LIBRARY("graphile_worker"), queue, flt, limit=limit, newest_first=newest_first)
 
 
 @pytest.fixture

@@ -33,9 +33,9 @@ from jobs.model import ActionRefused, JobFilter
 from jobs.pgboss import LIBRARY, PgBoss9Jobs, PgBossJobs
 from jobs.registry import library_for
 from probes.sampler import run_cycle
-from probes.session import open_probe_connection, probe_transaction
 
 from .conftest import REPO, wait_until
+from .jobpages import every_page, ids_of, read
 
 pytestmark = pytest.mark.matrix
 
@@ -151,27 +151,6 @@ def start(request, db, node_peers, major: str, *extra: str) -> Boss:
 def version_of(db) -> str:
     with db.connect() as conn:
         return str(conn.execute("SELECT max(version) FROM pgboss.version").fetchone()[0])
-
-
-def every_page(target, lib, queue: str, flt: JobFilter, *, limit: int, newest_first: bool = False):
-    pages, after = [], None
-    with open_probe_connection(target) as conn:
-        while True:
-            with probe_transaction(conn):
-                page = lib.page(conn, queue, flt, after=after, limit=limit, newest_first=newest_first)
-            pages.append(page)
-            after = page.after
-            if after is None:
-                return pages
-
-
-def ids_of(pages) -> list[str]:
-    return [job.id for page in pages for job in page.jobs]
-
-
-def read(target, fn):
-    with open_probe_connection(target) as conn, probe_transaction(conn):
-        return fn(conn)
 
 
 @MAJORS

@@ -23,6 +23,8 @@ from probes.sampler import run_cycle
 from probes.session import open_probe_connection, probe_transaction
 
 from .conftest import wait_until
+from .jobpages import act as act_on
+from .jobpages import every_page, jobs_and_notes
 from .oracle.pgmq import build_small, truth
 
 pytestmark = pytest.mark.matrix  # the server matrix runs these on every supported major
@@ -103,21 +105,11 @@ def page(db, queue: str, flt: JobFilter, **kwargs: Any) -> Any:
 
 def every(db, queue: str, flt: JobFilter, *, limit: int = 2, newest_first: bool = False) -> tuple[list[Any], list[str]]:
     """Every job `flt` lists, page after page (keyset), and the pages' notes."""
-    jobs, notes, after = [], [], None
-    for _ in range(1000):
-        got = page(db, queue, flt, after=after, limit=limit, newest_first=newest_first)
-        jobs += got.jobs
-        if got.note:
-            notes.append(got.note)
-        if got.after is None:
-            return jobs, notes
-        after = got.after
-    raise AssertionError("paging never ended")
+    return jobs_and_notes(every_page(db.target, LIB, queue, flt, limit=limit, newest_first=newest_first))
 
 
 def act(db, queue: str, action: str, ids: list[Any], expect: str | None = None) -> list[str]:
-    with db.connect(row_factory=psycopg.rows.dict_row) as conn, conn.transaction():
-        return LIB.act(conn, queue, action, [str(i) for i in ids], expect)
+    return act_on(db, LIB, queue, action, ids, expect)
 
 
 def truth_ids(db, queue: str) -> dict[str, set[str]]:
