@@ -382,13 +382,19 @@ class NodeWorkload:
         self.report = json.loads(line)
 
     def close(self) -> None:
-        if self.proc.stdin:
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(30)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
+        end_process(self.proc)
+
+
+def end_process(proc: subprocess.Popen) -> None:
+    """A node script's end: its stdin closed (it stops its workers and exits), killed if it has
+    not within 30 s."""
+    if proc.stdin:
+        proc.stdin.close()
+    try:
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
 
 
 def flush_stats(conn: psycopg.Connection) -> None:

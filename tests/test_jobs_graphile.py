@@ -31,7 +31,7 @@ from jobs.model import SCAN_ROWS, ActionRefused, JobFilter
 from jobs.registry import library_for
 from probes.sampler import run_cycle
 
-from .conftest import REPO, NodeWorkload, wait_until
+from .conftest import REPO, NodeWorkload, end_process, wait_until
 from .jobpages import every_page as pages_of
 from .jobpages import ids_of, read
 
@@ -252,13 +252,7 @@ class Driver:
         self.wait(lambda _: settled(), f"the worker to run {job_id} ({times}x) and go idle")
 
     def close(self) -> None:
-        if self.proc.stdin:
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(30)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
+        end_process(self.proc)
 
 
 @pytest.fixture

@@ -34,7 +34,7 @@ from jobs.pgboss import LIBRARY, PgBoss9Jobs, PgBossJobs
 from jobs.registry import library_for
 from probes.sampler import run_cycle
 
-from .conftest import REPO, wait_until
+from .conftest import REPO, end_process, wait_until
 from .jobpages import every_page, ids_of, read
 
 pytestmark = pytest.mark.matrix
@@ -129,13 +129,9 @@ class Boss:
         return {t: got[i] for t, i in zip(tags_or_ids, ids, strict=True)}
 
     def close(self) -> None:
-        if self.proc.stdin:
-            self.proc.stdin.close()
         try:
-            self.proc.wait(30)
+            end_process(self.proc)
         finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
             self.stderr.close()
 
 

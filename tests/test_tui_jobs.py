@@ -17,19 +17,11 @@ from tui.screens.dialogs import ConfirmScreen
 from tui.screens.jobs import JobsScreen
 from tui.widgets.panels import QueuesPanel
 
+from .test_jobs_cli import dead_letters
 from .test_tui import live_app, queue_rows, settle
 from .test_tui_actions import put_cursor
 
 SIZES = [(80, 24), (100, 30)]
-
-
-def dead_letters(db, name: str, n: int) -> TableQueue:
-    with db.connect() as conn:
-        queue = TableQueue.create(conn, name)
-        queue.enqueue_batch(conn, [json.dumps({"n": i}) for i in range(n)])
-        for message in queue.claim(conn, visibility_s=30, batch=n):
-            assert queue.dead_letter_claimed(conn, message, f"boom {message.id}")
-    return queue
 
 
 def truth(db, queue: TableQueue) -> tuple[int, int]:
