@@ -35,6 +35,7 @@ async def open_jobs(pilot, app, key: str) -> JobsScreen:
     await put_cursor(pilot, app, app.query_one(QueuesPanel).query_one(DataTable), key)
     await pilot.press("enter")
     assert isinstance(app.screen, DetailsScreen)
+    assert app.screen.CLOSE_HINT.count("J jobs") == 1  # the box says the key, once
     await pilot.press("J")
     assert isinstance(app.screen, JobsScreen)
     return app.screen

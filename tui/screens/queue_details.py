@@ -37,10 +37,8 @@ class EngineQueueDetails(DetailsScreen):
         self.queue = queue
         self._dead = dead
         self._act = act
-        if act is None:
+        if act is None:  # (DetailsScreen has put `J jobs` first where the queue has a job console)
             self.CLOSE_HINT = DetailsScreen.CLOSE_HINT if jobs is None else f"J jobs · {DetailsScreen.CLOSE_HINT}"
-        elif jobs is not None:
-            self.CLOSE_HINT = f"J jobs · {self.CLOSE_HINT}"
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "dead_letters":
