@@ -81,6 +81,11 @@ async def test_jobs_listed_shown_and_retried_one_then_all(db, size, monkeypatch,
         await pilot.press("y")
         await settle(pilot, app, lambda: truth(db, queue) == (0, 4), "every dead letter back in the queue", 500)
         await settle(pilot, app, lambda: any("3 changed" in text for _a, _s, text in app.notices), "the outcome noticed", 500)
+        # P: the engine has no paused queue, and says so (no question asked).
+        await pilot.press("P")
+        assert app.screen is screen
+        await settle(pilot, app, lambda: any("reference cannot pause a queue: " in text for _a, _s, text in app.notices),
+                     "why not said", 500)
     records = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
     assert sum(r["count"] for r in records if r["event"] == "batch") == 4
 

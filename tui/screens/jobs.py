@@ -2,7 +2,7 @@
 (keyset: as fast deep in a million jobs as on the first page), searched by id, kind or arguments,
 and acted on with the library's own semantics (jobs/): the job under the cursor (r retry, g run
 now, c cancel, d delete) or every job the filter matches (R, G, C, D: the count in the
-confirmation, done in short batches with progress, x stops). The job acted on is the one under the
+confirmation, done in short batches with progress, x stops); P pauses the queue, U resumes it. The job acted on is the one under the
 cursor when the key is pressed (its id and the state it was listed in, compare-and-set), whatever
 the list shows by the time the confirmation is answered. Under --read-only the keys that write are
 not offered. Every value is the database's text: inert."""
@@ -66,7 +66,8 @@ class JobsScreen(Screen[None]):
         Binding("C", "act('cancel', True)", "Cancel all", id="jobs.cancel-all", show=False),
         Binding("D", "act('delete', True)", "Delete all", id="jobs.delete-all", show=False),
         Binding("x", "stop", "Stop", id="jobs.stop", show=False),
-        Binding("P", "pause", "Pause/resume", id="jobs.pause", show=False),
+        Binding("P", "pause(True)", "Pause the queue", id="jobs.pause", show=False),
+        Binding("U", "pause(False)", "Resume the queue", id="jobs.resume", show=False),
     ]
     DEFAULT_CSS = """
     JobsScreen #jobs-title { height: auto; padding: 0 1; background: $boost; }
@@ -90,7 +91,6 @@ class JobsScreen(Screen[None]):
         self.pages: list[str | None] = [None]  # the keyset position of each page shown so far
         self.page_now: Page | None = None
         self.stopping: threading.Event | None = None  # a bulk action running: set to stop it
-        self.paused = False
 
     # -- layout ----------------------------------------------------------------------------
 
@@ -357,13 +357,13 @@ class JobsScreen(Screen[None]):
             self.stopping.set()
             self.status("stopping after the batch in hand…", "yellow")
 
-    def action_pause(self) -> None:
+    def action_pause(self, pause: bool) -> None:
         if self.read_only:
             return
         if self.library.pause_mirrors is None:
             self.app.notify(f"{self.queue.source} cannot pause a queue: {self.library.pause_lacks}", severity="warning", timeout=8)
             return
-        verb = "resume" if self.paused else "pause"
+        verb = "pause" if pause else "resume"
 
         def decided(yes: bool | None) -> None:
             if not yes:
@@ -371,8 +371,7 @@ class JobsScreen(Screen[None]):
 
             def work() -> None:
                 try:
-                    self.backend.jobs_pause(self.queue, verb == "pause")
-                    self.paused = verb == "pause"
+                    self.backend.jobs_pause(self.queue, pause)
                     message, severity = f"{self.queue.shown}: {verb}d ({self.library.pause_mirrors})", "information"
                 except Exception as exc:
                     message, severity = f"{self.queue.shown}: {verb}: {fmt.one_line(str(exc), 300)}", "error"
