@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dbcore.errors import UsageError
+from dbcore.errors import UsageError, first_line
 from probes.configmodel import Config
 from probes.session import contained, probe_transaction
 from probes.sources import SourceSet
@@ -58,6 +58,7 @@ def find_queue(conn: Any, shown: str, source: str | None = None, config: Config 
     if source is not None and source not in sources.by_name:
         raise UsageError(f"unknown source {source!r}: one of {', '.join(sources.by_name)}")
     found: list[tuple[str, str | None, str, str | None]] = []  # (source, schema, bare name, version)
+    unread: list[str] = []
     with probe_transaction(conn), sources.cycle(conn) as present:
         for src, install in present:
             if source is not None and src.name != source:
@@ -71,14 +72,16 @@ def find_queue(conn: Any, shown: str, source: str | None = None, config: Config 
                     if detection is None:
                         continue
                     names = {f.name for f in src.sample(conn, detection)}
-            except Exception:  # a source that cannot be read here has no queue to find
+            except Exception as exc:  # a source that cannot be read here: said if the queue is not found elsewhere
+                unread.append(f"{src.label}: {first_line(exc)}")
                 continue
             bare = shown[len(prefix):]
             if bare in names:
                 found.append((src.name, src.schema if src.signature else detection.schema, bare, detection.version))
     if not found:
         where = f" of source {source!r}" if source else ""
-        raise UsageError(f"unknown queue {shown!r}{where}: `queuetop snapshot --json` lists the queues by name")
+        also = f" (not read: {'; '.join(unread)})" if unread else ""
+        raise UsageError(f"unknown queue {shown!r}{where}: `queuetop snapshot --json` lists the queues by name{also}")
     if len(found) > 1:
         raise UsageError(f"queue {shown!r} is in several sources ({', '.join(f[0] for f in found)}): give --source")
     name, schema, bare, version = found[0]

@@ -98,3 +98,16 @@ def test_what_each_role_sees(db, roles):
         assert "queuetop" in said and ("privilege" in said or "not visible" in said), said
     shown = queue(reader)
     assert shown is not None and shown["ready"] == 7 and shown["depth"] == 7
+
+
+def test_the_job_console_says_which_source_it_could_not_read(db, roles, cli):
+    """Issue 46: `queuetop jobs` by a role that may not read the engine's tables: the queue is not
+    found, and the one line says which source could not be read and why, not a bare 'unknown'."""
+    result = cli("jobs", "list", "lp-queue", "--dsn", db.server.uri(db.name, user=roles["monitor"]))
+    assert result.returncode == 2
+    line = result.stderr.strip()
+    assert line.startswith("queuetop: error: unknown queue 'lp-queue'") and "not read: reference: " in line, line
+    assert "permission denied" in line and len(result.stderr.splitlines()) == 1
+    listed = cli("jobs", "list", "lp-queue", "--json", "--dsn", db.server.uri(db.name, user=roles["reader"]))
+    assert listed.returncode == 0, listed.stderr
+    assert json.loads(listed.stdout)["jobs"] == []
