@@ -29,6 +29,7 @@ refusals); with no version given, the schema's version table is read when first 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from psycopg import errors, sql
@@ -83,14 +84,14 @@ class PgBossJobs(JobLibrary):
         "nothing in the database holds a queue's jobs back")
     args_index: ClassVar[str | None] = None
 
-    def __new__(cls, schema: str, version: str | None = None) -> PgBossJobs:
+    def __new__(cls, schema: str, version: str | None = None, *, options: Mapping[str, Any] | None = None) -> PgBossJobs:
         generation = _schema_version(version)
         if cls is PgBossJobs and generation is not None and generation < V10:
             cls = PgBoss9Jobs
         return object.__new__(cls)
 
-    def __init__(self, schema: str, version: str | None = None) -> None:
-        super().__init__(schema, version)
+    def __init__(self, schema: str, version: str | None = None, *, options: Mapping[str, Any] | None = None) -> None:
+        super().__init__(schema, version, options=options)
         generation = _schema_version(version)
         # Whether the schema is pg-boss 10's: known from the version given, else read when needed.
         self._v10: bool | None = None if generation is None else generation >= V10

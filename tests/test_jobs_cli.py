@@ -130,3 +130,21 @@ def test_a_source_without_a_job_console_is_refused(db, cli, audit_file, tmp_path
     config.write_text('[[queues]]\nname = "mails"\ntable = "mails"\norder_by = "id"\n')
     result = run(cli, audit_file, "jobs", "list", "mails", "--dsn", db.dsn, "--config", str(config))
     assert result.returncode == 2 and "a declared table" in result.stderr, result.stderr
+
+
+def test_every_library_is_built_as_the_dashboard_and_the_command_line_build_it():
+    """jobs/resolve.py builds each library's console with the install's schema, its version and the
+    config's options for its source (the way `J` and `queuetop jobs` reach it): every module takes them."""
+    from jobs.pgboss import PgBoss9Jobs, PgBossJobs
+    from jobs.registry import MODULES
+    from jobs.resolve import queue_of
+    from probes.config import parse_config
+    from probes.configmodel import Config
+
+    for source in MODULES:
+        queue = queue_of(source, None, "q", config=Config())
+        assert (queue.source, queue.library.source, queue.name) == (source, source, "q")
+    assert type(queue_of("pg-boss", "pgboss", "q", version="20").library) is PgBoss9Jobs
+    assert type(queue_of("pg-boss", "pgboss", "q", version="24").library) is PgBossJobs
+    config = parse_config({"sources": {"pgqueuer": {"heartbeat_timeout_s": "90"}}})
+    assert queue_of("pgqueuer", "public", "q", config=config).library.heartbeat_timeout_s == 90
