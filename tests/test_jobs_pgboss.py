@@ -34,7 +34,7 @@ from jobs.pgboss import LIBRARY, PgBoss9Jobs, PgBossJobs
 from jobs.registry import library_for
 from probes.sampler import run_cycle
 
-from .conftest import REPO, end_process, wait_until
+from .conftest import REPO, end_process, run_cli, wait_until
 from .jobpages import every_page, ids_of, read
 
 pytestmark = pytest.mark.matrix
@@ -169,6 +169,10 @@ def test_lists_agree_with_its_tables_and_the_snapshot_and_show_its_errors(reques
                               ("dead", figures.dead)):
             assert len(want[state]) == figure, (name, state)
         assert ids_of(every_page(db.target, lib, name, JobFilter(), limit=1000)) == want["all"]
+    # And as `queuetop jobs list` finds the queue (by its snapshot name) and lists it.
+    listed = run_cli("jobs", "list", "mail", "--state", "dead", "--json", "--dsn", db.dsn)
+    assert listed.returncode == 0, listed.stderr
+    assert [j["id"] for j in json.loads(listed.stdout)["jobs"]] == truth(db, major, "mail")["dead"]
     ids = boss.ids
     mail = truth(db, major, "mail")
     # The workload's shape, so that each state above was a real check.
