@@ -35,18 +35,21 @@ def queue_of(source: str, schema: str | None, shown: str, version: str | None = 
     cls = library_for(source)
     if cls is None:
         raise ActionRefused(f"{shown}: {why_not(source)}")
+    config = config or Config()
     schema = schema or cls.default_schema
     prefix = f"{schema}."
-    name = shown[len(prefix):] if shown.startswith(prefix) and _prefixed(source, schema) else shown
-    options = (config or Config()).source_options.get(source, {})
+    name = shown[len(prefix):] if shown.startswith(prefix) and _prefixed(source, schema, config) else shown
+    options = config.source_options.get(source, {})
     return JobQueue(shown=shown, name=name, source=source, library=cls(schema, version, options=options))
 
 
-def _prefixed(source: str, schema: str) -> bool:
+def _prefixed(source: str, schema: str, config: Config) -> bool:
+    """Whether the snapshot names this install's queues `<schema>.<queue>` (an install outside the
+    library's home schema: the config's, else its default)."""
     from probes.sources import source_classes
 
     cls = source_classes().get(source)
-    return cls is not None and bool(cls.signature) and schema != cls.home_schema_in(Config())
+    return cls is not None and bool(cls.signature) and schema != cls.home_schema_in(config)
 
 
 def find_queue(conn: Any, shown: str, source: str | None = None, config: Config | None = None) -> JobQueue:

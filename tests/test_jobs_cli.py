@@ -148,3 +148,8 @@ def test_every_library_is_built_as_the_dashboard_and_the_command_line_build_it()
     assert type(queue_of("pg-boss", "pgboss", "q", version="24").library) is PgBossJobs
     config = parse_config({"sources": {"pgqueuer": {"heartbeat_timeout_s": "90"}}})
     assert queue_of("pgqueuer", "public", "q", config=config).library.heartbeat_timeout_s == 90
+    # An install outside the library's home schema: the snapshot names its queues `<schema>.<queue>`.
+    assert queue_of("river", "other", "other.emails").name == "emails"
+    assert queue_of("river", "public", "public.emails").name == "public.emails"  # the home schema's: its name as it is
+    home_other = parse_config({"sources": {"river": {"schema": "other"}}})
+    assert queue_of("river", "other", "other.emails", config=home_other).name == "other.emails"
