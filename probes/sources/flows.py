@@ -164,16 +164,29 @@ class Departures:
     counts read by other statements than the arrivals (a moment apart): a job that arrived
     between the two is counted arrived and not yet among the rows, so one interval's figure may
     come out below 0. That is owed by the next rather than clamped to 0 (which would count it
-    twice): the figures add up to the truth."""
+    twice): the figures add up to the truth. A read whose rows are not exact (its count failed,
+    or is an estimate, or is being made) says nothing of what left; what arrived meanwhile is kept,
+    and the next exact read's figure covers the reads since the last exact one: none is lost."""
 
     def __init__(self) -> None:
         self.owed: dict[str, float] = {}
+        self.base: dict[str, int] = {}  # the rows at the last exact read, while the reads since are not exact
+        self.waiting: dict[str, float] = {}  # ... and what arrived since then
 
     def left(self, name: str, arrived: float, rows_now: int | None, rows_then: int | None) -> float | None:
-        if rows_now is None or rows_then is None:
-            self.owed.pop(name, None)
+        if rows_now is None:
+            start = self.base.get(name, rows_then)
+            if start is not None:
+                self.base[name] = start
+                self.waiting[name] = self.waiting.get(name, 0.0) + arrived
             return None
-        left = arrived - (rows_now - rows_then) - self.owed.get(name, 0.0)
+        then = self.base.pop(name) if name in self.base else rows_then
+        if then is None:
+            self.owed.pop(name, None)
+            self.waiting.pop(name, None)
+            return None
+        arrived += self.waiting.pop(name, 0.0)
+        left = arrived - (rows_now - then) - self.owed.get(name, 0.0)
         self.owed[name] = max(0.0, -left)
         return max(0.0, left)
 
@@ -344,6 +357,7 @@ class GraphileFlows(FlowReader):
         self.departures = Departures()
         self.pending: list[int] = []  # ids of the last read's range missing then
         self.activity: dict[str, dict[str, float]] = {}  # ... and what each task (queue) did in that window
+        self.dead_seen: dict[str, int] = {}  # each task's (queue's) dead rows at the last read that counted them
 
     def counts(self, conn: ProbeConnection, figures: list[QueueFigures]) -> Tally | None:
         row = one(conn.execute(FLOWS_SQL["sequence_values"], {"tables": [self.table_name], "columns": ["id"]}))
@@ -403,8 +417,13 @@ class GraphileFlows(FlowReader):
                 left = self.departures.left(name, c["enqueued"], now.rows, then.rows if then is not None else None)
                 if left is not None:
                     c["dequeued"] = left
-                if then is not None and now.dead is not None and then.dead is not None:
-                    c["failed"] = max(0, now.dead - then.dead)
+                # The dead rows' growth since the last read that counted them exactly (a read whose
+                # count failed between says nothing, and loses nothing).
+                dead_then = self.dead_seen.get(name, then.dead if then is not None else None)
+                if now.dead is not None:
+                    if dead_then is not None:
+                        c["failed"] = max(0, now.dead - dead_then)
+                    self.dead_seen[name] = now.dead
                 if estimated:
                     c["enqueued_estimated"] = c["dequeued_estimated"] = 1
                 out[name] = c
