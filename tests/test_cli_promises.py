@@ -63,8 +63,9 @@ WRITES = {
     "engine scenario exactly-once", "engine scenario relay", "engine scenario diagnose", "engine ring create", "engine ring put",
     "engine ring take", "engine lease acquire", "engine lease renew", "engine lease release", "demo reset",
     "bench engine", "bench probes", "bench sources", "bench peers",
+    "jobs retry", "jobs run-now", "jobs cancel", "jobs delete", "jobs pause", "jobs resume",
 }
-READS = {"snapshot", "record", "replay", "export prometheus", "bench tui", "server status", "server stop"}
+READS = {"snapshot", "record", "replay", "export prometheus", "bench tui", "server status", "server stop", "jobs list", "jobs show"}
 
 # The least each write command needs to get past argparse: what --read-only must then refuse.
 MINIMAL = {
@@ -75,6 +76,8 @@ MINIMAL = {
     "engine lease acquire": ["l", "--holder", "other", "--ttl", "30"],
     "engine lease renew": ["l", "--holder", "h", "--ttl", "30"], "engine lease release": ["l", "--holder", "h"],
     "demo reset": ["--force"],
+    "jobs retry": ["q", "1", "--yes"], "jobs run-now": ["q", "1", "--yes"], "jobs cancel": ["q", "--state", "ready", "--all", "--yes"],
+    "jobs delete": ["q", "1", "--yes"], "jobs pause": ["q", "--yes"], "jobs resume": ["q", "--yes"],
 }
 
 
