@@ -398,6 +398,9 @@ class GraphileFlows(FlowReader):
             for name in seen:  # its first jobs came after the list was read: theirs, at the next read
                 if name.startswith(kind) and name not in held:
                     out[name] = {"enqueued": seen[name]}
+                    # It held nothing at the last read; what it holds now is not known: what left
+                    # is said at the next read that lists it, these arrivals among its figure.
+                    self.departures.left(name, seen[name], None, 0)
             # Those gone went missing in the last read's window: shared out by what each task
             # (queue) did then. A named queue is a job's option: those gone among queues are at most
             # those among tasks.
