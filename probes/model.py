@@ -40,6 +40,7 @@ from .samples import Replication as Replication
 from .samples import ReplicationSlot as ReplicationSlot
 from .samples import RingSample as RingSample
 from .samples import ServerInfo as ServerInfo
+from .samples import ServerStats as ServerStats
 from .samples import SessionSample as SessionSample
 from .samples import Standby as Standby
 from .samples import WaitCycle as WaitCycle
@@ -69,6 +70,10 @@ class Snapshot:
     # `pgbouncer`); None where no PgBouncer was given, or its console could not be read (the
     # pooler probe's status says why).
     pooler: PoolerSample | None = None
+    # The whole server's figures (the server_stats probe: transactions, rows, temp and WAL bytes per
+    # second, cache hit ratio, size, deadlocks); None where they were not read (SQL Server, the probe
+    # failed: its status says why; a snapshot recorded before them).
+    server_stats: ServerStats | None = None
     # Every session the connections probe saw (the sessions view), the oldest transaction first,
     # at most probes.postgres.SESSIONS_CAP of them; sessions_total counts them all (more than
     # len(sessions) when the list was capped; None when they were not read, or in a snapshot
@@ -133,6 +138,7 @@ class Snapshot:
             "compaction": [plain(c) for c in self.compaction],
             "replication": plain(self.replication) if self.replication is not None else None,
             "pooler": plain(self.pooler) if self.pooler is not None else None,
+            "server_stats": plain(self.server_stats) if self.server_stats is not None else None,
             "sessions": [plain(s) for s in self.sessions],
             "sessions_total": self.sessions_total,
             **self.extra,
@@ -170,7 +176,7 @@ class Snapshot:
                 continue
             if value is None and name in PROBE_OF and _failed(values.get("probes"), PROBE_OF[name]):
                 # to_json's null for a list (or an object) its probe could not read
-                values[name] = None if name in ("connections", "replication", "pooler") else ()
+                values[name] = None if name in ("connections", "replication", "pooler", "server_stats") else ()
                 continue
             try:
                 values[name] = decode(value)
@@ -186,7 +192,7 @@ class Snapshot:
 PROBE_OF: dict[str, str] = {
     "queues": "queues", "rings": "rings", "leases": "leases", "blocked": "locks", "blockers": "locks",
     "prepared_xacts": "locks", "app_locks": "locks", "cycles": "locks", "connections": "connections", "compaction": "compaction",
-    "sessions": "connections", "replication": "replication", "pooler": "pooler",
+    "sessions": "connections", "replication": "replication", "pooler": "pooler", "server_stats": "server_stats",
 }
 
 

@@ -30,7 +30,7 @@ from .config import Config
 from .failures import PROBE_FAILURES, describe_error
 from .lockrows import app_locks_of
 from .locks import LockPicture
-from .model import Connections, QueueSample, Replication, ServerInfo
+from .model import Connections, QueueSample, Replication, ServerInfo, ServerStats
 from .postgres import CONNECTIONS_SQL, PostgresProbes, ProbeConnection, SessionPicture, json_value
 
 # SQL Server's own sections of the probes' files (ghost records; what the login may see; the version store).
@@ -97,6 +97,15 @@ class MssqlProbes(PostgresProbes):
         PostgreSQL's standbys and slots, and queuetop does not read them yet. Unknown (null), said
         in the probe's note, never an empty list that would read as "no replica"."""
         self.notes["replication"] = "not read on SQL Server (availability group replicas are not shown)"
+        return None
+
+    def server_stats(self, conn: ProbeConnection) -> ServerStats | None:
+        """Not read on SQL Server (no statement runs): its counterparts, sys.dm_os_performance_counters'
+        Transactions/sec, Log Bytes Flushed/sec, Buffer cache hit ratio and Number of Deadlocks/sec,
+        count other things (no rows inserted, updated or deleted server-wide), need VIEW SERVER STATE,
+        and could not be tested here (no SQL Server runs here). Unknown (null), said in the probe's
+        note, never 0s that would read as an idle server."""
+        self.notes["server_stats"] = "not read on SQL Server (transactions, rows, WAL and deadlocks are PostgreSQL's statistics)"
         return None
 
     def sessions(self, conn: ProbeConnection) -> SessionPicture:

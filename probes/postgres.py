@@ -40,10 +40,12 @@ from .model import (
     ReplicationSlot,
     RingSample,
     ServerInfo,
+    ServerStats,
     SessionSample,
     Standby,
 )
 from .rates import QueueRates
+from .serverstats import ServerCounters
 from .session import APPLICATION_NAME as APPLICATION_NAME
 from .session import PROBE_SETTINGS as PROBE_SETTINGS
 from .session import ProbeConnection as ProbeConnection
@@ -55,7 +57,7 @@ from .sources.flows import Flows
 from .sources.tally import CycleTallies
 from .xidclock import XidClock
 
-PROBE_NAMES = ("queues", "rings", "leases", "locks", "connections", "compaction", "replication")
+PROBE_NAMES = ("queues", "rings", "leases", "locks", "connections", "compaction", "replication", "server_stats")
 # The method a probe runs, where it is not the probe's name: the connections probe also lists
 # every session (the sessions view), a statement of its own, so that a cycle's connections and
 # sessions are read by one probe with one status.
@@ -120,6 +122,8 @@ class PostgresProbes:
         self.pile_up = PILE_UP_WAITERS
         # The next transaction id, read each cycle: how old a standby's or a slot's horizon is in time.
         self.xid_clock = XidClock()
+        # The server's cumulative counters as last read (the server_stats probe's rates), and its size.
+        self.server_counters = ServerCounters()
         self._version_num = 0
         # What a probe that worked says beside its figures (privileges that hide some, a locked
         # named queue), by probe name; and what part of it failed (a queue source), by probe name.
@@ -540,6 +544,18 @@ class PostgresProbes:
                        "(or pg_monitor) to see them")
             self.notes["replication"] = unknown
         return Replication(standbys=tuple(standbys), slots=slots, standbys_unknown=unknown)
+
+    # -- the server's figures ------------------------------------------------------------
+
+    def server_stats(self, conn: ProbeConnection) -> ServerStats | None:
+        """The whole server's figures (probes/serverstats.py): pg_stat_database's counters summed
+        over every database, the WAL position, and every DATABASE_SIZE_EVERY_S the databases' size;
+        the rates over the interval since this probe's previous read (None on the first)."""
+        notes: list[str] = []
+        stats = self.server_counters.read(conn, notes)
+        if notes:
+            self.notes["server_stats"] = "; ".join(notes)
+        return stats
 
     # -- sessions ------------------------------------------------------------------------
 

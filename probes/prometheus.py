@@ -71,6 +71,10 @@ def _queue(kind: str, help: str) -> MetricSpec:
     return MetricSpec(kind, help, Q, "queues")
 
 
+def _server(kind: str, help: str) -> MetricSpec:
+    return MetricSpec(kind, help, ("host",), "server_stats")
+
+
 METRICS: dict[str, MetricSpec] = {
     # the exporter, the hosts and the probes
     "queuetop_build_info": MetricSpec("gauge", "1, with the version of queuetop that serves these metrics", ("version",)),
@@ -90,6 +94,26 @@ METRICS: dict[str, MetricSpec] = {
     "queuetop_server_last_replay_timestamp_seconds": MetricSpec(
         "gauge", "When the last transaction a standby replayed committed on the primary (Unix time): what its figures are "
         "as of (absent on a primary)", ("host",)),
+    # the whole server's figures (the server_stats probe: pg_stat_database summed over every database)
+    "queuetop_server_transactions_committed": _server("counter", "Transactions committed, every database's (rate() of it "
+                                                      "and of the rolled back is the server's transactions per second)"),
+    "queuetop_server_transactions_rolled_back": _server("counter", "Transactions rolled back, every database's"),
+    "queuetop_server_rows_inserted": _server("counter", "Rows inserted, every database's (absent on a standby: what it "
+                                             "replays is not counted there)"),
+    "queuetop_server_rows_updated": _server("counter", "Rows updated, every database's (absent on a standby)"),
+    "queuetop_server_rows_deleted": _server("counter", "Rows deleted, every database's (absent on a standby)"),
+    "queuetop_server_temp_bytes": _server("counter", "Bytes written to temporary files by queries (sorts and hashes past "
+                                          "work_mem), every database's"),
+    "queuetop_server_wal_bytes": _server("counter", "The WAL position in bytes: written on a primary (pg_current_wal_lsn), "
+                                         "replayed on a standby (pg_last_wal_replay_lsn); rate() of it is WAL bytes per second"),
+    "queuetop_server_blocks_hit": _server("counter", "Blocks found in shared buffers, every database's"),
+    "queuetop_server_blocks_read": _server("counter", "Blocks read from outside shared buffers (the OS cache or disk), "
+                                           "every database's"),
+    "queuetop_server_deadlocks": _server("counter", "Deadlocks the server detected and broke, every database's"),
+    "queuetop_server_cache_hit_ratio": _server("gauge", "Blocks found in shared buffers among those read between the probe's "
+                                               "last two reads (absent: none read, or a first read)"),
+    "queuetop_server_database_size_bytes": _server("gauge", "The size of every database, summed (read every 30 s; absent "
+                                                   "where the role may not read them all)"),
     "queuetop_snapshot_timestamp_seconds": MetricSpec("gauge", "When the cached snapshot was taken (Unix time)", ("host",)),
     "queuetop_probe_duration_seconds": MetricSpec("gauge", "What the probe cost on the database, last run (absent: it did not run)",
                                                   ("host", "probe")),
@@ -305,6 +329,7 @@ def families(snapshots: Iterable[Snapshot]) -> list[Metric]:
         _connections(out, s)
         _replication(out, s)
         _pooler(out, s)
+        _server_stats(out, s)
         for comp in s.compaction:
             out.add("queuetop_compaction_pending_deltas", [host, comp.name], comp.pending_deltas)
             out.add("queuetop_compaction_groups", [host, comp.name], comp.groups)
@@ -365,6 +390,22 @@ def _pooler(out: _Families, s: Snapshot) -> None:
         out.add("queuetop_pool_servers_active", labels, pool.sv_active)
         out.add("queuetop_pool_servers_idle", labels, pool.sv_idle)
         out.add("queuetop_pool_maxwait_seconds", labels, pool.maxwait_s)
+
+
+def _server_stats(out: _Families, s: Snapshot) -> None:
+    """The server's cumulative counters (rate() makes them per second, across resets), the hit
+    ratio over the probe's last interval, and the size."""
+    st = s.server_stats
+    if st is None:
+        return
+    labels = [s.host]
+    for name, value in (("transactions_committed", st.xact_commit_total), ("transactions_rolled_back", st.xact_rollback_total),
+                        ("rows_inserted", st.tup_inserted_total), ("rows_updated", st.tup_updated_total),
+                        ("rows_deleted", st.tup_deleted_total), ("temp_bytes", st.temp_bytes_total),
+                        ("wal_bytes", st.wal_bytes_total), ("blocks_hit", st.blks_hit_total), ("blocks_read", st.blks_read_total),
+                        ("deadlocks", st.deadlocks_total), ("cache_hit_ratio", st.cache_hit_ratio),
+                        ("database_size_bytes", st.database_size_bytes)):
+        out.add(f"queuetop_server_{name}", labels, value)
 
 
 def _count_age(q: QueueSample) -> float | None:

@@ -48,7 +48,17 @@ from .config import Config
 from .diagnosis import Diagnoser
 from .failures import PROBE_FAILURES, describe_error, describe_failure
 from .locks import LockPicture
-from .model import BlockedSession, Connections, PoolerSample, ProbeStatus, Replication, ServerInfo, SessionSample, Snapshot
+from .model import (
+    BlockedSession,
+    Connections,
+    PoolerSample,
+    ProbeStatus,
+    Replication,
+    ServerInfo,
+    ServerStats,
+    SessionSample,
+    Snapshot,
+)
 from .pooler_console import POOLER, run_pooler
 from .postgres import (
     APPLICATION_NAME,
@@ -146,6 +156,7 @@ def compose(server: ServerInfo, results: dict[str, tuple[ProbeStatus, object]], 
         compaction=value("compaction", ()),
         replication=value("replication", cast("Replication | None", None)),
         pooler=value(POOLER, cast("PoolerSample | None", None)),
+        server_stats=value("server_stats", cast("ServerStats | None", None)),
         sessions=sessions,
         sessions_total=sessions_total,
         sessions_in_order=sessions_in_order and listed is not None,

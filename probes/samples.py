@@ -484,6 +484,54 @@ class ServerInfo:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ServerStats:
+    """The whole server's figures each cycle (the server_stats probe: probes/serverstats.py), as
+    pg_activity's header gives them: every database of pg_stat_database summed, the WAL position.
+    A rate is a difference of the server's cumulative counters between this read and the
+    previous one, over the server's clock (`interval_s`): None on the first read, and for an
+    interval in which a counter was reset (pg_stat_reset, a crash): unknown, never 0 or negative."""
+
+    read_at: datetime  # the server's clock when they were read (clock_timestamp(), UTC)
+    interval_s: float | None  # since the previous read (the rates' span); None: the first read
+    xact_commit_per_s: float | None
+    xact_rollback_per_s: float | None
+    # None on a hot standby: its statistics count its own work (none written there), not the
+    # primary's that it replays, so 0/s would read as calm while the primary writes.
+    tup_inserted_per_s: float | None
+    tup_updated_per_s: float | None
+    tup_deleted_per_s: float | None
+    temp_bytes_per_s: float | None
+    # WAL written per second (pg_current_wal_lsn()); on a standby, replayed (pg_last_wal_replay_lsn():
+    # `wal_position` says which).
+    wal_bytes_per_s: float | None
+    # Blocks found in shared buffers among those read over the interval (blks_hit / (blks_hit +
+    # blks_read) of the differences); None when no block was read.
+    cache_hit_ratio: float | None
+    # Every database's size the role may read (pg_database_size walks files: read at most every
+    # serverstats.DATABASE_SIZE_EVERY_S seconds, the last value kept; `database_size_read_at` is
+    # when). None when a database may not be read by this role (the probe's notes say so).
+    database_size_bytes: int | None
+    deadlocks_total: int | None  # deadlocks the server detected (and broke) since its statistics were reset
+    database_size_read_at: datetime | None = None
+    wal_position: str | None = None  # "insert" (a primary's pg_current_wal_lsn()) or "replay" (a standby's)
+    # Deadlocks by database (those with any), and those new since the previous read (each a notice on
+    # the dashboard: probes/serverstats.py deadlock_notices); empty on the first read.
+    deadlocks_by_database: dict[str, int] = field(default_factory=dict)
+    deadlocks_new: dict[str, int] = field(default_factory=dict)
+    # The cumulative counters the rates come from (Prometheus counters: queuetop_server_*), summed
+    # over the databases; the WAL position in bytes. None where the rate is for want of a reading.
+    xact_commit_total: int | None = None
+    xact_rollback_total: int | None = None
+    tup_inserted_total: int | None = None
+    tup_updated_total: int | None = None
+    tup_deleted_total: int | None = None
+    temp_bytes_total: int | None = None
+    wal_bytes_total: int | None = None
+    blks_hit_total: int | None = None
+    blks_read_total: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PoolSample:
     """A PgBouncer pool (a row of its admin console's SHOW POOLS): the clients of one database
     alias and user, and the server connections it keeps for them (probes/pooler_console.py)."""

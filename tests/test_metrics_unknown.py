@@ -41,6 +41,7 @@ ANCHORS = {
     "connections": ("queuetop_sessions", (("host", HOST),)),
     "compaction": ("queuetop_compaction_pending_deltas", (("host", HOST), ("name", "task_status"))),
     "replication": ("queuetop_standbys", (("host", HOST),)),  # a count: 0 where nobody streams
+    "server_stats": ("queuetop_server_deadlocks_total", (("host", HOST),)),  # a counter: 0 where none happened
 }
 
 

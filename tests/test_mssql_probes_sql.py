@@ -64,6 +64,13 @@ PG_ONLY_FILES = {
         "be tested here (no SQL Server runs here): MssqlProbes.replication returns null with a note, and `snapshot "
         "--json` says `replication: null` there."
     ),
+    "server_stats.sql": (
+        "The server_stats probe sums pg_stat_database's counters (transactions, rows inserted, updated, deleted, temp "
+        "bytes, blocks, deadlocks) and reads the WAL position and pg_database_size. SQL Server's performance counters "
+        "(sys.dm_os_performance_counters: Transactions/sec, Log Bytes Flushed/sec, Number of Deadlocks/sec) count "
+        "other things, have no rows per operation, need VIEW SERVER STATE, and could not be tested here: "
+        "MssqlProbes.server_stats returns null with a note, and `snapshot --json` says `server_stats: null` there."
+    ),
 }
 
 # What the Python side fills `{field}`s with: bracket-quoted identifiers.

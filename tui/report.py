@@ -13,6 +13,7 @@ from probes.model import Connections, QueueSample, ServerInfo, Snapshot, utc_tex
 from probes.pooler_console import POOLER, pool_name, pools_of
 
 from .format import COUNTING, blocks_text, byte_size, database_name, seconds, wait_phrase
+from .serverline import server_parts
 
 
 def _num(value: object, suffix: str = "") -> str:
@@ -86,6 +87,15 @@ def xmin_holder(c: Connections, *, words: str = "long") -> str | None:
     return f"pid {c.xmin_holder_pid}" + (f" ({c.xmin_holder_application or '-'})" if long else "")
 
 
+def server_stats_line(snapshot: Snapshot) -> str:
+    """The server's figures under the header, the dashboard's header line unfitted ("" where the
+    snapshot has none and no probe says why: a recording made before they were read)."""
+    if snapshot.server_stats is None and "server_stats" not in snapshot.probes:
+        return ""
+    line = "".join(text for text, _style, _priority in server_parts(snapshot))
+    return f"\nserver: {line}" if snapshot.server_stats is not None else f"\n{line}"  # ("server figures unknown: why")
+
+
 def standby_line(server: ServerInfo) -> str:
     """A hot standby's line under the header ("" on a primary): its replay's lag in time and WAL,
     whether it is paused, and what the figures are as of (the last replayed transaction)."""
@@ -146,7 +156,7 @@ def render(snapshot: Snapshot) -> str:
         f"queuetop snapshot  {s.taken_at:%Y-%m-%d %H:%M:%S} UTC  {inert_line(s.server.label or '')}\n"
         f"{database_name(s.server.dialect)} {inert_line(s.server.version or '?')}, database {inert(s.server.database or '?')}, "
         f"probes {s.elapsed_ms:.1f} ms"
-    ) + standby_line(s.server)
+    ) + standby_line(s.server) + server_stats_line(s)
     problems = [f"  {inert(name)}: {inert_line(status.error)}" for name, status in s.probes.items() if status.error]
     notes = [f"  {inert(name)}: {inert_line(status.notes)}" for name, status in s.probes.items() if status.notes]
     queues = [

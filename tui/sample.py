@@ -21,6 +21,7 @@ from probes.model import (
     QueueSample,
     RingSample,
     ServerInfo,
+    ServerStats,
     SessionSample,
     Snapshot,
 )
@@ -45,6 +46,19 @@ def sample_snapshot(*, queues: int = 4, sessions: int = 12, tree_depth: int = 3,
                              holder=None if lease.holder is None else f"{lease.holder}.pod-7f9c4d8b6-x2kqp.eu-west-1",
                              token=lease.token + 2_718_281) for lease in snapshot.leases),
     )
+
+
+def _sample_server_stats(step: int) -> ServerStats:
+    """The server's figures a busy primary's header line shows (the rates of the 2 s before `step`)."""
+    return ServerStats(
+        read_at=TAKEN_AT + timedelta(seconds=step), interval_s=2.0, xact_commit_per_s=1201.5 + step, xact_rollback_per_s=3.0,
+        tup_inserted_per_s=812.0, tup_updated_per_s=40.5, tup_deleted_per_s=790.0 + step, temp_bytes_per_s=0.0,
+        wal_bytes_per_s=1_310_720.0, cache_hit_ratio=0.9984, database_size_bytes=3_328_599_654, deadlocks_total=2,
+        database_size_read_at=TAKEN_AT, wal_position="insert", deadlocks_by_database={"app": 2},
+        xact_commit_total=9_120_455 + step * 2403, xact_rollback_total=1_804 + step * 6, tup_inserted_total=40_200_117 + step * 1624,
+        tup_updated_total=3_100_411 + step * 81, tup_deleted_total=39_870_002 + step * 1580, temp_bytes_total=73_400_320,
+        wal_bytes_total=912_680_550_400 + step * 2_621_440, blks_hit_total=5_203_114_027 + step * 90_000,
+        blks_read_total=8_313_906 + step * 144)
 
 
 def _sample_verdict(i: int, step: int) -> Diagnosis:
@@ -124,7 +138,8 @@ def _sample_snapshot(*, queues: int, sessions: int, tree_depth: int, step: int) 
     return Snapshot(
         taken_at=TAKEN_AT + timedelta(seconds=step),
         server=ServerInfo(dialect="postgresql", version="16.2", database="app", label="sample data"),
-        probes={name: ProbeStatus(elapsed_ms=1.0) for name in ("queues", "rings", "leases", "locks", "connections", "compaction")},
+        probes={name: ProbeStatus(elapsed_ms=1.0)
+                for name in ("queues", "rings", "leases", "locks", "connections", "compaction", "server_stats")},
         queues=queue_samples,
         rings=(RingSample(name="audit", capacity=40, used=40, refused_total=17),
                RingSample(name="metrics", capacity=1000, used=250, refused_total=0)),
@@ -144,6 +159,7 @@ def _sample_snapshot(*, queues: int, sessions: int, tree_depth: int, step: int) 
         sessions=session_samples,
         sessions_total=len(session_samples),
         sessions_in_order=True,
+        server_stats=_sample_server_stats(step),
         extra={"connected": True},
     )
 

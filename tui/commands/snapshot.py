@@ -103,7 +103,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the snapshot as one JSON object (version 1)")
     p.add_argument("--config", default=argparse.SUPPRESS, help="TOML file declaring your own queue tables")
     p.add_argument("--rates", type=float_between(0, 3600), default=0.0, metavar="SECONDS",
-                   help="sample twice, SECONDS apart, so that enqueue/dequeue rates are known (default: once, rates null)")
+                   help="sample twice, SECONDS apart, so that the queues' and the server's rates are known (default: once, "
+                   "rates null)")
     p.add_argument("--from", dest="from_file", default=None, metavar="FILE",
                    help="print a recorded instant instead (queuetop record): no database is touched")
     p.add_argument("--at", default=None, metavar="TIME",
