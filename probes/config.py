@@ -8,6 +8,10 @@
     interval = 2.0            # seconds between samples
     window = 1000             # rows read from a queue's head; above it depth is an estimate
 
+    [dashboard]               # the flight recorder: the last minutes in memory, R saves them
+    flight_minutes = 15       # how far back (0: off), at most 1440
+    flight_mb = 50            # at most this much memory (compressed snapshots; 0: off), at most 4096
+
     [[targets]]               # several databases: a tab each in the dashboard (--dsn overrides)
     name = "billing"
     dsn_env = "BILLING_DSN"   # the DSN from this environment variable, or
@@ -56,6 +60,8 @@ from dbcore.names import is_valid_name
 from dbcore.pooler import POOLER_MODES
 
 from .configmodel import CONTROL
+from .configmodel import DEFAULT_FLIGHT_MB as DEFAULT_FLIGHT_MB
+from .configmodel import DEFAULT_FLIGHT_MINUTES as DEFAULT_FLIGHT_MINUTES
 from .configmodel import DEFAULT_INTERVAL_S as DEFAULT_INTERVAL_S
 from .configmodel import DEFAULT_WINDOW as DEFAULT_WINDOW
 from .configmodel import Config as Config
@@ -143,7 +149,7 @@ def _reason(exc: BaseException) -> str:
 
 def parse_config(data: dict, path: Path | None = None) -> Config:
     where = f"config {str(path)!r}" if path else "config"
-    unknown = set(data) - {"probes", "queues", "keys", "sources", "targets"}
+    unknown = set(data) - {"probes", "queues", "keys", "sources", "targets", "dashboard"}
     if unknown:
         raise UsageError(f"{where}: unknown section(s) {_listed(unknown)}")
     probes = data.get("probes", {})
@@ -167,8 +173,30 @@ def parse_config(data: dict, path: Path | None = None) -> Config:
                                              for k, v in keys.items()):
         raise UsageError(f"{where}: [keys] maps binding ids to keys, e.g. pause = \"space\"")
     disabled, options = _sources(data.get("sources", {}), where)
+    flight_minutes, flight_mb = _dashboard(data.get("dashboard", {}), where)
     return Config(interval_s=float(interval), window=window, queues=queues, keys=dict(keys), path=path,
-                  disabled_sources=disabled, source_options=options, targets=_targets(data.get("targets", []), where))
+                  disabled_sources=disabled, source_options=options, targets=_targets(data.get("targets", []), where),
+                  flight_minutes=flight_minutes, flight_mb=flight_mb)
+
+
+DASHBOARD_KEYS = {"flight_minutes": 1440, "flight_mb": 4096}  # each key's largest value
+
+
+def _dashboard(section: object, where: str) -> tuple[float, float]:
+    """[dashboard]: the flight recorder's bounds, each a number from 0 (off) to its largest."""
+    if not isinstance(section, dict):
+        raise UsageError(f"{where}: [dashboard] must be a table")
+    unknown = set(section) - set(DASHBOARD_KEYS)
+    if unknown:
+        raise UsageError(f"{where}: [dashboard]: unknown key(s) {_listed(unknown)}; the keys are {', '.join(DASHBOARD_KEYS)}")
+    values = []
+    for key, high in DASHBOARD_KEYS.items():
+        value = section.get(key, DEFAULT_FLIGHT_MINUTES if key == "flight_minutes" else DEFAULT_FLIGHT_MB)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= high:  # true is no number
+            unit = "minutes" if key == "flight_minutes" else "megabytes"
+            raise UsageError(f"{where}: dashboard.{key} must be a number of {unit} from 0 (off) to {high}")
+        values.append(float(value))
+    return values[0], values[1]
 
 
 MAX_TARGETS = 16

@@ -20,6 +20,10 @@ from dbcore.errors import UsageError
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 DEFAULT_INTERVAL_S = 2.0
 DEFAULT_WINDOW = 1000
+# The dashboard's flight recorder (probes/flight.py): the last minutes kept in memory, at most so
+# many megabytes of compressed snapshots; R saves them. 0 turns it off.
+DEFAULT_FLIGHT_MINUTES = 15.0
+DEFAULT_FLIGHT_MB = 50.0
 # A value a declared filter may compare a column with (bound as a parameter, never SQL text).
 FilterValue: TypeAlias = str | int | bool
 
@@ -92,6 +96,8 @@ class Config:
     disabled_sources: frozenset[str] = frozenset()  # [sources] disable = ["pgmq", ...]
     source_options: dict[str, dict[str, object]] = field(default_factory=dict)  # [sources.<name>]
     targets: tuple[TargetSpec, ...] = ()  # [[targets]]: the databases to watch when no --dsn is given
+    flight_minutes: float = DEFAULT_FLIGHT_MINUTES  # [dashboard]: the flight recorder's bounds
+    flight_mb: float = DEFAULT_FLIGHT_MB
     path: Path | None = None
 
     def sampling_interval(self, given: float | None) -> float:

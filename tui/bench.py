@@ -8,6 +8,11 @@ with one snapshot per second (everything it does between samples: timers, countd
 The pile-up case (issue 43): 2,000 sessions waiting on one row as PostgreSQL reports them (each
 blocked by every one queued ahead of it: two million waits) beside a chain 50 deep, their waits
 growing every snapshot; the same p50/p95, and the time a key takes to be answered meanwhile.
+
+The flight recorder (probes/flight.py): what keeping a snapshot costs the sampler's thread (its
+JSON, then gzip: `flight_ms_per_snapshot_p50`, of which `flight_gzip_ms_p50` compressing), the
+bytes it keeps per snapshot, and the memory 15 minutes at a 2 s interval take at the bench's size
+(counted, and measured with tracemalloc), with the minutes the default 50 MB holds.
 """
 
 from __future__ import annotations
@@ -17,10 +22,15 @@ import gc
 import statistics
 import threading
 import time
+import tracemalloc
 
 from textual.widgets import Tree
 
+from probes.flight import DEFAULT_MB, DEFAULT_MINUTES, MB, FlightRecorder
+from probes.recorder import COMPRESS_LEVEL
+
 from .dashboard import QueuetopApp
+from .dashboard.app import GC_YOUNG
 from .sample import SampleSource, pileup_snapshot, sample_snapshot
 
 WARM_UP_S = 15.0
@@ -52,6 +62,7 @@ def run_tui_bench(*, warm_up_s: float = WARM_UP_S, sessions: int = 500, queues: 
                   size: tuple[int, int] = (100, 30), pileup: int = 2000, chain: int = 50) -> dict[str, object]:
     frames = [sample_snapshot(queues=queues, sessions=sessions, tree_depth=8, step=n) for n in range(snapshots)]
     result = asyncio.run(_bench(frames, idle_seconds, warm_up_s, size, sessions, queues))
+    result.update(_flight(frames))
     if pileup:
         result.update(asyncio.run(_pileup(pileup, chain, snapshots, size)))
     return result
@@ -89,6 +100,58 @@ async def _pileup(waiters: int, chain: int, snapshots: int, size: tuple[int, int
         "pileup_apply_and_draw_ms_p95": _p95(settled_ms),
         "pileup_apply_and_draw_cpu_ms_p95": _p95(settled_cpu_ms),
         "pileup_key_ms_p95": _p95(key_ms),
+    }
+
+
+FLIGHT_INTERVAL_S = 2.0  # the dashboard's default interval
+
+
+def _flight(frames) -> dict[str, object]:
+    """The flight recorder's cost per snapshot (in the sampler's thread: JSON, then gzip), its
+    bytes per snapshot, and the memory of 15 minutes at 2 s: counted from the members, and
+    measured (tracemalloc) with as many members kept, each a copy of one of the frames'."""
+    import gzip
+    import json
+
+    json_ms, gzip_ms, members = [], [], []
+    threshold = gc.get_threshold()
+    gc.set_threshold(max(GC_YOUNG, threshold[0]), *threshold[1:])  # as while the dashboard runs (app.py)
+    try:
+        for frame in frames:
+            started = time.perf_counter()
+            line = (json.dumps(frame.to_json(), separators=(",", ":")) + "\n").encode()
+            encoded = time.perf_counter()
+            members.append(gzip.compress(line, compresslevel=COMPRESS_LEVEL, mtime=0))
+            json_ms.append((encoded - started) * 1000)
+            gzip_ms.append((time.perf_counter() - encoded) * 1000)
+    finally:
+        gc.set_threshold(*threshold)
+    per_snapshot = statistics.fmean(len(m) for m in members)
+    count = int(DEFAULT_MINUTES * 60 / FLIGHT_INTERVAL_S)
+    now = [0.0]
+    flight = FlightRecorder(minutes=DEFAULT_MINUTES, mb=1_000_000, clock=lambda: now[0])  # no memory bound: all 15 min
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for n in range(count):
+            flight.keep(bytes(bytearray(members[n % len(members)])))  # a copy of its own, as a new snapshot's is
+            now[0] += FLIGHT_INTERVAL_S
+        measured = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    kept = flight.kept()
+    return {
+        "flight_snapshot_json_bytes": round(statistics.fmean(len(json.dumps(f.to_json(), separators=(",", ":"))) for f in frames[:3])),
+        "flight_bytes_per_snapshot": round(per_snapshot),
+        "flight_ms_per_snapshot_p50": round(statistics.median(j + g for j, g in zip(json_ms, gzip_ms, strict=True)), 3),
+        "flight_json_ms_p50": round(statistics.median(json_ms), 3),
+        "flight_gzip_ms_p50": round(statistics.median(gzip_ms), 3),
+        "flight_compress_level": COMPRESS_LEVEL,
+        "flight_snapshots_15_min_at_2s": kept.snapshots,
+        "flight_mb_15_min_at_2s": round(kept.bytes / MB, 2),
+        "flight_measured_mb_15_min_at_2s": round(measured / MB, 2),
+        "flight_minutes_in_default_mb": round(min(DEFAULT_MINUTES, DEFAULT_MB * MB / per_snapshot * FLIGHT_INTERVAL_S / 60), 1),
     }
 
 
