@@ -11,7 +11,7 @@ import dataclasses
 
 import psycopg
 import pytest
-from textual.widgets import DataTable, Input
+from textual.widgets import DataTable, Input, Tree
 from textual.widgets._footer import FooterKey
 
 from probes.model import Diagnosis, Snapshot
@@ -110,20 +110,21 @@ async def test_v_undoes_the_zoom_and_the_filter_that_hide_the_root_blocker():
     app = sample_app(snapshots=[sample_snapshot()])
     async with app.run_test(size=(80, 24)) as pilot:
         await started(pilot, app)
-        # The filter keeps the queue "orders" and hides the lock tree's root (billing, accounts).
+        # The Locks panel's filter hides the lock tree's root (billing, accounts).
+        app.query_one(LocksPanel).query_one(Tree).focus()
         await pilot.press("slash")
         app.query_one("#filter", Input).value = "orders"
         await pilot.press("enter")
-        await settle(pilot, app, lambda: app.filter_text == "orders" and not app.query_one(LocksPanel).select_pid(1000),
-                     "the root filtered out")
+        locks = app.query_one(LocksPanel)
+        await settle(pilot, app, lambda: locks.filter_text == "orders" and not locks.select_pid(1000), "the root filtered out")
         await put_cursor(pilot, app, app.query_one(QueuesPanel).query_one(DataTable), ORDERS)
         await pilot.press("z")
         assert app.screen.maximized is app.query_one(QueuesPanel)
         said = await notice_after_v(pilot, app, "the jump's notice")
         locks = app.query_one(LocksPanel)
         await settle(pilot, app, lambda: focused_panel(app) is locks and locks.selected_pid == 1000, "the root selected")
-        assert app.screen.maximized is None and app.filter_text == ""
-        assert "the filter cleared" in said
+        assert app.screen.maximized is None and locks.filter_text == ""
+        assert "the Locks filter cleared" in said
 
 
 async def test_v_in_a_queues_details_closes_them_and_goes_to_the_root_blocker():

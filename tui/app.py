@@ -31,6 +31,7 @@ def run_dashboard(ctx) -> int:
     from tui.dashboard import check_keymap
 
     check_keymap(config.keys)  # before anything starts: a bad [keys] table is one line, exit 2
+    sessions_filter = filter_option(args)  # likewise a bad --filter
     interval = config.sampling_interval(args.interval if args.interval != 2.0 else None)  # 2.0: --interval's default
     _log_to_file()
     targets = ctx.targets(config)
@@ -40,8 +41,28 @@ def run_dashboard(ctx) -> int:
                              demo=not args.no_demo)]
     else:
         hosts = [_host(name, target, config, interval, args.read_only, args.engine) for name, target in targets]
-    run_app(QueuetopApp(hosts=hosts, read_only=args.read_only, keymap=config.keys), debug=getattr(args, "debug", False))
+    run_app(QueuetopApp(hosts=hosts, read_only=args.read_only, keymap=config.keys, flight_minutes=config.flight_minutes,
+                        flight_mb=config.flight_mb, sessions_filter=sessions_filter), debug=getattr(args, "debug", False))
     return 0
+
+
+def filter_option(args):
+    """The Sessions panel's filter from --filter and --min-duration (tui/filters.py), checked
+    against the Sessions panel's fields: UsageError (one line, exit 2) before anything starts."""
+    from tui.filters import EMPTY, FilterError, with_min_duration
+    from tui.widgets.panels.sessions import SESSION_FIELDS
+
+    expression, seconds = getattr(args, "filter", None), getattr(args, "min_duration", None)
+    if expression is None and seconds is None:
+        return EMPTY
+    try:
+        flt = with_min_duration(expression, seconds)
+    except FilterError as exc:
+        raise UsageError(f"--filter: {exc}") from None
+    refused = flt.refused_by(SESSION_FIELDS)
+    if refused is not None:
+        raise UsageError(f"--filter: Sessions: {refused}")
+    return flt
 
 
 # What an engine key says on a database other than the embedded one, without --engine.

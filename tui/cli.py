@@ -46,6 +46,12 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("--no-demo", action="store_true", help="do not start the demo workload on the embedded server")
     parser.add_argument("--engine", action="store_true",
                         help="turn the reference engine's controls on for a database other than the embedded one")
+    parser.add_argument("--filter", default=None, metavar="EXPR",
+                        help="the Sessions panel's filter at start, as / takes it: app:worker user:ops state:idle db:x "
+                             "query:UPDATE pid:N dur>5s, or a word (docs/dashboard.md)")
+    parser.add_argument("--min-duration", type=float_between(0, 86_400), default=None, metavar="SECONDS",
+                        help="list only the sessions at it this long or longer, 0 to 86,400 (the filter's dur>=S: "
+                             "a running query's age, an idle transaction's)")
     parser.add_argument("--config", default=None, help="TOML file declaring your own queue tables (default: the user's config dir)")
     parser.set_defaults(func=cmd_dashboard)
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", parser_class=ArgumentParser)

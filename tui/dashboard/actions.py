@@ -28,6 +28,7 @@ from jobs.registry import library_for
 from probes.model import Blocker, QueueSample, SessionSample, Snapshot
 
 from .. import format as fmt
+from ..filters import session_duration
 from ..messages import ActivityEnded
 from ..screens.details import DetailsScreen, queue_renderables, session_renderables, verdict_renderable
 from ..screens.dialogs import ConfirmScreen, PromptScreen
@@ -292,6 +293,82 @@ class HostActions:
         except Exception as exc:
             message, severity = f"could not signal {pid}: {fmt.one_line(str(exc), 100)}", "error"
         self._done(host, message, severity)  # type: ignore[arg-type]
+
+    def signal_tagged(self, terminate: bool, sessions: list[SessionSample], confirmed: Callable[[], object] | None = None) -> None:
+        """Cancel or terminate every tagged session (Space in the Sessions list), after one
+        confirmation that lists them (pid, user, application, state, age, the query's first line).
+        Each is then signalled by its identity (pid, backend start), as the selection rule
+        requires: a pid that is another backend's now is refused for that one alone. One notice
+        sums it up; the notices log (m) has a line per session. `confirmed()`: once confirmed (the
+        tags are cleared: what they chose has been acted on)."""
+        verb = "terminate" if terminate else "cancel"
+        if self.refuse_if_read_only(f"{verb} backends"):
+            return
+        host = self.hosts.shown
+        if host.backend is None:
+            self.app.notify("no database behind this view", severity="warning")
+            return
+        if not sessions:
+            self.app.notify("no session tagged (Space tags the selected one)", severity="warning")
+            return
+        n = len(sessions)
+        resting = sum(1 for s in sessions if (s.state or "").startswith(("idle in transaction", "sleeping, open transaction")))
+        if terminate:
+            question = (f"Terminate these {n} tagged session(s)? Their transactions are rolled back and their connections "
+                        "closed; a pid that is another backend's by then is refused for that one.")
+        else:
+            question = f"Cancel the running query of these {n} tagged session(s)? A pid that is another backend's by then is refused."
+            if resting:
+                question += f" {resting} of them idle in a transaction: cancel cannot end those (K terminates)."
+        items = [tagged_line(s) for s in sessions]
+
+        def decided(yes: bool | None) -> None:
+            if yes:
+                if confirmed is not None:
+                    confirmed()
+                self.app.run_worker(partial(self._signal_tagged, host, terminate, sessions), name="_signal_tagged",
+                                    group="admin", thread=True)
+
+        self.app.push_screen(ConfirmScreen(question, items), decided)
+
+    def _signal_tagged(self, host: Host, terminate: bool, sessions: list[SessionSample]) -> None:
+        """Signal each tagged session by its identity; a line per session, then the summary."""
+        verb, done_word = ("terminate", "terminated") if terminate else ("cancel", "cancelled")
+        done, ended, refused, failed = 0, 0, 0, 0
+        for s in sessions:
+            pid, started = s.pid, s.backend_start
+            try:
+                if host.backend is None:
+                    raise RuntimeError("no database behind this view")
+                outcome = host.backend.signal_backend(pid, terminate, started) if started is not None \
+                    else host.backend.signal_backend(pid, terminate)
+                why = getattr(outcome, "why", None)
+                if outcome:
+                    done += 1
+                    line, severity = f"{done_word} backend {pid} ({fmt.inert(s.application or '-')})", "information"
+                elif why == "gone":
+                    ended += 1
+                    line, severity = f"backend {pid} was not signalled: it has ended", "warning"
+                elif why == "another backend":
+                    refused += 1
+                    line, severity = (f"refused to {verb} {pid}: that pid belongs to another backend now (started "
+                                      f"{_clock(getattr(outcome, 'started', None))}, the session tagged started {_clock(started)}): "
+                                      "nothing done to it"), "error"
+                elif why == "start hidden":
+                    refused += 1
+                    line, severity = (f"refused to {verb} {pid}: this role may not see when its backend started (grant "
+                                      "pg_read_all_stats); nothing done to it"), "error"
+                else:
+                    failed += 1
+                    line, severity = f"backend {pid} was not signalled (not allowed, or it ended meanwhile)", "warning"
+            except Exception as exc:
+                failed += 1
+                line, severity = f"could not signal {pid}: {fmt.one_line(str(exc), 100)}", "error"
+            self.app.call_from_thread(self.app.notify, line, severity=severity, timeout=2)
+        why = [f"{count} {words}" for count, words in ((ended, "had ended"), (refused, "refused: another backend's pid now"),
+                                                        (failed, "not signalled")) if count]
+        summary = f"{done_word} {done} of {len(sessions)} tagged session(s)" + (f": {', '.join(why)}" if why else "")
+        self._done(host, summary + " (m: each)", "information" if done == len(sessions) else "warning")
 
     # -- the engine's commands ----------------------------------------------------------------
 
@@ -625,6 +702,15 @@ def describe_session(pid: int, session: SessionSample | None, root: Blocker | No
         query = root.query
     first = next((line.strip() for line in (query or "").splitlines() if line.strip()), "")
     return fmt.inert(", ".join(parts) + ". Query: " + (fmt.one_line(first, 200) if first else "-") + ".")
+
+
+def tagged_line(s: SessionSample) -> str:
+    """A tagged session as the confirmation lists it, on one line: pid, user, application,
+    state, how long (tui/filters.py's duration), the query's first line."""
+    age = session_duration(s)
+    first = next((line.strip() for line in (s.query or "").splitlines() if line.strip()), "")
+    return fmt.inert(f"{s.pid}  {s.user or '-'}  {s.application or '-'}  {s.state or '-'}  "
+                     f"{fmt.seconds(age) if age is not None else '-'}  {fmt.one_line(first, 80) if first else '-'}")
 
 
 def what_ending_releases(snapshot: Snapshot | None, pid: int) -> str:

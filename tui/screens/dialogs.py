@@ -153,15 +153,22 @@ class ConfirmScreen(ModalScreen[bool]):
     ConfirmScreen > Vertical { width: 70; max-width: 100%; height: auto; border: thick $error; background: $surface;
                                padding: 1 2; }
     ConfirmScreen Label { width: 100%; }
+    ConfirmScreen #confirm-items { height: auto; max-height: 12; margin: 1 0; }
     """
 
-    def __init__(self, question: str) -> None:
+    def __init__(self, question: str, items: list[str] | None = None) -> None:
+        """`items`: what the question acts on, a line each (the tagged sessions, the tagged jobs),
+        listed under it and scrolled where they are more than the box shows."""
         super().__init__()
         self.question = question
+        self.items = items or []
 
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Label(Text(inert(self.question)))
+            if self.items:
+                with VerticalScroll(id="confirm-items"):
+                    yield Static(Text("\n".join(inert(item) for item in self.items), no_wrap=True, overflow="ellipsis"))
             yield Label("[b]y[/b] yes    [b]n[/b] / Esc no")
 
     def action_answer(self, answer: bool) -> None:

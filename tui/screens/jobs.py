@@ -4,8 +4,10 @@ and acted on with the library's own semantics (jobs/): the job under the cursor 
 now, c cancel, d delete) or every job the filter matches (R, G, C, D: the count in the
 confirmation, done in short batches with progress, x stops); P pauses the queue, U resumes it. The job acted on is the one under the
 cursor when the key is pressed (its id and the state it was listed in, compare-and-set), whatever
-the list shows by the time the confirmation is answered. Under --read-only the keys that write are
-not offered. Every value is the database's text: inert."""
+the list shows by the time the confirmation is answered. Space tags the job under the cursor (its
+id and the state it was listed in): with jobs tagged, r g c d act on the tagged ones (one
+confirmation lists them; each compare-and-set on its listed state), then the tags clear; T untags.
+Under --read-only the keys that write are not offered. Every value is the database's text: inert."""
 
 from __future__ import annotations
 
@@ -66,8 +68,14 @@ class JobsScreen(Screen[None]):
         Binding("C", "act('cancel', True)", "Cancel all", id="jobs.cancel-all", show=False),
         Binding("D", "act('delete', True)", "Delete all", id="jobs.delete-all", show=False),
         Binding("x", "stop", "Stop", id="jobs.stop", show=False),
+        Binding("space", "tag", "Tag", id="jobs.tag", key_display="Space"),
+        Binding("T", "untag", "Untag all", id="jobs.untag", show=False),
         Binding("P", "pause(True)", "Pause the queue", id="jobs.pause", show=False),
         Binding("U", "pause(False)", "Resume the queue", id="jobs.resume", show=False),
+        # The job under the cursor as JSON, the page listed as CSV (tui/dashboard/export.py); not in
+        # the footer, which has no room left at 80 columns: docs/dashboard.md lists them.
+        Binding("y", "copy", "Copy", id="jobs.copy", show=False),
+        Binding("e", "export", "Export", id="jobs.export", show=False),
     ]
     DEFAULT_CSS = """
     JobsScreen #jobs-title { height: auto; padding: 0 1; background: $boost; }
@@ -91,6 +99,8 @@ class JobsScreen(Screen[None]):
         self.pages: list[str | None] = [None]  # the keyset position of each page shown so far
         self.page_now: Page | None = None
         self.stopping: threading.Event | None = None  # a bulk action running: set to stop it
+        # The jobs tagged (Space), by id, as listed when tagged (their state: what r g c d expect).
+        self.tags: dict[str, Job] = {}
 
     # -- layout ----------------------------------------------------------------------------
 
@@ -125,6 +135,8 @@ class JobsScreen(Screen[None]):
                               ("\n" + ("newest first" if self.newest else "oldest first") + f" · page {len(self.pages)}", "dim"))
         if self.search != JobFilter():
             title.append(f" · search: {fmt.one_line(self.search.describe(), 80)}", style="yellow")
+        if self.tags:
+            title.append(f" · {len(self.tags)} tagged (r g c d act on them; T untags)", style="bold")
         if self.read_only:
             title.append(" · read-only: no action offered", style="dim")
         self.query_one("#jobs-title", Static).update(title)
@@ -155,7 +167,7 @@ class JobsScreen(Screen[None]):
         table = self.query_one(DataTable)
         table.clear()
         for job in page.jobs:
-            table.add_row(Text(job.id), Text(job.state.replace("_", " "), style=_state_style(job.state)),
+            table.add_row(self._id_cell(job.id), Text(job.state.replace("_", " "), style=_state_style(job.state)),
                           Text(fmt.one_line(job.kind or "-", 30)), Text(str(job.attempts) if job.attempts is not None else "-"),
                           Text(fmt.seconds(job.age_s) if job.age_s is not None else "-"),
                           Text(f"{job.scheduled_at:%m-%d %H:%M:%S}" if job.scheduled_at is not None else "-"),
@@ -186,6 +198,22 @@ class JobsScreen(Screen[None]):
         if action == "stop":
             return self.stopping is not None
         return True
+
+    def action_copy(self) -> None:
+        """y: the job under the cursor, as `queuetop jobs show --json` prints it, to the clipboard."""
+        from ..dashboard.export import copy_job
+
+        said, severity = copy_job(self.app, self.queue, self.selected())
+        self.app.notify(said, severity=severity, timeout=6)
+
+    def action_export(self) -> None:
+        """e: the jobs listed (this page) as CSV, the file named in a notice."""
+        from ..dashboard.export import jobs_rows, write_export
+
+        jobs = self.page_now.jobs if self.page_now is not None else []
+        header, rows = jobs_rows(jobs)
+        said, severity = write_export("jobs", header, rows)
+        self.app.notify(said, severity=severity, timeout=10)
 
     def action_close(self) -> None:
         if self.stopping is not None:
@@ -259,6 +287,85 @@ class JobsScreen(Screen[None]):
 
     # -- actions -----------------------------------------------------------------------------------
 
+    # -- tags (Space) -------------------------------------------------------------------------------
+
+    def _id_cell(self, job_id: str) -> Text:
+        """A job's id, marked `*` when tagged (a mark, not a colour alone: NO_COLOR)."""
+        return Text(f"*{job_id}", style="bold reverse") if job_id in self.tags else Text(job_id)
+
+    def action_tag(self) -> None:
+        job = self.selected()
+        if job is None:
+            self.app.notify("no job selected", severity="warning")
+            return
+        if self.tags.pop(job.id, None) is None:
+            self.tags[job.id] = job
+        try:
+            self.query_one(DataTable).update_cell(job.id, "id", self._id_cell(job.id))
+        except Exception:  # the row went with a reload meanwhile: the next page draws the mark
+            pass
+        self._title()
+
+    def action_untag(self) -> None:
+        count = len(self.tags)
+        self.tags.clear()
+        self._show_marks()
+        self.app.notify(f"{count} job(s) untagged" if count else "no job is tagged", timeout=3)
+
+    def _show_marks(self) -> None:
+        if self.page_now is not None:
+            table = self.query_one(DataTable)
+            for job in self.page_now.jobs:
+                if job.id in table.rows:
+                    table.update_cell(job.id, "id", self._id_cell(job.id))
+        self._title()
+
+    def _act_on_tagged(self, action: str, what: str) -> None:
+        """r g c d with jobs tagged: each tagged job whose listed state the action applies to, after
+        one confirmation that lists them; each changed only if it is still in that state."""
+        states = self.library.states_for(action)
+        jobs = sorted(self.tags.values(), key=lambda j: (len(j.id), j.id))
+        chosen = [j for j in jobs if j.state in states]
+        left = len(jobs) - len(chosen)
+        if not chosen:
+            self.app.notify(f"no tagged job is {' or '.join(s.replace('_', ' ') for s in states)}: {action} is for those "
+                            f"({len(jobs)} tagged)", severity="warning", timeout=8)
+            return
+        question = (f"{WORDS[action]} these {len(chosen)} tagged job(s) of {self.queue.shown!r}? It runs: {what}. Each only if it "
+                    "is still in the state it was listed in.")
+        if left:
+            question += f" {left} other tagged job(s) are in a state {action} is not for: left alone."
+        items = [f"{j.id}  {j.state.replace('_', ' ')}  {fmt.one_line(j.kind or '-', 30)}  "
+                 f"{fmt.seconds(j.age_s) if j.age_s is not None else '-'}  {fmt.one_line(j.last_error or '', 60)}" for j in chosen]
+
+        def decided(yes: bool | None) -> None:
+            if yes:
+                self.tags.clear()
+                self._show_marks()
+                self.run_worker(lambda: self._act_tagged(action, chosen), thread=True, group="jobs-act")
+
+        self.app.push_screen(ConfirmScreen(question, items), decided)
+
+    def _act_tagged(self, action: str, jobs: list[Job]) -> None:
+        """Compare-and-set per listed state: one call for the jobs listed in each state."""
+        by_state: dict[str, list[str]] = {}
+        for job in jobs:
+            by_state.setdefault(job.state, []).append(job.id)
+        changed, errors = 0, []
+        for state, ids in by_state.items():
+            try:
+                changed += self.backend.jobs_act(self.queue, action, ids, expect=state).changed
+            except Exception as exc:
+                errors.append(fmt.one_line(str(exc), 200))
+        message = f"{self.queue.shown}: {action} {changed} of {len(jobs)} tagged job(s)"
+        if changed < len(jobs) and not errors:
+            message += f": {len(jobs) - changed} had changed since listed (or a worker holds them)"
+        if errors:
+            message += f"; failed: {errors[0]}"
+        severity = "error" if errors else "information" if changed == len(jobs) else "warning"
+        self.app.call_from_thread(self.app.notify, message, severity=severity, timeout=10)
+        self.app.call_from_thread(self.load)
+
     def action_act(self, action: str, everything: bool) -> None:
         if self.read_only or self.stopping is not None:
             return
@@ -267,6 +374,9 @@ class JobsScreen(Screen[None]):
             self.app.notify(f"{self.queue.source} has no {action}: {why}", severity="warning", timeout=8)
             return
         what = self.library.mirrors[action]
+        if not everything and self.tags:
+            self._act_on_tagged(action, what)
+            return
         if not everything:
             job = self.selected()  # the job under the cursor now: its id and state, whatever the list shows later
             if job is None:

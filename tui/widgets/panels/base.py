@@ -4,8 +4,9 @@ helpers the panels' rows and labels are built with."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import datetime
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rich.cells import cell_len, set_cell_size
 from rich.text import Text
@@ -15,6 +16,7 @@ from textual.widget import Widget
 from probes.model import Snapshot
 
 from ... import format as fmt
+from ...filters import EMPTY, Filter
 from ..cells import shorten
 from ..keyed_table import KeyedTable, RowsShown
 
@@ -125,8 +127,9 @@ def wrap_segments(segments: list[tuple[str, str, str]], width: int, more_width: 
     return [Text.assemble(*line) for line in lines if line]
 
 
-# The border subtitle's parts, most important first: the first ones say the panel is incomplete or old.
-SUBTITLE_PARTS = ("stale", "unknown", "rows", "hidden", "sort", "idle", "backends", "last run")
+# The border subtitle's parts, most important first: the first ones say the panel is incomplete or
+# old, then what the operator chose it to leave out (a filter) or act on (tags).
+SUBTITLE_PARTS = ("stale", "unknown", "filter", "tags", "rows", "hidden", "sort", "idle", "backends", "last run")
 
 
 def fit_parts(parts: list[list[str]], room: int) -> list[str]:
@@ -172,12 +175,20 @@ def new_sample(recorded: dict[str, datetime], snapshot: Snapshot) -> str | None:
     return "earlier" if last is not None and snapshot.taken_at < last else "later"
 
 
-def matches_filter(filter_text: str, *fields: object) -> bool:
-    """Whether a row is shown under `filter_text`: one of its `fields` holds it, in any case."""
-    if not filter_text:
-        return True
-    needle = filter_text.lower()
-    return any(needle in str(f).lower() for f in fields if f is not None)
+def _shown_always(_row: object) -> bool:
+    return True
+
+
+def filter_forms(text: str) -> tuple[str, ...]:
+    """The border's part for a filter, longest first: whole, its first words cut with an
+    ellipsis, then only that one is on (`/…`): the border keeps every part whole or leaves it
+    out, so a long filter still says it hides rows at 80 columns."""
+    whole = f"/ {text}"
+    forms = [whole]
+    if len(text) > 14:
+        forms.append(f"/ {text[:12].rstrip()}…")
+    forms.append("/…")
+    return tuple(forms)
 
 
 def share_width(steps: list[list[tuple[int, int]]], room: int) -> list[int]:
@@ -261,9 +272,15 @@ class Panel(Vertical):
     SORTS: ClassVar[tuple[tuple[str, str], ...]] = (("given", ""),)
     # Takes the width its row leaves beside the panels fitted to their rows (share_row).
     FILLS_ROW: ClassVar[bool] = False
+    # The fields its rows have for the filter (`/`, tui/filters.py): each field's value of a row;
+    # a bare word looks into the FILTER_WORDS fields. A filter naming another field is refused
+    # for this panel, saying which it has.
+    FILTER_FIELDS: ClassVar[dict[str, Callable[[Any], object]]] = {}
+    FILTER_WORDS: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, title: str, **kwargs) -> None:
         super().__init__(**kwargs)
+        self._title_base = title  # its title, as its panel sets it (show_title); the filter may join it
         self.border_title = title
         self._subtitles: dict[str, tuple[str, ...]] = {}
         self._subtitle_shown = ""
@@ -272,6 +289,29 @@ class Panel(Vertical):
         self._width_set: int | str | None = None  # the width share_row gave it
         self._zoomed = False
         self._table: KeyedTable | None = None
+        self.filter: Filter = EMPTY  # its own filter (`/` on the panel)
+        self.passes: Callable[[Any], bool] = _shown_always  # whether a row passes it
+
+    @property
+    def filter_text(self) -> str:
+        return self.filter.text
+
+    def set_filter(self, flt: Filter) -> str | None:
+        """Filter its rows by `flt` (EMPTY: none); the border says it. Returns why it is refused
+        (a field its rows do not have; the filter it had stays), else None. The caller shows it
+        again (PanelsView.show)."""
+        refused = flt.refused_by(self.FILTER_FIELDS)
+        if refused is not None:
+            return f"{self.panel_name}: {refused}"
+        self.filter = flt
+        self.passes = flt.compile(self.FILTER_FIELDS, self.FILTER_WORDS)
+        self.set_subtitle("filter", *(filter_forms(flt.text) if flt else ()))
+        return None
+
+    @property
+    def panel_name(self) -> str:
+        """Its name, as notices say it (its title may carry a count)."""
+        return (self.id or type(self).__name__).capitalize()
 
     def on_mount(self) -> None:
         # Zoomed (`z`) and back (`z`, Escape): whoever maximizes the panel, it follows the screen.
@@ -321,7 +361,7 @@ class Panel(Vertical):
     def wanted_width(self) -> int:
         """The width (border included) that shows its table whole, and its title."""
         table = self._first_table()
-        return max(table.ideal_width() if table is not None else 0, cell_len(str(self.border_title)) + 4) + 2
+        return max(table.ideal_width() if table is not None else 0, cell_len(self._title_base) + 4) + 2
 
     def width_steps(self) -> list[tuple[int, int]]:
         """For each column of its table in turn, the width (border included) at which it is shown
@@ -329,7 +369,7 @@ class Panel(Vertical):
         than its title."""
         table = self._first_table()
         steps = table.width_steps() if table is not None else [(0, 0)]
-        title = cell_len(str(self.border_title)) + 4
+        title = cell_len(self._title_base) + 4
         out = []
         for n, (shown, whole) in enumerate(steps):
             left_out = len(steps) - n - 1  # the border lists them, at least as `+2 (z)`
@@ -365,8 +405,37 @@ class Panel(Vertical):
         self._subtitles[part] = texts
         self._render_subtitle()
 
+    @property
+    def title_text(self) -> str:
+        """Its title without the filter beside it (what notices name it by)."""
+        return self._title_base
+
+    def show_title(self, title: str) -> None:
+        """Its title (a name, a count): the panel's own; its filter joins it where the border has room."""
+        self._title_base = title
+        self._render_title()
+
+    def _title_filter(self) -> str | None:
+        """The filter, whole, where the top border has room for it beside the title (the bottom
+        one holds the rows, the hidden columns, the tags: there a long filter is cut to `/…`)."""
+        if not self.filter or not self.size.width:
+            return None
+        whole = f"/ {self.filter.text}"
+        return whole if cell_len(self._title_base) + 2 + cell_len(whole) + 6 <= self.size.width else None
+
+    def _render_title(self) -> None:
+        extra = self._title_filter()
+        # A Text: a str border title is read as markup, and the filter is what the operator typed.
+        title: str | Text = self._title_base if extra is None else Text(fmt.inert(f"{self._title_base}  {extra}"))
+        if str(self.border_title) != str(title):
+            self.border_title = title
+
     def _render_subtitle(self) -> None:
-        subtitle = " · ".join(fit_parts([[t for t in self._subtitles.get(part, ()) if t] for part in SUBTITLE_PARTS],
+        self._render_title()
+        subtitles = dict(self._subtitles)
+        if self._title_filter() is not None:
+            subtitles.pop("filter", None)  # whole in the title
+        subtitle = " · ".join(fit_parts([[t for t in subtitles.get(part, ()) if t] for part in SUBTITLE_PARTS],
                                         self.size.width - 6 if self.size.width else 1_000))
         if subtitle != self._subtitle_shown:
             self._subtitle_shown = subtitle
@@ -417,6 +486,6 @@ class Panel(Vertical):
         else:
             self.set_subtitle("hidden")
 
-    def show(self, snapshot: Snapshot, filter_text: str = "") -> None:
-        """Show what `snapshot` says (rows matching `filter_text`), changing only what changed."""
+    def show(self, snapshot: Snapshot) -> None:
+        """Show what `snapshot` says (the rows its filter passes), changing only what changed."""
         raise NotImplementedError

@@ -4,8 +4,9 @@ cleanup horizon, sessions by state and by application."""
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from datetime import datetime
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rich.cells import cell_len
 from rich.text import Text
@@ -16,7 +17,7 @@ from probes.model import Connections, Snapshot
 from ... import format as fmt
 from ...report import horizon_age, xmin_holder
 from ..keyed_table import Column, KeyedTable
-from .base import CULPRIT_STATES, SHORT_STATES, Panel, fit_segments, matches_filter, new_sample
+from .base import CULPRIT_STATES, SHORT_STATES, Panel, fit_segments, new_sample
 
 
 def near_limit_text(c: Connections, width: int) -> Text | None:
@@ -41,6 +42,10 @@ class ConnectionsPanel(Panel):
     COLUMNS: ClassVar[list[Column]] = [Column("n", "Sessions", 0), Column("what", "By", 1, yields_to_names=True),
                                        Column("name", "State/app", 0, text=True, min_width=9)]
     SORTS: ClassVar[tuple[tuple[str, str], ...]] = (("given", "state, then app"), ("sessions", "sessions ↓"), ("name", "name"))
+
+    # Its per-application lines (the states' lines stay: the whole's counts).
+    FILTER_FIELDS: ClassVar[dict[str, Callable[[Any], object]]] = {"app": lambda app: app}
+    FILTER_WORDS = ("app",)
 
     def __init__(self) -> None:
         super().__init__("Connections", id="connections")
@@ -71,7 +76,7 @@ class ConnectionsPanel(Panel):
         yield Sparkline([], id="connections-spark")
         yield KeyedTable(self.COLUMNS, id="connections-table")
 
-    def show(self, snapshot: Snapshot, filter_text: str = "") -> None:
+    def show(self, snapshot: Snapshot) -> None:
         # What holds the cleanup horizon back, in the database's words: PostgreSQL's xmin, SQL
         # Server's oldest snapshot transaction (which keeps the version store from shrinking).
         self._horizon = self.HORIZON.get(snapshot.server.dialect, "xmin")
@@ -88,7 +93,7 @@ class ConnectionsPanel(Panel):
             if other_host or "connections" not in snapshot.probes or unknown is not None:
                 self._shown_host, self._connections, self._summary_text = host, None, ""
                 self._unknown = unknown
-                self.border_title = "Connections"
+                self.show_title("Connections")
                 self.query_one("#connections-summary", Static).update("", layout=False)
                 if other_host or unknown is None:  # this host's history of sessions stays: it was seen
                     self.query_one(Sparkline).data = []
@@ -103,7 +108,7 @@ class ConnectionsPanel(Panel):
         if spark.data != history:
             spark.data = history
         entries = [("state", state, n) for state, n in c.by_state.items()]
-        entries += [("app", app, n) for app, n in c.by_application.items() if matches_filter(filter_text, app)]
+        entries += [("app", app, n) for app, n in c.by_application.items() if self.passes(app)]
         if self.sort == "sessions":
             entries.sort(key=lambda e: -e[2])  # stable: states before apps among equals
         elif self.sort == "name":
@@ -184,8 +189,7 @@ class ConnectionsPanel(Panel):
         # The count whole, with the panel's name where the border has room for both.
         title = next((t for t in (f"Connections {figures}", f"Conns {figures}") if len(t) + 4 <= self.size.width), figures) \
             if self.size.width else f"Connections {figures}"
-        if self.border_title != title:
-            self.border_title = title
+        self.show_title(title)
         summary = self.query_one("#connections-summary", Static)
         if summary.styles.height is None or summary.styles.height.value != lines:
             summary.styles.height = lines

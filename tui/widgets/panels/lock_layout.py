@@ -75,11 +75,13 @@ def signature(b: BlockedSession, under: Key) -> tuple:
     return (b.wants or (b.lock_type, b.mode, b.relation, b.row), holders, b.blocked_by_prepared, b.database, b.query, b.application)
 
 
-def lay_out(snapshot: Snapshot, matches: Callable[..., bool] | None = None) -> Layout:
-    """The tree's nodes for `snapshot`; `matches(*texts)` says whether a root (with its direct
-    waiters' applications) or a cycle passes the panel's filter."""
-    def match(*texts: object) -> bool:
-        return matches is None or matches(*texts)
+def lay_out(snapshot: Snapshot, matches: Callable[[Blocker | BlockedSession | PreparedXact], bool] | None = None) -> Layout:
+    """The tree's nodes for `snapshot`; `matches(member)` says whether a root blocker, a waiting
+    session or a prepared transaction passes the panel's filter. A tree is shown whole (its chain
+    is what explains the wait) when any of its members passes: its root, a session anywhere under
+    it, a member of its wait cycle."""
+    def match(member: Blocker | BlockedSession | PreparedXact) -> bool:
+        return matches is None or matches(member)
 
     blocked = {b.pid: b for b in snapshot.blocked}
     found_cycles = [tuple(c.members) for c in snapshot.cycles] or [tuple(c) for c in wait_cycles(snapshot.blocked)]
@@ -114,8 +116,19 @@ def lay_out(snapshot: Snapshot, matches: Callable[..., bool] | None = None) -> L
         else:
             children.setdefault(parent, []).append(pid)
 
-    def waiters_match(key: Key, *texts: object) -> bool:
-        return match(*texts, *[blocked[c].application for c in children.get(key, ())])
+    def under_matches(key: Key) -> bool:
+        """Whether a session anywhere under `key` passes the filter (each looked at once)."""
+        if matches is None:
+            return True
+        stack, seen = [key], {key}
+        while stack:
+            for pid in children.get(stack.pop(), ()):
+                if match(blocked[pid]):
+                    return True
+                if ("s", pid) not in seen:
+                    seen.add(("s", pid))
+                    stack.append(("s", pid))
+        return False
 
     nodes: list[Node] = []
     placed: set[int] = set()
@@ -161,20 +174,20 @@ def lay_out(snapshot: Snapshot, matches: Callable[..., bool] | None = None) -> L
                     group_members[child_key] = members
 
     for pid, root in roots.items():
-        if waiters_match(("s", pid), root.application, root.query):
+        if match(root) or under_matches(("s", pid)):
             place(("s", pid), None, 1, None)
     for gid, p in prepared.items():
-        if waiters_match(("p", gid), p.gid, p.owner, p.database):
+        if match(p) or under_matches(("p", gid)):
             place(("p", gid), None, 1, None)
     for n, members in cycles.items():
-        if any(match(blocked[m].application, blocked[m].query) for m in members):
+        if any(match(blocked[m]) or under_matches(("s", m)) for m in members) or under_matches(("c", n)):
             placed.update(members)
             nodes.append(Node(("c", n), None, 1, None))
             for m in members:
                 # Its fellow members are listed once, beside it, not under it.
                 place(("s", m), ("c", n), 2, None)
     for pid in sorted(orphans):
-        if pid not in placed and match(blocked[pid].application, blocked[pid].query):
+        if pid not in placed and (match(blocked[pid]) or under_matches(("s", pid))):
             placed.add(pid)
             place(("s", pid), None, 1, None)
     # A group's node carries its members; a group is a leaf (its members are drawn when opened).

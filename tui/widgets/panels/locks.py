@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, ClassVar
+
 from rich.text import Text
+from textual.message import Message
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
-from probes.model import BlockedSession, Snapshot
+from probes.model import BlockedSession, SessionSample, Snapshot
 
 from ... import format as fmt
-from .base import FIGURE, WORDS, Panel, fit_segments, matches_filter, wrap_segments
+from ...filters import session_duration
+from .base import FIGURE, SHORT_STATES, WORDS, Panel, fit_segments, wrap_segments
 from .lock_layout import Key, Layout, Node, lay_out
 from .lock_tree import LockTree, blocked_label, blocker_label, group_label, label_width, member_label, members_label, prepared_label
 
@@ -27,6 +32,32 @@ def _deadlock_countdown(snapshot: Snapshot, members: list[BlockedSession]) -> st
     return f"deadlock, past deadlock_timeout {timeout:g}s (a session set its own?)"
 
 
+def _lock_state(member: Any, session: SessionSample | None) -> object:
+    state = getattr(member, "state", None) or (session.state if session is not None else None)
+    return (state, SHORT_STATES.get(state or ""))
+
+
+def _lock_dur(member: Any, session: SessionSample | None) -> float | None:
+    """As the Sessions list's (tui/filters.py session_duration) where the sample lists the session;
+    else what the tree knows: a waiter's wait, a root's transaction, a prepared transaction's age."""
+    if session is not None:
+        return session_duration(session)
+    for name in ("wait_s", "xact_age_s", "age_s"):
+        value = getattr(member, name, None)
+        if value is not None:
+            return float(value)
+    return None
+
+
+def _session_or_own(name: str, own: str | None = None) -> Callable[[tuple[Any, SessionSample | None]], object]:
+    """A field of a tree member: its own (`own` attribute) where it has one, else its session's."""
+    def get(row: tuple[Any, SessionSample | None]) -> object:
+        member, session = row
+        value = getattr(member, own, None) if own else None
+        return value if value is not None else (getattr(session, name, None) if session is not None else None)
+    return get
+
+
 # A label's width when the panel is zoomed: every part whole, however long (a query is cut at 200
 # characters by one_line); the tree scrolls sideways.
 UNFITTED = 10_000
@@ -39,6 +70,24 @@ class LocksPanel(Panel):
     (a session, a group, a prepared transaction) whatever moves around it; when its session ends,
     the tree says so."""
 
+    # A tree member (a root blocker, a waiting session, a prepared transaction, an application
+    # lock) with the sample's session of its pid, if any: the fields of the sessions it names.
+    FILTER_FIELDS: ClassVar[dict[str, Callable[[Any], object]]] = {
+        "pid": lambda row: getattr(row[0], "pid", None),
+        "app": _session_or_own("application", "application"),
+        "user": _session_or_own("user", "owner"),
+        "db": _session_or_own("database", "database"),
+        "state": lambda row: _lock_state(*row),
+        "query": _session_or_own("query", "query"),
+        "client": _session_or_own("client"),
+        "backend": _session_or_own("backend_type"),
+        "wait": lambda row: (getattr(row[0], "wants", None), getattr(row[0], "lock_type", None), getattr(row[0], "mode", None),
+                             getattr(row[0], "relation", None)),
+        "name": lambda row: getattr(row[0], "gid", None) or getattr(row[0], "resource", None),
+        "dur": lambda row: _lock_dur(*row),
+    }
+    FILTER_WORDS = ("app", "query", "user", "db", "name")
+
     def __init__(self) -> None:
         super().__init__("Locks", id="locks")
         self._shape: tuple = ()
@@ -48,13 +97,13 @@ class LocksPanel(Panel):
         self._key_of: dict[int, Key] = {}  # id(tree node) -> its key (a wrapped line: its node's)
         self._shown: dict[Key, list[Text]] = {}  # the lines each node shows now
         self._layout: Layout | None = None
+        self._summary_width = 0  # summary_width() when the tree was last built
         self._layout_nodes: list[Node] = []  # the layout's nodes, each group's list line among them
         self._opened: set[Key] = set()  # the groups whose sessions are listed (opened by the user)
         self._listed: dict[Key, tuple] = {}  # an opened group -> the sessions listed under it (and their lines)
         self._ended: int | None = None  # the session the cursor was on, which has ended since
         self._last_facts: tuple | None = None
         self._snapshot: Snapshot | None = None
-        self._filter_text = ""
         self._fitted_to = 0  # the width the labels were fitted to
 
     @property
@@ -133,11 +182,19 @@ class LocksPanel(Panel):
 
     # -- the tree -----------------------------------------------------------------------------
 
-    def show(self, snapshot: Snapshot, filter_text: str = "") -> None:
-        self._snapshot, self._filter_text = snapshot, filter_text
+    def _member_passes(self, snapshot: Snapshot) -> Callable[[Any], bool] | None:
+        """Whether a tree member passes the filter, looked at with its session's fields (None: no filter)."""
+        if not self.filter:
+            return None
+        sessions = {s.pid: s for s in snapshot.sessions}
+        passes = self.passes
+        return lambda member: passes((member, sessions.get(getattr(member, "pid", -1))))
+
+    def show(self, snapshot: Snapshot) -> None:
+        self._snapshot = snapshot
         if not self._fitted_to and not self.zoomed and not self.query_one(LockTree).size.width:
             return  # never laid out yet: its first resize builds the tree, fitted to its width
-        facts = (snapshot.blocked, snapshot.blockers, snapshot.prepared_xacts, snapshot.app_locks, snapshot.cycles, filter_text,
+        facts = (snapshot.blocked, snapshot.blockers, snapshot.prepared_xacts, snapshot.app_locks, snapshot.cycles, self.filter,
                  self._ended is not None and self._cursor_key() is None)
         if facts == self._last_facts:
             return  # the same tree: nothing to rebuild or relabel
@@ -145,7 +202,8 @@ class LocksPanel(Panel):
         tree = self.query_one(LockTree)
         if self._ended is not None and self._cursor_key() is not None:
             self._ended = None  # the operator moved the cursor on since: the notice was read
-        layout = self._layout = lay_out(snapshot, lambda *fields: matches_filter(filter_text, *fields))
+        member_passes = self._member_passes(snapshot)
+        layout = self._layout = lay_out(snapshot, member_passes)
         # Each label fitted to the width, over more lines where an explanation needs them; zoomed,
         # on one line (the tree scrolls sideways instead).
         width = self._fitted_to = self._label_width()
@@ -158,6 +216,9 @@ class LocksPanel(Panel):
         root_label = fit_segments(self._summary(snapshot, layout, width), width - 2)
         if root_label.plain != str(tree.root.label):
             tree.root.set_label(root_label)
+        if (summary := self._summary_needs()) != self._summary_width:
+            self._summary_width = summary
+            self.post_message(self.SummaryWidth())  # the locks row may share its width again
         if shape != self._shape:
             cursor = self._cursor_key()
             tree.root.remove_children()
@@ -215,7 +276,8 @@ class LocksPanel(Panel):
             else:
                 summary.append(("no blocked sessions", "green", False))
         # Application locks held (advisory locks; sp_getapplock's): seen before anyone waits.
-        held = [a for a in snapshot.app_locks if a.granted and matches_filter(self._filter_text, a.resource, a.application)]
+        member_passes = self._member_passes(snapshot)
+        held = [a for a in snapshot.app_locks if a.granted and (member_passes is None or member_passes(a))]
         if held:
             held_said = f", {len(held)} app lock{'' if len(held) == 1 else 's'} held"
             said = "".join(text for text, _style, _cut in summary)
@@ -322,10 +384,24 @@ class LocksPanel(Panel):
         # changes none).
         if self._snapshot is not None and self._fitted_to != self._label_width():
             self._last_facts, self._lines = None, {}
-            self.show(self._snapshot, self._filter_text)
+            self.show(self._snapshot)
 
     def _label_width(self) -> int:
         return UNFITTED if self.zoomed else max(20, self.query_one(LockTree).size.width)
+
+    class SummaryWidth(Message):
+        """The width the root's line needs to say every count whole changed (summary_width)."""
+
+    def summary_width(self) -> int:
+        """The width (its border and the root's ▼ included) at which the root's line says every
+        count whole: what the locks row keeps for the tree (PanelsView) before names beside it
+        are made whole. 0 before its first tree."""
+        return self._summary_width
+
+    def _summary_needs(self) -> int:
+        if self._snapshot is None or self._layout is None:
+            return 0
+        return len(fit_segments(self._summary(self._snapshot, self._layout, UNFITTED), UNFITTED)) + 4
 
     @property
     def selected_pid(self) -> int | None:

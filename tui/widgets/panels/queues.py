@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from datetime import datetime
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rich.text import Text
 
@@ -12,7 +13,7 @@ from probes.model import QueueSample, Snapshot
 
 from ... import format as fmt
 from ..keyed_table import Column, KeyedTable, RowsShown
-from .base import UNKNOWN_KEY, Panel, matches_filter, new_sample, unknown_row
+from .base import UNKNOWN_KEY, Panel, new_sample, unknown_row
 
 HISTORY = 30
 # The window the In/Out columns count over: what arrived and left in the last minute, so a burst
@@ -135,6 +136,12 @@ class QueuesPanel(Panel):
         "mssql": {"bloat": "Ghosts", "vacuum": "Stats upd"},  # STATS_DATE of the clustered index
     }
 
+    # A queue by its name, table, source (its library), kind and verdict (`verdict:blocked`).
+    FILTER_FIELDS: ClassVar[dict[str, Callable[[Any], object]]] = {
+        "name": lambda q: q.name, "table": lambda q: q.table, "source": lambda q: q.source, "kind": lambda q: q.kind,
+        "verdict": lambda q: (q.diagnosis.code, fmt.verdict_word(q.diagnosis.code)) if q.diagnosis is not None else None}
+    FILTER_WORDS = ("name", "table")
+
     def __init__(self) -> None:
         super().__init__("Queues", id="queues")
         self._dialect = "postgresql"
@@ -149,7 +156,7 @@ class QueuesPanel(Panel):
         self._last_reads: dict[str, dict[str, tuple[QueueSample, datetime]]] = {}
         self.history: dict[str, deque[float]] = {}  # the shown host's
         self._last_read: dict[str, tuple[QueueSample, datetime]] = {}
-        self._shown_snapshot: tuple[Snapshot, str] | None = None
+        self._shown_snapshot: Snapshot | None = None
         self._redraw_only = False
 
     def _ordered(self, queues: tuple[QueueSample, ...]) -> list[QueueSample]:
@@ -191,7 +198,7 @@ class QueuesPanel(Panel):
         if self._shown_snapshot is not None:
             self._redraw_only = True
             try:
-                self.show(*self._shown_snapshot)
+                self.show(self._shown_snapshot)
             finally:
                 self._redraw_only = False
 
@@ -219,7 +226,7 @@ class QueuesPanel(Panel):
                 window = windows[key] = RateWindow()
             window.add(start, end, q.enqueued_per_s, q.dequeued_per_s)
 
-    def show(self, snapshot: Snapshot, filter_text: str = "") -> None:
+    def show(self, snapshot: Snapshot) -> None:
         rows: dict[str, tuple] = {}
         host = snapshot.host
         if not self._redraw_only:
@@ -228,7 +235,7 @@ class QueuesPanel(Panel):
         self.rates = self._rate_windows.setdefault(host, {})
         self._last_read = self._last_reads.setdefault(host, {})
         self._rendered = self._rendered_by_host.setdefault(host, {})  # a stale row keeps its own host's cells
-        self._shown_snapshot = (snapshot, filter_text)
+        self._shown_snapshot = snapshot
         stale = self._stale(snapshot)
         stale_keys = {f"{q.source}:{q.name}" for q in stale}
         table = self.query_one(KeyedTable)
@@ -240,16 +247,17 @@ class QueuesPanel(Panel):
         ordered = self._ordered(snapshot.queues + tuple(stale))
         # Only the rows on screen (and a few either side) are formatted anew: with 500 queues,
         # a row scrolled out of view keeps the cells it had until it comes back into view.
-        in_view = table.keys_in_view([f"{q.source}:{q.name}" for q in ordered if matches_filter(filter_text, q.name, q.table)])
+        passes = self.passes
+        in_view = table.keys_in_view([f"{q.source}:{q.name}" for q in ordered if passes(q)])
         for q in ordered:
             key = f"{q.source}:{q.name}"
             if key in stale_keys:  # the last figures, dimmed (the border says since when and why)
-                if key in self._rendered and matches_filter(filter_text, q.name, q.table):
+                if key in self._rendered and passes(q):
                     rows[key] = tuple(Text(cell.plain if isinstance(cell, Text) else cell, style="dim italic")
                                       for cell in self._rendered[key][1])
                 continue
             history = self.history.get(key) or deque()
-            if not matches_filter(filter_text, q.name, q.table):
+            if not passes(q):
                 continue
             cached = self._rendered.get(key)
             if cached is not None and in_view is not None and key not in in_view:
@@ -293,7 +301,7 @@ class QueuesPanel(Panel):
                 fmt.trend(list(history), styled=trend_shown), bloat, vacuum, _verdict_cell(q),
             )
             self._rendered[key] = (facts, rows[key])
-        failed = [q for q in snapshot.queues if q.error and q.depth is None and matches_filter(filter_text, q.name, q.table)]
+        failed = [q for q in snapshot.queues if q.error and q.depth is None and passes(q)]
         if failed:
             reason = fmt.one_line(failed[0].error, 200)
             self.set_subtitle("unknown", f"{len(failed)} unknown: {failed[0].name}: {reason}", f"{len(failed)} unknown")

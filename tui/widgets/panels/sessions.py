@@ -8,7 +8,8 @@ Enter opens a session's details.
 The cursor is on a session, not a line: its identity is (pid, backend start). It stays on that
 session while the list re-sorts and rows come and go; when the session ends, its line stays
 under the cursor saying `ended` (until the cursor leaves it), rather than the cursor slipping
-onto another session. Enter, C and K act on the session under the cursor, by that identity.
+onto another session. Enter, C and K act on the session under the cursor, by that identity;
+Space tags sessions by it too (`*` before the pid), and C and K then act on every tagged one.
 
 Cheap with thousands of sessions: only the rows on screen (and a few either side) are formatted
 again each sample; a row out of view keeps its cells until it scrolls back into view."""
@@ -28,8 +29,9 @@ from probes.locklabels import MODE_WORDS
 from probes.model import SessionSample, Snapshot
 
 from ... import format as fmt
+from ...filters import session_duration
 from ..keyed_table import Column, KeyedTable, RowsShown
-from .base import CULPRIT_STATES, SHORT_STATES, Panel, matches_filter, unknown_row
+from .base import CULPRIT_STATES, SHORT_STATES, Panel, unknown_row
 
 # The states that run nothing (a session waiting for its client): `a` hides them. An idle
 # session *in a transaction* is never hidden: it holds locks and the xmin horizon.
@@ -40,6 +42,7 @@ INF = float("inf")
 PID = attrgetter("pid")
 BLOCKED_BY = attrgetter("blocked_by")
 ENDED = "ended:"  # the key of a line that stands for a session that ended under the cursor
+TAG_MARK = "*"  # before a tagged session's pid (Space)
 
 
 def held_modes(snapshot: Snapshot) -> dict[int, str]:
@@ -89,6 +92,17 @@ ORDERS: dict[str, tuple[Callable[[SessionSample], Any], ...]] = {
 }
 
 
+# A session's fields for the filter (`/`, --filter, --min-duration: tui/filters.py). The state
+# as the server says it and as the list shows it short (`idle in xact`).
+SESSION_FIELDS: dict[str, Callable[[SessionSample], object]] = {
+    "pid": PID, "app": attrgetter("application"), "user": attrgetter("user"), "db": attrgetter("database"),
+    "state": lambda s: (s.state, SHORT_STATES.get(s.state or "")), "query": attrgetter("query"),
+    "client": attrgetter("client"), "backend": attrgetter("backend_type"),
+    "wait": lambda s: (s.wait_event_type, s.wait_event, "lock" if s.blocked_by else None), "dur": session_duration,
+}
+SESSION_WORDS = ("pid", "user", "app", "db", "client", "state", "backend", "query")
+
+
 def sort_sessions(sessions: list[SessionSample], order: str, *, in_default_order: bool = False) -> None:
     """Sort `sessions` in place by the named order (an unknown name: the default).
     `in_default_order`: they come in the default order already (the probe has the database sort
@@ -124,6 +138,9 @@ class SessionsPanel(Panel):
         ("client", "client"), ("backend", "backend type"), ("query", "query"),
     )
 
+    FILTER_FIELDS: ClassVar[dict[str, Callable[[Any], object]]] = SESSION_FIELDS
+    FILTER_WORDS = SESSION_WORDS
+
     def __init__(self) -> None:
         super().__init__("Sessions", id="sessions")
         self.hide_idle = False
@@ -132,7 +149,9 @@ class SessionsPanel(Panel):
         # session as last listed, its cells), kept while the cursor stays on it.
         self._ended: tuple[str, SessionSample, tuple[object, ...]] | None = None
         self._snapshot: Snapshot | None = None
-        self._filter_text = ""
+        # The sessions tagged (Space), by identity (pid, backend start), as last listed: C and K act
+        # on them all; one that ends is untagged (said once).
+        self.tags: dict[tuple[int, datetime | None], SessionSample] = {}
         self._rendered: dict[str, tuple[object, tuple[object, ...]]] = {}  # pid → (its facts, its cells)
         self._drawn: dict[str, tuple[object, ...]] = {}  # pid → its cells alone (the same tuples)
         self._synced_keys: list[str] = []  # the rows' keys, in order, as the table was last synced
@@ -148,8 +167,7 @@ class SessionsPanel(Panel):
         (a count is whole or absent; the rows' count is in the subtitle)."""
         width = self.size.width
         title = self._title if not width or len(self._title) + 4 <= width else "Sessions"  # content width: the border takes 6
-        if self.border_title != title:
-            self.border_title = title
+        self.show_title(title)
 
     def on_resize(self) -> None:
         super().on_resize()
@@ -158,7 +176,7 @@ class SessionsPanel(Panel):
     def on_rows_shown(self, message: RowsShown) -> None:
         super().on_rows_shown(message)
         if self._snapshot is not None:  # rows that scrolled into view: drawn from the last sample now
-            self.show(self._snapshot, self._filter_text)
+            self.show(self._snapshot)
 
     @property
     def shown_pids(self) -> list[int]:
@@ -170,7 +188,7 @@ class SessionsPanel(Panel):
         sessions alone again; returns whether every backend is shown now."""
         self.show_all = not self.show_all
         if self._snapshot is not None:
-            self.show(self._snapshot, self._filter_text)
+            self.show(self._snapshot)
         return self.show_all
 
     def toggle_idle(self) -> bool:
@@ -178,7 +196,7 @@ class SessionsPanel(Panel):
         self.hide_idle = not self.hide_idle
         self.set_subtitle("idle", *(("idle hidden (a)", "-idle") if self.hide_idle else ()))
         if self._snapshot is not None:
-            self.show(self._snapshot, self._filter_text)
+            self.show(self._snapshot)
         return self.hide_idle
 
     @property
@@ -221,8 +239,8 @@ class SessionsPanel(Panel):
     def selected_session(self) -> SessionSample | None:
         return self.session_of_key(self.query_one(KeyedTable).cursor_key())
 
-    def show(self, snapshot: Snapshot, filter_text: str = "") -> None:
-        self._snapshot, self._filter_text = snapshot, filter_text
+    def show(self, snapshot: Snapshot) -> None:
+        self._snapshot = snapshot
         table = self.query_one(KeyedTable)
         unknown = snapshot.unknown_list("sessions")
         if unknown is not None or "connections" not in snapshot.probes:
@@ -232,7 +250,7 @@ class SessionsPanel(Panel):
             self._rendered.clear()
             self._drawn.clear()
             self._synced_keys = []
-            self.border_title = "Sessions"
+            self.show_title("Sessions")
             reason = unknown if unknown is not None else "not sampled"
             table.sync({"unknown": unknown_row(reason, len(self.COLUMNS), at=len(self.COLUMNS) - 1)})
             return
@@ -253,9 +271,10 @@ class SessionsPanel(Panel):
         listed = len(shown)
         if self.hide_idle:
             shown = [s for s in shown if s.state not in IDLE_STATES or s.pid in blocks]
-        if filter_text:
-            shown = [s for s in shown if matches_filter(filter_text, s.pid, s.user, s.application, s.database, s.client,
-                                                        s.state, s.backend_type, s.query)]
+        if self.filter:
+            shown = list(filter(self.passes, shown))
+        if self.tags:
+            self._drop_ended_tags(snapshot)
         sort_sessions(shown, self.sort, in_default_order=snapshot.sessions_in_order)
         key_of = self._keys
         if len(key_of) > 4 * len(shown) + 1000:
@@ -310,6 +329,52 @@ class SessionsPanel(Panel):
         table.sync(cast(dict[str, tuple[object, ...]], rows), cursor_to=ended[0] if ended is not None else None)
         self._synced_keys = str_keys
 
+    # -- tags (Space): the sessions C and K act on together ---------------------------------------
+
+    def toggle_tag(self) -> SessionSample | None:
+        """Tag the session under the cursor, or untag it; returns it (None: no session there)."""
+        session = self.selected_session()
+        if session is None:
+            return None
+        identity = (session.pid, session.backend_start)
+        if self.tags.pop(identity, None) is None:
+            self.tags[identity] = session
+        self._say_tags()
+        if self._snapshot is not None:
+            self.show(self._snapshot)
+        return session
+
+    def clear_tags(self) -> int:
+        """Untag every session; returns how many were tagged."""
+        count = len(self.tags)
+        self.tags.clear()
+        self._say_tags()
+        if count and self._snapshot is not None:
+            self.show(self._snapshot)
+        return count
+
+    def tagged_sessions(self) -> list[SessionSample]:
+        """The tagged sessions, as the latest sample has them (else as last listed), by pid."""
+        latest = {s.identity: s for s in self._snapshot.sessions} if self._snapshot is not None else {}
+        return sorted((latest.get(identity, s) for identity, s in self.tags.items()), key=PID)
+
+    def _drop_ended_tags(self, snapshot: Snapshot) -> None:
+        """Untag the sessions the sample no longer has (their pid may be another backend's now),
+        saying which once: C and K must not reach a session that was not tagged."""
+        alive = {s.identity for s in snapshot.sessions}
+        ended = [s for identity, s in self.tags.items() if identity not in alive]
+        if not ended:
+            return
+        for s in ended:
+            del self.tags[s.identity]
+        self._say_tags()
+        said = ", ".join(f"{s.pid} ({fmt.inert(s.application or '-')})" for s in ended[:5]) + (", …" if len(ended) > 5 else "")
+        self.app.notify(f"tagged session{'s' if len(ended) > 1 else ''} {said} ended: untagged", severity="warning", timeout=5)
+
+    def _say_tags(self) -> None:
+        count = len(self.tags)
+        self.set_subtitle("tags", *((f"{count} tagged (u untags)", f"{count} tagged", f"{count}*") if count else ()))
+
     def _say_backends(self, others: int) -> None:
         """The border says what the list leaves out (the server's processes and queuetop's own
         sessions), or that it shows every backend."""
@@ -358,11 +423,12 @@ class SessionsPanel(Panel):
         """A session's cells, formatted again only when its facts changed; and whether they did."""
         lock = locks.get(s.pid)
         mode = held.get(s.pid)
-        facts = (s, blocks.get(s.pid, 0), lock, mode)
+        tagged = bool(self.tags) and (s.pid, s.backend_start) in self.tags
+        facts = (s, blocks.get(s.pid, 0), lock, mode, tagged)
         cached = self._rendered.get(key)
         if cached is not None and cached[0] == facts:
             return cached[1], False
-        cells = self._cells(s, facts[1], lock, mode)
+        cells = self._cells(s, facts[1], lock, mode, tagged)
         self._rendered[key] = (facts, cells)
         self._drawn[key] = cells
         return cells, True
@@ -379,7 +445,7 @@ class SessionsPanel(Panel):
         self._fit_title()
 
     @staticmethod
-    def _cells(s: SessionSample, blocks: int, lock, held: str | None = None) -> tuple[object, ...]:
+    def _cells(s: SessionSample, blocks: int, lock, held: str | None = None, tagged: bool = False) -> tuple[object, ...]:
         culprit = s.state in CULPRIT_STATES
         marks = []
         if blocks:
@@ -401,8 +467,12 @@ class SessionsPanel(Panel):
         else:
             wait = ""
         state = s.state or ("-" if s.backend_type == "client backend" else "")
+        if tagged:  # a mark, not a colour alone (NO_COLOR): `*1234`
+            pid_cell: object = Text(f"{TAG_MARK}{s.pid}", style=f"{pid_style} reverse".strip())
+        else:
+            pid_cell = Text(str(s.pid), style=pid_style) if pid_style else str(s.pid)
         return (
-            Text(str(s.pid), style=pid_style) if pid_style else str(s.pid),
+            pid_cell,
             fmt.plain(SHORT_STATES.get(state, state), style="bold red" if culprit else ""),
             fmt.seconds(s.query_age_s) if s.query_age_s is not None else "",
             fmt.seconds(s.xact_age_s) if s.xact_age_s is not None else "",
