@@ -241,7 +241,7 @@ async def test_filter_narrows_the_rows():
         await pilot.press("slash", *"orders", "enter")
         assert set(queue_rows(app)) == {"table:orders"} and app.query_one("#queues-table").has_focus
         await pilot.press("escape")
-        assert app.filter_text == "" and len(queue_rows(app)) == 4
+        assert app.query_one(QueuesPanel).filter_text == "" and len(queue_rows(app)) == 4
 
 
 async def test_help_scrolls_and_says_how_to_close_it():
@@ -900,7 +900,7 @@ async def test_relays_from_the_ui_and_killing_the_leader_moves_the_lease(db):
         return next((lease for lease in s.leases if lease.name == "outbox-relay"), None) if s else None
 
     async with app.run_test(size=(100, 30)) as pilot:
-        await answer_prompt(pilot, app, "y", "2 50")
+        await answer_prompt(pilot, app, "u", "2 50")  # u: start outbox relays (y copies)
         await settle(pilot, app, lambda: (lease := relay_lease()) is not None and lease.state == "held",
                      "the relay lease held", 1500)
         first = relay_lease()
@@ -910,7 +910,7 @@ async def test_relays_from_the_ui_and_killing_the_leader_moves_the_lease(db):
         await pilot.press("y")
         await settle(pilot, app, lambda: (lease := relay_lease()) is not None and lease.state == "held"
                      and lease.holder != first.holder and lease.token > first.token, "a standby taking over", 2500)
-        await pilot.press("Y")
+        await pilot.press("U")
         assert isinstance(app.screen, ConfirmScreen)
         await pilot.press("y")
         await settle(pilot, app, lambda: controls.activities() == [], "everything stopped", 1500)

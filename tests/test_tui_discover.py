@@ -67,7 +67,7 @@ async def test_the_footer_shows_the_keys_of_the_focused_panel(db, size):
         "#sessions-table": ({"⏎", "C", "K", "a", ">", "?"}, {"n", "g", "o"}),
         "#connections-table": ({"C", "K", ">", "?"}, {"⏎", "n", "a"}),
         "#rings-table": ({"g", "G", "?"}, {"n", "C", ">"}),
-        "#leases-table": ({"l", "L", "y", "?"}, {"n", "g", "C"}),
+        "#leases-table": ({"l", "L", "u", "?"}, {"n", "g", "C"}),
         "#compaction-table": ({"o", "s", "?"}, {"n", "g", "C"}),
     }
     app = sample_app_with(db)

@@ -23,22 +23,35 @@ from textual.events import Key
 from textual.notifications import SeverityLevel
 from textual.widgets import DataTable, Input, Tree
 
+from probes.configmodel import DEFAULT_FLIGHT_MB, DEFAULT_FLIGHT_MINUTES
+from probes.flight import FlightRecorder
 from probes.model import Snapshot
 from probes.recording import Recorder, ReplayClock
+from probes.serverstats import deadlock_notices
 
 from .. import format as fmt
+from ..filters import EMPTY, Filter, FilterError, parse
 from ..messages import ActivityEnded, NoticeFromThread, SnapshotArrived
 from ..screens.dialogs import HelpScreen, HostsScreen, NoticesScreen
-from ..widgets.panels import ConnectionsPanel, LeasesPanel, LocksPanel, QueuesPanel, RingsPanel, SessionsPanel
+from ..widgets.panels import ConnectionsPanel, LeasesPanel, LocksPanel, Panel, QueuesPanel, RingsPanel, SessionsPanel
 from .actions import Culprit, HostActions, culprit_of, selected_key, selected_queue
-from .bars import ContextFooter, HostBar, NoticeBar, StatusBar, StatusFacts
+from .bars import ContextFooter, HostBar, NoticeBar, ServerBar, StatusBar, StatusFacts
 from .commands import EngineCommands
+from .export import copy_selected, export_focused
 from .hosts import Backend, Host, Hosts, HostSpec, SnapshotSource, host_line
 from .keymap import KEYS, KeyContext, bindings_by_id, help_keys
-from .replay import LiveRecording, seek, seek_prompt, toggle_play
+from .replay import LiveRecording, record_description, seek, seek_prompt, toggle_play
 from .view import LAYOUT_CSS, PanelsView
 
 GC_YOUNG = 20_000  # allocations between collections of the young generation while the dashboard runs
+# The filter box's words (`/`): the panel's fields are said when it opens.
+FILTER_PLACEHOLDER = "filter: a word, or field:value (app:worker state:idle dur>5s); Enter applies, Esc clears"
+
+
+def filter_placeholder(panel: Panel) -> str:
+    """The box's words for a panel: its fields (a term on another is refused for it)."""
+    fields = " ".join("dur>5s" if name == "dur" else f"{name}:" for name in panel.FILTER_FIELDS)
+    return f"{panel.panel_name} filter: a word, or {fields} (-term negates); Enter applies, Esc clears"
 
 
 class QueuetopApp(App[None]):
@@ -61,10 +74,15 @@ class QueuetopApp(App[None]):
         hosts: Sequence[HostSpec] = (),
         replay: ReplayClock | None = None,
         record_dir: Path | None = None,
+        flight_minutes: float = DEFAULT_FLIGHT_MINUTES,
+        flight_mb: float = DEFAULT_FLIGHT_MB,
+        sessions_filter: Filter = EMPTY,
     ) -> None:
         super().__init__()
         self.replay = replay  # a recording's clock: the dashboard replays it, with no database
-        self.live_recording = LiveRecording(record_dir)  # R
+        # R, and the flight recorder it saves first (off in a replay: a recording is not kept again).
+        flight = FlightRecorder(minutes=flight_minutes, mb=flight_mb) if replay is None else None
+        self.live_recording = LiveRecording(record_dir, flight)
         specs = list(hosts)
         if not specs:
             assert source_factory is not None, "a source, or hosts"
@@ -74,7 +92,8 @@ class QueuetopApp(App[None]):
         self.read_only = read_only
         self.host_actions = HostActions(self, self._hosts, read_only=read_only)
         self.paused = False
-        self.filter_text = ""
+        self._sessions_filter = sessions_filter  # --filter, --min-duration: the Sessions panel's at start
+        self._filter_panel: Panel | None = None  # the panel `/` is editing the filter of
         self.apply_ms: list[float] = []  # time to apply each snapshot (bench tui)
         self._keymap = keymap or {}
         self.notices: deque[tuple[str, str, str]] = deque(maxlen=1000)  # (HH:MM:SS, severity, text), the `m` log
@@ -113,8 +132,9 @@ class QueuetopApp(App[None]):
         yield StatusBar("queuetop: waiting for the first sample…", id="status")
         if len(self.hosts) > 1:
             yield HostBar("", id="hosts")
+        yield ServerBar("", id="server")  # the shown host's server figures (the header line)
         yield PanelsView.build()
-        yield Input(placeholder="filter: queue, application or query text (Enter applies, Esc clears)", id="filter")
+        yield Input(placeholder=FILTER_PLACEHOLDER, id="filter")
         yield NoticeBar(id="notice")
         yield ContextFooter(self.key_context)
 
@@ -127,6 +147,8 @@ class QueuetopApp(App[None]):
         gc.set_threshold(max(GC_YOUNG, self._gc_threshold[0]), *self._gc_threshold[1:])
         if self._keymap:
             self.set_keymap(self._keymap)
+        if self._sessions_filter:  # checked against the Sessions panel's fields before it opened (tui/app.py)
+            self.query_one(SessionsPanel).set_filter(self._sessions_filter)
         if self.host.demo is not None:
             self.run_worker(self._start_demo, thread=True, name="demo")
         for index, host in enumerate(self.hosts):
@@ -164,6 +186,10 @@ class QueuetopApp(App[None]):
             pass
 
     def on_snapshot_arrived(self, message: SnapshotArrived) -> None:
+        # Each deadlock the server broke since the host's previous read: a notice, from every host
+        # (named when there are several), paused or not; its only trace on screen otherwise.
+        for said in deadlock_notices(message.snapshot.server_stats, self.hosts[message.host].name if len(self.hosts) > 1 else None):
+            self.notify(said, severity="warning", timeout=15)
         if self.paused or self._shutting_down():
             return
         if message.host != self.current:  # another tab's: kept for when it is shown, and summarised
@@ -190,7 +216,7 @@ class QueuetopApp(App[None]):
         host = self.host
         Hosts.keep(host, snapshot)
         # Disconnected: keep the last figures on screen; the status bar says they are stale.
-        self.query_one(PanelsView).show(host.shown or snapshot, self.filter_text)
+        self.query_one(PanelsView).show(host.shown or snapshot)
         self.render_status()
         self.apply_ms.append((time.perf_counter() - started) * 1000)
 
@@ -199,7 +225,7 @@ class QueuetopApp(App[None]):
         while connected, else the latest."""
         shown = self.host.shown or self.host.snapshot
         if shown is not None:
-            self.query_one(PanelsView).show(shown, self.filter_text)
+            self.query_one(PanelsView).show(shown)
 
     def render_hosts(self) -> None:
         if len(self.hosts) > 1:
@@ -212,6 +238,7 @@ class QueuetopApp(App[None]):
                             paused=self.paused, recording=self.recorder is not None, read_only=self.read_only,
                             interval_s=self.source.interval_s if self.replay is None else 0.0)
         self.query_one(StatusBar).show(facts, force)
+        self.query_one(ServerBar).show(self.host.shown or self.snapshot, force)
 
     # -- notices --------------------------------------------------------------------------
 
@@ -270,7 +297,10 @@ class QueuetopApp(App[None]):
 
     def action_help(self) -> None:
         """The keys that apply now (several hosts: the host keys; a replay: its keys; ...)."""
-        self.push_screen(HelpScreen(help_keys(self.key_for, self.key_context(), self.host.controls_off)))
+        keys = help_keys(self.key_for, self.key_context(), self.host.controls_off)
+        record = record_description(self.live_recording.flight)  # R: the flight recorder's bounds, what it holds now
+        keys = [(key, record if binding_id == "record" else said, binding_id) for key, said, binding_id in keys]
+        self.push_screen(HelpScreen(keys))
 
     def action_host(self, index: int) -> None:
         """Show host `index` (its number in the host bar, from 0), or the next (-1) or previous (-2)."""
@@ -336,6 +366,18 @@ class QueuetopApp(App[None]):
             if severity != "error":
                 self.render_status()
 
+    def action_copy(self) -> None:
+        """y: the selected session's whole query (Sessions, Locks), or the row's name, to the clipboard."""
+        said = copy_selected(self, self.query_one(PanelsView).focused_panel(), self.host.shown or self.host.snapshot,
+                             self.host.backend)
+        if said is not None:  # else: the whole query is being read, and its notice comes when it is copied
+            self.notify(said[0], severity=said[1], timeout=6)
+
+    def action_export(self) -> None:
+        """e: the focused panel's rows as CSV, the file named in a notice."""
+        said, severity = export_focused(self.query_one(PanelsView).focused_panel(), self.host.shown or self.host.snapshot)
+        self.notify(said, severity=severity, timeout=10)
+
     def key_context(self) -> KeyContext:
         """What decides which keys apply now: the footer and the help show only those."""
         host = self.host
@@ -368,7 +410,7 @@ class QueuetopApp(App[None]):
         border has no room for it (80 columns, hidden columns listed), on the footer's line for
         a moment, not logged."""
         view = self.query_one(PanelsView)
-        said = view.sort(self.snapshot, self.filter_text)
+        said = view.sort(self.snapshot)
         panel = view.focused_panel()
         if panel is None or len(panel.SORTS) < 2:
             panel = self.query_one(QueuesPanel)
@@ -377,17 +419,40 @@ class QueuetopApp(App[None]):
             self.query_one(NoticeBar).show(time.strftime("%H:%M:%S"), "information", said, 2, logged=False)
 
     def action_filter(self) -> None:
+        """`/`: edit the focused panel's own filter (Queues' when none has focus), prefilled with
+        the one it has; the box names the panel and its fields."""
+        panel = self._filter_panel = self.query_one(PanelsView).filter_target()
         box = self.query_one("#filter", Input)
+        box.placeholder = filter_placeholder(panel)
+        box.value = panel.filter.text
+        box.cursor_position = len(box.value)
         box.add_class("visible")
         box.focus()
 
     @on(Input.Submitted, "#filter")
     def _apply_filter(self, event: Input.Submitted) -> None:
-        self.filter_text = event.value.strip()
-        if not self.filter_text:
-            event.input.remove_class("visible")
-        self.query_one(QueuesPanel).query_one(DataTable).focus()
+        """Enter in the box: the panel's filter is what it says (empty: none). A wrong term is
+        refused with its reason, the box kept open on it and the panel's filter as it was."""
+        panel = self._filter_panel or self.query_one(PanelsView).filter_target()
+        try:
+            flt = parse(event.value)
+        except FilterError as exc:
+            self.notify(f"{panel.panel_name} filter not changed: {exc}", severity="error", timeout=8)
+            return
+        refused = panel.set_filter(flt)
+        if refused is not None:
+            self.notify(f"filter not changed: {refused}", severity="error", timeout=8)
+            return
+        self._close_filter_box(panel)
         self.refresh_panels()
+
+    def _close_filter_box(self, panel: Panel) -> None:
+        box = self.query_one("#filter", Input)
+        box.value = ""
+        box.remove_class("visible")
+        self._filter_panel = None
+        target = next((w for w in panel.query("*") if w.focusable), None)
+        (target or self.query_one(QueuesPanel).query_one(DataTable)).focus()
 
     def on_key(self, event: Key) -> None:
         box = self.query_one("#filter", Input)
@@ -395,15 +460,19 @@ class QueuetopApp(App[None]):
             self.screen.minimize()
             event.stop()
             return
-        if event.key == "escape" and (box.has_focus or self.filter_text):
-            self._clear_filter()
-            self.query_one(QueuesPanel).query_one(DataTable).focus()
+        if event.key == "escape" and box.has_focus:  # the panel being edited: no filter
+            editing = self._filter_panel or self.query_one(PanelsView).filter_target()
+            self._clear_filter(editing)
+            self._close_filter_box(editing)
+            return
+        if event.key != "escape" or self.screen is not self.screen_stack[0]:
+            return
+        focused = self.query_one(PanelsView).focused_panel()
+        if focused is not None and focused.filter:
+            self._clear_filter(focused)  # Esc on a filtered panel clears its filter, as Esc in the box does
 
-    def _clear_filter(self) -> None:
-        box = self.query_one("#filter", Input)
-        box.value = ""
-        box.remove_class("visible")
-        self.filter_text = ""
+    def _clear_filter(self, panel: Panel) -> None:
+        panel.set_filter(EMPTY)
         self.refresh_panels()
 
     @on(DataTable.RowSelected, "#queues-table")
@@ -452,9 +521,9 @@ class QueuetopApp(App[None]):
             main.minimize()
         undone = []
         found = panel.select_pid(pid)
-        if not found and self.filter_text:
-            self._clear_filter()
-            undone.append("the filter cleared")
+        if not found and panel.filter:
+            self._clear_filter(panel)
+            undone.append(f"the {panel.panel_name} filter cleared")
             found = panel.select_pid(pid)
         if not found and isinstance(panel, SessionsPanel) and panel.hide_idle:
             panel.toggle_idle()
@@ -499,9 +568,27 @@ class QueuetopApp(App[None]):
 
     # -- acting on the database (actions.py) ------------------------------------------------
 
-    def action_signal(self, terminate: bool) -> None:
-        """Cancel or terminate the session selected in the focused panel that shows sessions."""
+    def action_tag(self) -> None:
+        """Space in the Sessions list: tag the selected session, or untag it (its border counts them)."""
         focused = self.query_one(PanelsView).focused_panel()
+        if not isinstance(focused, SessionsPanel):
+            self.notify("Space tags a session in the Sessions panel (Tab to it)", severity="warning", timeout=4)
+            return
+        if focused.toggle_tag() is None:
+            self.notify("no session under the cursor to tag", severity="warning", timeout=4)
+
+    def action_untag(self) -> None:
+        """Untag every session."""
+        count = self.query_one(SessionsPanel).clear_tags()
+        self.notify(f"{count} session(s) untagged" if count else "no session is tagged", timeout=3)
+
+    def action_signal(self, terminate: bool) -> None:
+        """Cancel or terminate the session selected in the focused panel that shows sessions; in
+        the Sessions list with sessions tagged, every tagged one (one confirmation lists them)."""
+        focused = self.query_one(PanelsView).focused_panel()
+        if isinstance(focused, SessionsPanel) and focused.tags:
+            self.host_actions.signal_tagged(terminate, focused.tagged_sessions(), confirmed=focused.clear_tags)
+            return
         if isinstance(focused, SessionsPanel):
             if focused.ended_pid is not None:
                 verb = "terminate" if terminate else "cancel"

@@ -20,6 +20,8 @@ from probes.model import ServerInfo, Snapshot, as_utc
 from probes.recording import ReplayClock, first_recorded_at
 
 from .. import format as fmt
+from ..serverline import server_line as server_line
+from ..serverline import server_parts as server_parts
 from .hosts import Host, hosts_text, server_stopped
 from .keymap import DETAILS, FOOTER_LABELS, KeyContext, footer_ids, footer_rank, panel_of
 
@@ -178,6 +180,26 @@ def standby_parts(server: ServerInfo) -> list[tuple[str, str, int]]:
     if server.replayed_at is not None and behind:
         parts.append((f" │ as of {as_utc(server.replayed_at):%H:%M:%S} (replay)", "yellow", 2))
     return parts
+
+
+class ServerBar(_FittedLine):
+    """The header line: the shown host's server figures (transactions, rows, temp and WAL bytes per
+    second, cache hit ratio, size, deadlocks: the server_stats probe), as its snapshot has them (a
+    replay's as recorded), fitted to the width: each figure whole or left out, the least useful
+    first (server_parts)."""
+
+    DEFAULT_CSS = """
+    ServerBar { height: 1; padding: 0 1; }
+    """
+
+    _snapshot: Snapshot | None = None
+
+    def show(self, snapshot: Snapshot | None, force: bool = False) -> None:
+        self._snapshot = snapshot
+        self._paint(server_line(snapshot, max(self._width(), 20)), force)
+
+    def on_resize(self) -> None:
+        self.show(self._snapshot, force=True)
 
 
 class NoticeBar(Static):

@@ -23,8 +23,9 @@ ENGINE_ACTIONS = [
     ("compact", "o", "Compact now", "GROUP (a task id) or all", "all"),
     ("scenario.start", "s", "Start the contention scenario", "MODE(naive|compacted) SUBMITTERS [SECONDS]", "naive 16 60"),
     ("scenario.stop", "S", "Stop the contention scenario", None, None),
-    ("relays.start", "y", "Start outbox relays", "RELAYS RATE_PER_S", "3 20"),
-    ("relays.stop", "Y", "Stop the outbox relays", None, None),
+    # u, U: y is copy (as in pg_activity).
+    ("relays.start", "u", "Start outbox relays", "RELAYS RATE_PER_S", "3 20"),
+    ("relays.stop", "U", "Stop the outbox relays", None, None),
     ("relays.kill", "x", "Kill the relay leader", None, None),
 ]
 

@@ -50,7 +50,16 @@ KEYS: list[BindingType] = [
     Binding("a", "sessions_idle", "Idle sessions: hide/show", id="sessions.idle", show=False),
     Binding("A", "sessions_all", "Sessions: show/hide the server's background processes and queuetop's own sessions",
             id="sessions.all", show=False),
+    # Tags, as pg_activity's Space: C and K in the Sessions panel then act on every tagged session.
+    Binding("space", "tag", "Sessions: tag / untag the selected session (C, K then act on every tagged one)",
+            id="sessions.tag", key_display="Space", show=False),
+    Binding("T", "untag", "Sessions: untag every session", id="sessions.untag", show=False),
     Binding("q", "quit", "Quit", id="quit"),
+    # Taking things away (export.py): y as in pg_activity, e as Dolphie's E.
+    Binding("y", "copy", "Copy to the clipboard (OSC 52): the selected session's whole query, or the row's name",
+            id="copy", show=False),
+    Binding("e", "export", "Export the focused table as CSV: every row it lists, values whole (the file in a notice)",
+            id="export", show=False),
     *RECORD_BINDINGS,
     *HOST_BINDINGS,
     *ENGINE_BINDINGS,
@@ -62,12 +71,14 @@ KEYS: list[BindingType] = [
 # key still works where it acts, shown or not. "details" is Enter (the tables' own key).
 PANEL_KEYS: dict[str, tuple[str, ...]] = {
     "queues": ("details", "verdict.goto", "filter", "sort", "zoom", "engine.producer.start", "engine.consumers.start", "engine.burst",
-               "engine.blocker"),
-    "locks": ("details", "backend.cancel", "backend.terminate", "filter", "zoom"),
-    "sessions": ("details", "backend.cancel", "backend.terminate", "sessions.idle", "sessions.all", "sort", "filter", "zoom"),
-    "connections": ("backend.cancel", "backend.terminate", "sort", "filter", "zoom"),
-    "rings": ("engine.ring.put", "engine.ring.take", "filter", "zoom"),
-    "leases": ("engine.lease.take", "engine.lease.release", "engine.relays.start", "engine.relays.kill", "filter", "zoom"),
+               "engine.blocker", "copy", "export"),
+    "locks": ("details", "backend.cancel", "backend.terminate", "filter", "zoom", "copy", "export"),
+    "sessions": ("details", "backend.cancel", "backend.terminate", "sessions.idle", "sessions.all", "sort", "filter", "zoom",
+                 "sessions.tag", "sessions.untag", "copy", "export"),
+    "connections": ("backend.cancel", "backend.terminate", "sort", "filter", "zoom", "copy", "export"),
+    "rings": ("engine.ring.put", "engine.ring.take", "filter", "zoom", "copy", "export"),
+    "leases": ("engine.lease.take", "engine.lease.release", "engine.relays.start", "engine.relays.kill", "filter", "zoom", "copy",
+               "export"),
     "compaction": ("engine.compact", "engine.scenario.start", "filter", "zoom"),
     "replication": ("filter", "zoom"),
     "pooler": ("filter", "zoom"),
@@ -79,11 +90,13 @@ DETAILS = ("enter", "Details")  # the footer's Enter: the key, its label
 FOOTER_LABELS: dict[str, str] = {
     "help": "Help", "pause": "Pause", "notices": "Notices", "quit": "Quit", "filter": "Filter", "sort": "Sort",
     "zoom": "Zoom", "backend.cancel": "Cancel", "backend.terminate": "Terminate", "sessions.idle": "Idle", "sessions.all": "All",
+    "sessions.tag": "Tag", "sessions.untag": "Untag",
     "host.next": "Next host", "replay.step": "Step", "replay.seek": "Go to",
     "engine.producer.start": "Produce", "engine.consumers.start": "Consume", "engine.burst": "Burst",
     "engine.blocker": "Blocker", "engine.ring.put": "Put", "engine.ring.take": "Take", "engine.lease.take": "Take",
     "engine.lease.release": "Release", "engine.relays.start": "Relays", "engine.relays.kill": "Kill leader",
     "engine.compact": "Compact", "engine.scenario.start": "Scenario", "verdict.goto": "Culprit",
+    "copy": "Copy", "export": "Export",
 }
 
 
@@ -129,9 +142,13 @@ def footer_ids(panel: str | None, context: KeyContext) -> list[str]:
 def footer_rank(binding_id: str, panel: str | None) -> int:
     """Which keys the footer keeps when it is too narrow for all (the lowest rank first): help (it
     lists the rest), then the host and replay keys, then the panel's in their order, then quit,
-    pause and the notices."""
-    keep = ("help", "host.next", "replay.step", "replay.seek", *PANEL_KEYS.get(panel or "", ()), "quit", "pause", "notices")
+    pause and the notices; copy and export last (the help lists them)."""
+    keep = ("help", "host.next", "replay.step", "replay.seek", *(i for i in PANEL_KEYS.get(panel or "", ()) if i not in TAKE_AWAY),
+            "quit", "pause", "notices", *TAKE_AWAY)
     return keep.index(binding_id) if binding_id in keep else len(keep)
+
+
+TAKE_AWAY = ("copy", "export")  # y and e: in every table's footer where there is room, after quit
 
 
 def panel_of(widget) -> str | None:
@@ -161,7 +178,7 @@ def help_keys(key_for: Callable[[str], str], context: KeyContext, engine_off: st
     if not (context.engine and not context.read_only):
         why = ("queuetop runs with --read-only" if context.read_only else
                engine_off or ("a recording has no database behind it" if context.replay else "no database"))
-        keys.append(("", f"Engine keys (n, w, b, g, l, o, s, y, ...): off: {why}", ""))
+        keys.append(("", f"Engine keys (n, w, b, g, l, o, s, u, ...): off: {why}", ""))
     keys.append(("Tab / Shift-Tab", "move between panels", ""))
     keys.append(("j k, C K", "j and k move, as in vim; cancel and terminate are C and K, as in pg_activity", ""))
     keys.append(("Enter", "details: a queue's head and dead letters, a session's query and locks (Esc, q or Enter closes)", ""))

@@ -1,13 +1,16 @@
 """The panels, as one view: laid out in three rows (`PanelsView.build`), each snapshot handed to
-every panel (once per snapshot and filter), other hosts' trends kept going, the focused panel
-sorted and zoomed. The app gives it the snapshots and the filter (data down)."""
+every panel (once per snapshot and set of filters), other hosts' trends kept going, the focused
+panel sorted, zoomed and filtered (`/`: each panel keeps its own filter). The app gives it the
+snapshots (data down)."""
 
 from __future__ import annotations
 
 from textual.containers import Horizontal, Vertical
+from textual.widget import Widget
 
 from probes.model import Snapshot
 
+from ..widgets.keyed_table import KeyedTable
 from ..widgets.panels import (
     CompactionPanel,
     ConnectionsPanel,
@@ -86,8 +89,20 @@ LAYOUT_CSS = """
     """
 
 
+def _names_whole(panel: Panel, first: int) -> int:
+    """The narrowest width (border included) at which its table shows at least its first
+    `first + 1` columns (by priority) and every name it shows whole: where a figure its table
+    would show beside them (Sessions' `Holds up`) takes the room, with that figure too. Not its
+    title, which is fitted to the width it is given (`Conns` or `Connections`)."""
+    steps = panel.query_one(KeyedTable).width_steps()
+    for k in range(min(first, len(steps) - 1), len(steps)):
+        if k + 1 == len(steps) or steps[k + 1][0] > steps[k][1]:
+            return steps[k][1] + 2
+    return 0
+
+
 class PanelsView(Vertical):
-    _applied: tuple[Snapshot, str] | None = None  # what the panels show, and with which filter
+    _applied: tuple[Snapshot, tuple[str, ...]] | None = None  # what the panels show, and with which filters
 
     @classmethod
     def build(cls) -> PanelsView:
@@ -99,15 +114,17 @@ class PanelsView(Vertical):
             Horizontal(RingsPanel(), LeasesPanel(), CompactionPanel(), ReplicationPanel(), PoolerPanel(), id="row-small"),
         )
 
-    def show(self, snapshot: Snapshot, filter_text: str) -> None:
-        """Hand `snapshot` to every panel, unless they show it already with this filter (a panel
-        adds each sample it is given to its history)."""
-        if self._applied is not None and self._applied[0] is snapshot and self._applied[1] == filter_text:
+    def show(self, snapshot: Snapshot) -> None:
+        """Hand `snapshot` to every panel, unless they show it already with their filters (a
+        panel adds each sample it is given to its history)."""
+        panels = [self.query_one(panel) for panel in PANELS]
+        filters = tuple(panel.filter.text for panel in panels)
+        if self._applied is not None and self._applied[0] is snapshot and self._applied[1] == filters:
             return
-        self._applied = (snapshot, filter_text)
+        self._applied = (snapshot, filters)
         with self.app.batch_update():
-            for panel in PANELS:
-                self.query_one(panel).show(snapshot, filter_text)
+            for panel in panels:
+                panel.show(snapshot)
             calm = self.query_one(LocksPanel).calm
             row = self.query_one("#row-locks")
             row.set_class(calm, "-calm")
@@ -121,9 +138,62 @@ class PanelsView(Vertical):
         row = self.query_one("#row-locks")
         blocked = not row.has_class("-calm") and not row.has_class("-held")
         row.set_class(blocked and 0 < self.size.width < self.NARROW, "-narrow")
+        self._names_whole_in_locks_row(row)
+
+    # What the locks row keeps for each panel (LAYOUT_CSS): the tree 37 columns while sessions are
+    # blocked (every explanation whole), or its root's line with every count whole if wider; its
+    # one line (24) when calm; Sessions PID, State and App (32); Connections its figures' lines
+    # and a count per name (23).
+    KEEP_TREE, KEEP_TREE_CALM, KEEP_SESSIONS, KEEP_CONNECTIONS = 37, 24, 32, 23
+    SETTLE = 2  # a panel narrower by at most this many columns keeps its width (no jump per sample)
+    _floors: tuple[int | None, int | None] = (None, None)  # the min-widths set on Sessions and Connections
+    _basis: tuple[object, ...] | None = None  # what they were worked out from
+
+    def _names_whole_in_locks_row(self, row: Widget) -> None:
+        """Sessions' App and Connections' names whole where the row has the room beside what each
+        panel keeps: each panel's min-width raised to show its names whole, the smallest need
+        first, and only where it is met in full (a name a few cells longer but still cut is not
+        worth the tree's lines). The stylesheet's widths otherwise (wider screens leave them
+        more); at 80 columns blocked (-narrow) and with application locks alone (-held) its
+        widths are fixed already. Set only when it changes (no layout loop)."""
+        width = self.size.width
+        floors: list[int | None] = [None, None]
+        if width > 0 and not row.has_class("-narrow") and not row.has_class("-held"):
+            calm = row.has_class("-calm")
+            sessions, connections = self.query_one(SessionsPanel), self.query_one(ConnectionsPanel)
+            tree = self.KEEP_TREE_CALM if calm else max(self.KEEP_TREE, self.query_one(LocksPanel).summary_width())
+            # What it depends on: the same as last time (most samples: the same names), nothing to do.
+            basis = (width, calm, tree, sessions.query_one(KeyedTable).column_widths(),
+                     connections.query_one(KeyedTable).column_widths())
+            if basis == self._basis:
+                return
+            self._basis = basis
+            keep = (self.KEEP_SESSIONS, self.KEEP_CONNECTIONS)
+            # Whole: Sessions' PID, State and App (its first three columns); Connections' counts
+            # and names (its first two). Calm, Sessions has the row's room already.
+            wants = (keep[0] if calm else _names_whole(sessions, 2), _names_whole(connections, 1))
+            spare = width - tree - sum(keep)
+            for index in sorted(range(2), key=lambda i: wants[i] - keep[i]):
+                lack = wants[index] - keep[index]
+                if 0 < lack <= spare:
+                    floors[index] = wants[index]
+                    spare -= lack
+            for index, (old, new) in enumerate(zip(self._floors, floors, strict=True)):
+                if old is not None and new is not None and 0 < old - new <= min(self.SETTLE, spare):
+                    floors[index] = old  # a name a cell or two shorter: not worth a layout
+                    spare -= old - new
+        else:
+            self._basis = None
+        if tuple(floors) != self._floors:
+            self._floors = (floors[0], floors[1])
+            self.query_one(SessionsPanel).styles.min_width = floors[0]  # None: the stylesheet's
+            self.query_one(ConnectionsPanel).styles.min_width = floors[1]
 
     def on_resize(self) -> None:
         self._narrow()
+
+    def on_locks_panel_summary_width(self) -> None:
+        self._narrow()  # the tree built, or its root's line grew or shrank: what it keeps changed
 
     def record(self, snapshot: Snapshot) -> None:
         """Another host's snapshot, not shown: its trends and countdowns go on."""
@@ -148,12 +218,16 @@ class PanelsView(Vertical):
             if target is not None:
                 target.focus()
 
-    def sort(self, snapshot: Snapshot | None, filter_text: str) -> str:
+    def filter_target(self) -> Panel:
+        """The panel `/` filters: the focused one (Queues when none is)."""
+        return self.focused_panel() or self.query_one(QueuesPanel)
+
+    def sort(self, snapshot: Snapshot | None) -> str:
         """Cycle the focused panel's order (Queues when the focused one does not sort); says what it did."""
         panel = self.focused_panel()
         if panel is None or len(panel.SORTS) < 2:
             panel = self.query_one(QueuesPanel)
         order = panel.cycle_sort()
         if snapshot is not None:
-            panel.show(snapshot, filter_text)
-        return f"{panel.border_title} sorted by {order}"
+            panel.show(snapshot)
+        return f"{panel.title_text} sorted by {order}"

@@ -84,16 +84,25 @@ class KeyedTable(DataTable):
             self.left = left
             self.right = right
 
-    def __init__(self, columns: Sequence[Column | tuple[str, str]], *, pinned: int = 1, **kwargs) -> None:
+    def __init__(self, columns: Sequence[Column | tuple[str, str]], *, pinned: int = 1, names_first: bool = False,
+                 **kwargs) -> None:
         """`pinned`: how many first columns a zoomed table keeps beside its window of the others
-        (the row's name; the Sessions list's pid and state)."""
+        (the row's name; the Sessions list's pid and state). `names_first`: past its first two
+        columns (a name and its first figure), a column is shown only where the names stay whole
+        beside it, wherever they could be whole without it: a table whose width is shared in a
+        row of panels (the small panels), where a name cut for a figure that could have been
+        left out reads as a clipped name beside room (a lease `payments-rel…`)."""
         super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
         self._pinned = max(1, pinned)
+        self._names_first = names_first
         # A bare (key, label) list: the first column is the name, the others go last first.
         self._spec = [c if isinstance(c, Column) else Column(c[0], c[1], priority=i, text=i == 0)
                       for i, c in enumerate(columns)]
         self._full: dict[str, tuple] = {}  # every column's cell, by row key
         self._widths = [cell_len(c.label) for c in self._spec]  # widest cell (or label) per column
+        # Whether a column has a cell with something in it: a column blank in every row (nobody's
+        # transaction open, nobody held up) yields to the names, as a figure that could be left out.
+        self._filled = [False] * len(self._spec)
         self._visible: list[int] = list(range(len(self._spec)))
         self._text_widths: dict[int, int] = {}  # a shortened text column's width
         self.hidden: tuple[str, ...] = ()
@@ -216,13 +225,14 @@ class KeyedTable(DataTable):
         pad = 2 * self.cell_padding
         chosen: list[int] = []
         used = 0
-        for index in sorted(range(len(self._spec)), key=lambda i: (self._spec[i].priority, i)):
+        for index in self._by_priority():
             column = self._spec[index]
             need = (self._base(index) if column.text else self._widths[index]) + pad
             # A second text column (a lease's holder) only once the more important ones (its
             # name) can be whole: a name cut to make room for a holder helps no one.
-            deficit = sum(self._widths[i] - self._base(i) for i in chosen
-                          if self._spec[i].text) if column.text or column.yields_to_names else 0
+            deficit = sum(self._widths[i] - self._base(i) for i in chosen if self._spec[i].text)
+            if not self._yields(column, len(chosen), names_whole=used + deficit <= available):
+                deficit = 0
             if chosen and used + need + deficit > available:
                 break  # this one and every less important one stay out
             chosen.append(index)
@@ -282,6 +292,10 @@ class KeyedTable(DataTable):
         """The width that shows every column and every cell whole (with the scrollbar's column)."""
         return sum(width + 2 * self.cell_padding for width in self._widths) + 1
 
+    def column_widths(self) -> tuple[int, ...]:
+        """Each column's widest cell (or label): what its width_steps are worked out from."""
+        return tuple(self._widths)
+
     def width_steps(self) -> list[tuple[int, int]]:
         """For each column in turn (as `_fit` picks them: by priority, the names at their
         narrowest, a second name once the first can be whole): the width at which it is shown,
@@ -290,15 +304,37 @@ class KeyedTable(DataTable):
         steps: list[tuple[int, int]] = []
         chosen: list[int] = []
         used = 0  # no scrollbar beside the rows (ideal_width counts one)
-        for index in sorted(range(len(self._spec)), key=lambda i: (self._spec[i].priority, i)):
+        for index in self._by_priority():
             column = self._spec[index]
-            used += (self._base(index) if column.text else self._widths[index]) + pad
+            need = (self._base(index) if column.text else self._widths[index]) + pad
+            used += need
             deficit = sum(self._widths[i] - self._base(i) for i in chosen if self._spec[i].text)
+            # A names_first figure first shows at `used` where that is narrower than the names
+            # whole without it (they cannot be whole: it is shown as in any table, need <
+            # deficit), else where the names stay whole beside it (used + deficit).
+            owed = deficit if self._yields(column, len(chosen), names_whole=need >= deficit) else 0
             chosen.append(index)
-            shown = max(used + (deficit if column.text or column.yields_to_names else 0), steps[-1][0] if steps else 0)
+            shown = max(used + owed, steps[-1][0] if steps else 0)
             whole = used + sum(self._widths[i] - self._base(i) for i in chosen if self._spec[i].text)
             steps.append((shown, max(shown, whole)))
         return steps
+
+    def _by_priority(self) -> list[int]:
+        """The columns in the order they are given room: by priority, those blank in every row
+        last (a blank column shown while a figure or a name is left out says nothing); the first
+        column (the row's name) first whatever it holds."""
+        filled = self._filled
+        return sorted(range(len(self._spec)), key=lambda i: (i > 0 and not filled[i], self._spec[i].priority, i))
+
+    def _yields(self, column: Column, before: int, *, names_whole: bool) -> bool:
+        """Whether `column`, with `before` columns chosen ahead of it, is shown only once the text
+        columns before it can be whole: a second name (a lease's holder), a column that yields to
+        names, and in a `names_first` table every column past the first two where the names can
+        be whole without it (`names_whole`), and a column blank in every row (`_filled`). Where
+        they cannot (a name longer than the row), a figure left out would not make them whole:
+        it is shown as in any table."""
+        return column.text or column.yields_to_names or (self._names_first and before >= 2 and names_whole) \
+            or (before >= 1 and not self._filled[self._spec.index(column)])
 
     def _base(self, index: int) -> int:
         """A text column's narrowest: its min_width, never narrower than its header (a cut header
@@ -437,9 +473,12 @@ class KeyedTable(DataTable):
         """Update the widest cell of each column from the `changed` rows (all of them when
         `everything`); True if a column's widest cell is now wider than the layout assumed."""
         widths = [cell_len(c.label) for c in self._spec] if everything else self._widths
+        filled = [False] * len(self._spec) if everything else self._filled
         grew = False
         for key in rows if everything else changed:
             for index, cell in enumerate(rows[key]):
+                if not filled[index] and _cell_width(cell):
+                    filled[index] = grew = True  # (a column blank until now is laid out again)
                 if cell.__class__ is str and len(cell) <= widths[index] and cell.isascii():
                     continue  # the common case, without a call
                 width = _cell_width(cell)
@@ -447,6 +486,7 @@ class KeyedTable(DataTable):
                     widths[index] = width
                     grew = True
         self._widths = widths
+        self._filled = filled
         return grew
 
     def full_rows(self) -> dict[str, tuple]:

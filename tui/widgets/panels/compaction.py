@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 from rich.text import Text
 
@@ -10,7 +11,7 @@ from probes.model import Snapshot
 
 from ... import format as fmt
 from ..keyed_table import Column, KeyedTable
-from .base import UNKNOWN_KEY, Panel, matches_filter, unknown_row
+from .base import UNKNOWN_KEY, Panel, unknown_row
 
 
 class CompactionPanel(Panel):
@@ -19,20 +20,24 @@ class CompactionPanel(Panel):
 
     COLUMNS: ClassVar[list[Column]] = [Column("pending", "Pending", 0), Column("group", "Group", 0, text=True, min_width=5)]
 
+    # A group's title and its key (the `all` line stays: the total).
+    FILTER_FIELDS: ClassVar[dict[str, Callable[[Any], object]]] = {"name": lambda g: (g.title, str(g.group))}
+    FILTER_WORDS = ("name",)
+
     def __init__(self) -> None:
         super().__init__("Compaction", id="compaction")
 
     def compose(self):
-        yield KeyedTable(self.COLUMNS, id="compaction-table")
+        yield KeyedTable(self.COLUMNS, id="compaction-table", names_first=True)  # its width shared in its row (share_row)
 
-    def show(self, snapshot: Snapshot, filter_text: str = "") -> None:
+    def show(self, snapshot: Snapshot) -> None:
         rows: dict[str, tuple[object, ...]] = {}
         subtitles: tuple[str, ...] = ()
         for c in snapshot.compaction:
             total = Text(fmt.count(c.pending_deltas, c.pending_is_estimate), style="bold yellow" if c.pending_deltas else "")
             rows[f"all:{c.name}"] = (total, Text(f"all ({c.groups:,} group{'' if c.groups == 1 else 's'})", style="bold"))
             for g in c.by_group:
-                if matches_filter(filter_text, g.title, g.group):
+                if self.passes(g):
                     rows[f"group:{c.name}:{g.group}"] = (
                         fmt.count(g.pending_deltas, c.pending_is_estimate), f"#{g.group} {fmt.one_line(g.title, 40)}"
                     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rich.text import Text
 
@@ -13,7 +13,7 @@ from probes.model import Snapshot
 
 from ... import format as fmt
 from ..keyed_table import Column, KeyedTable
-from .base import UNKNOWN_KEY, Panel, matches_filter, unknown_row
+from .base import UNKNOWN_KEY, Panel, unknown_row
 
 
 def ttl_cell(state: str, left: float | None) -> Text:
@@ -36,10 +36,13 @@ class LeasesPanel(Panel):
         Column("token", "Token", 2), Column("expires", "TTL", 1),
     ]
 
+    FILTER_FIELDS: ClassVar[dict[str, Callable[[Any], object]]] = {
+        "name": lambda lease: lease.name, "holder": lambda lease: lease.holder, "state": lambda lease: lease.state}
+    FILTER_WORDS = ("name", "holder")
+
     def __init__(self) -> None:
         super().__init__("Leases", id="leases")
         self._lease_snapshot: Snapshot | None = None
-        self._filter_text = ""
         self._received = 0.0
         # Per host: the latest sample's time and when it arrived (monotonic), so that a tab shown
         # again counts down from its sample's arrival, not from the moment it is shown.
@@ -56,17 +59,17 @@ class LeasesPanel(Panel):
             self._arrivals[host] = (snapshot.taken_at, time.monotonic())
 
     def compose(self):
-        yield KeyedTable(self.COLUMNS, id="leases-table")
+        yield KeyedTable(self.COLUMNS, id="leases-table", names_first=True)  # its width shared in its row (share_row)
 
     def on_mount(self) -> None:
         # The countdown runs locally between samples: no query per second.
         self._countdown = self.set_interval(1.0, self._tick)
 
-    def show(self, snapshot: Snapshot, filter_text: str = "") -> None:
+    def show(self, snapshot: Snapshot) -> None:
         self.record(snapshot)
         taken_at, received = self._arrivals[snapshot.host]
         self._received = received if taken_at == snapshot.taken_at else time.monotonic()
-        self._lease_snapshot, self._filter_text = snapshot, filter_text
+        self._lease_snapshot = snapshot
         self._tick()
         self.fit_width_to_content()
         # Counted from this sample: with samples every second the countdown never needs a
@@ -82,7 +85,7 @@ class LeasesPanel(Panel):
             elapsed = time.monotonic() - self._received
         rows: dict[str, tuple[object, ...]] = {}
         for lease in self._lease_snapshot.leases:
-            if not matches_filter(self._filter_text, lease.name, lease.holder):
+            if not self.passes(lease):
                 continue
             left = None if lease.expires_in_s is None else lease.expires_in_s - elapsed
             state = lease.state if not (lease.state == "held" and left is not None and left <= 0) else "expired"

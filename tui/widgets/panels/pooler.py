@@ -7,7 +7,8 @@ takes no room, and the screens are as they were."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 from rich.text import Text
 
@@ -16,7 +17,7 @@ from probes.pooler_console import POOLER, pool_name, pools_of
 
 from ... import format as fmt
 from ..keyed_table import Column, KeyedTable
-from .base import UNKNOWN_KEY, Panel, matches_filter, unknown_row
+from .base import UNKNOWN_KEY, Panel, unknown_row
 
 WAITING = "bold red"  # clients wait for a server connection: the pool has none left to give
 NO_POOL_KEY = "no-pool"
@@ -36,14 +37,18 @@ class PoolerPanel(Panel):
         Column("mode", "Mode", 6, yields_to_names=True),
     ]
 
+    FILTER_FIELDS: ClassVar[dict[str, Callable[[Any], object]]] = {
+        "db": lambda p: p.database, "user": lambda p: p.user, "name": lambda p: (p.database, p.user)}
+    FILTER_WORDS = ("db", "user")
+
     def __init__(self) -> None:
         super().__init__("Pooler", id="pooler")
         self.display = False  # until a snapshot says a PgBouncer was given
 
     def compose(self):
-        yield KeyedTable(self.COLUMNS, id="pooler-table")
+        yield KeyedTable(self.COLUMNS, id="pooler-table", names_first=True)  # its width shared in its row (share_row)
 
-    def show(self, snapshot: Snapshot, filter_text: str = "") -> None:
+    def show(self, snapshot: Snapshot) -> None:
         given = pooler_given(snapshot)
         if self.display != given:
             self.display = given
@@ -52,7 +57,7 @@ class PoolerPanel(Panel):
         rows: dict[str, tuple[object, ...]] = {}
         pools = pools_of(snapshot.pooler, snapshot.server.database)
         for pool in pools:
-            if matches_filter(filter_text, pool.database, pool.user):
+            if self.passes(pool):
                 rows[pool_name(pool)] = _row(pool)
         unknown = snapshot.unknown_list("pooler")
         if unknown is not None:

@@ -5,7 +5,8 @@ the screen to say so (`snapshot --json` says it: empty lists)."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 from rich.text import Text
 
@@ -13,7 +14,7 @@ from probes.model import ReplicationSlot, Snapshot, Standby
 
 from ... import format as fmt
 from ..keyed_table import Column, KeyedTable
-from .base import UNKNOWN_KEY, Panel, matches_filter, unknown_row
+from .base import UNKNOWN_KEY, Panel, unknown_row
 
 GIB = 1024**3
 # Figures an operator must look at: a standby this far behind, a slot keeping this much WAL
@@ -77,14 +78,21 @@ class ReplicationPanel(Panel):
         Column("where", "Client/db", 6, text=True, min_width=6),
     ]
 
+    # A standby by its application name and client; a slot by its name, database and plugin.
+    FILTER_FIELDS: ClassVar[dict[str, Callable[[Any], object]]] = {
+        "name": lambda r: getattr(r, "name", None) or getattr(r, "application", None),
+        "app": lambda r: getattr(r, "application", None), "client": lambda r: getattr(r, "client", None),
+        "db": lambda r: getattr(r, "database", None), "kind": lambda r: (getattr(r, "plugin", None), getattr(r, "type", "standby"))}
+    FILTER_WORDS = ("name", "client", "db", "kind")
+
     def __init__(self) -> None:
         super().__init__("Replication", id="replication")
         self.display = False  # until a snapshot has something to show
 
     def compose(self):
-        yield KeyedTable(self.COLUMNS, id="replication-table")
+        yield KeyedTable(self.COLUMNS, id="replication-table", names_first=True)  # its width shared in its row (share_row)
 
-    def show(self, snapshot: Snapshot, filter_text: str = "") -> None:
+    def show(self, snapshot: Snapshot) -> None:
         replication = snapshot.replication
         unknown = snapshot.unknown_list("replication")
         standbys = replication.standbys if replication is not None else ()
@@ -98,14 +106,14 @@ class ReplicationPanel(Panel):
             return
         rows: dict[str, tuple[object, ...]] = {}
         for s in standbys:
-            if not matches_filter(filter_text, s.application, s.client):
+            if not self.passes(s):
                 continue
             rows[f"standby:{s.pid}:{s.application}"] = (
                 fmt.inert(s.application or "(no name)"), Text("standby", style="dim"), standby_state(s), lag_cell(s),
                 wal_cell(s.replay_lag_bytes, warn=False) if s.state is not None else Text("?", style="yellow"), "",
                 fmt.inert(s.client or ("?" if s.state is None else "-")))
         for slot in slots:
-            if not matches_filter(filter_text, slot.name, slot.database, slot.plugin):
+            if not self.passes(slot):
                 continue
             rows[f"slot:{slot.name}"] = (
                 fmt.inert(slot.name), Text(fmt.inert(f"{slot.type} slot"), style="dim"), slot_state(slot), "",

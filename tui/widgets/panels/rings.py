@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 from probes.model import Snapshot
 
 from ... import format as fmt
 from ..keyed_table import Column, KeyedTable
-from .base import UNKNOWN_KEY, Panel, matches_filter, unknown_row
+from .base import UNKNOWN_KEY, Panel, unknown_row
 
 
 class RingsPanel(Panel):
@@ -17,16 +18,19 @@ class RingsPanel(Panel):
         Column("refused", "Refused", 2, yields_to_names=True),
     ]
 
+    FILTER_FIELDS: ClassVar[dict[str, Callable[[Any], object]]] = {"name": lambda r: r.name}
+    FILTER_WORDS = ("name",)
+
     def __init__(self) -> None:
         super().__init__("Rings", id="rings")
 
     def compose(self):
-        yield KeyedTable(self.COLUMNS, id="rings-table")
+        yield KeyedTable(self.COLUMNS, id="rings-table", names_first=True)  # its width shared in its row (share_row)
 
-    def show(self, snapshot: Snapshot, filter_text: str = "") -> None:
+    def show(self, snapshot: Snapshot) -> None:
         rows: dict[str, tuple[object, ...]] = {}
         for r in snapshot.rings:
-            if not matches_filter(filter_text, r.name):
+            if not self.passes(r):
                 continue
             name = fmt.plain(r.name, style="bold red" if r.used >= r.capacity else "")
             rows[r.name] = (name, f"{fmt.count(r.used)}/{fmt.count(r.capacity)}", fmt.bar(r.used, r.capacity),
