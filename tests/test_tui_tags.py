@@ -191,6 +191,8 @@ async def test_r_on_tagged_jobs_retries_exactly_those(db, size):
             await pilot.press("space")
         assert set(screen.tags) == set(chosen)
         assert str(table.get_cell(chosen[0], "id")) == f"*{chosen[0]}" and str(table.get_cell(listed[0], "id")) == listed[0]
+        id_column = next(c for c in table.ordered_columns if c.key.value == "id")
+        assert id_column.content_width >= len(f"*{max(chosen, key=len)}")  # the marked id whole, not `*dead:`
         table.move_cursor(row=0)  # the cursor on an untagged job: the tags, not it, are acted on
         await pilot.press("r")
         await settle(pilot, app, lambda: isinstance(app.screen, ConfirmScreen), "one confirmation", 500)

@@ -11,6 +11,7 @@ other parts."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -270,28 +271,7 @@ class HostActions:
     def _signal_backend(self, host: Host, pid: int, terminate: bool, started: datetime | None = None) -> None:
         """Signal the session the dialog named, (pid, started), and say how it went: a pid that
         is another backend's now is refused by the statement that signals (queues/admin.py)."""
-        verb = "terminate" if terminate else "cancel"
-        try:
-            if host.backend is None:
-                raise RuntimeError("no database behind this view")
-            done = host.backend.signal_backend(pid, terminate, started) if started is not None \
-                else host.backend.signal_backend(pid, terminate)
-            why = getattr(done, "why", None)
-            if done:
-                message, severity = f"{'terminated' if terminate else 'cancelled'} backend {pid}", "information"
-            elif why == "gone":
-                message, severity = f"backend {pid} was not signalled: it has ended", "warning"
-            elif why == "another backend":
-                message, severity = (f"refused to {verb} {pid}: that pid belongs to another backend now (started "
-                                     f"{_clock(getattr(done, 'started', None))}, the session shown started {_clock(started)}): "
-                                     "the session you chose has ended; nothing done"), "error"
-            elif why == "start hidden":
-                message, severity = (f"refused to {verb} {pid}: this role may not see when its backend started, so it cannot "
-                                     "tell it is the session shown (grant pg_read_all_stats); nothing done"), "error"
-            else:
-                message, severity = f"backend {pid} was not signalled (not allowed, or it ended meanwhile)", "warning"
-        except Exception as exc:
-            message, severity = f"could not signal {pid}: {fmt.one_line(str(exc), 100)}", "error"
+        _kind, message, severity = signal_one(host, pid, terminate, started, "shown")
         self._done(host, message, severity)  # type: ignore[arg-type]
 
     def signal_tagged(self, terminate: bool, sessions: list[SessionSample], confirmed: Callable[[], object] | None = None) -> None:
@@ -333,42 +313,18 @@ class HostActions:
 
     def _signal_tagged(self, host: Host, terminate: bool, sessions: list[SessionSample]) -> None:
         """Signal each tagged session by its identity; a line per session, then the summary."""
-        verb, done_word = ("terminate", "terminated") if terminate else ("cancel", "cancelled")
-        done, ended, refused, failed = 0, 0, 0, 0
+        done_word = "terminated" if terminate else "cancelled"
+        counts: Counter[str] = Counter()
         for s in sessions:
-            pid, started = s.pid, s.backend_start
-            try:
-                if host.backend is None:
-                    raise RuntimeError("no database behind this view")
-                outcome = host.backend.signal_backend(pid, terminate, started) if started is not None \
-                    else host.backend.signal_backend(pid, terminate)
-                why = getattr(outcome, "why", None)
-                if outcome:
-                    done += 1
-                    line, severity = f"{done_word} backend {pid} ({fmt.inert(s.application or '-')})", "information"
-                elif why == "gone":
-                    ended += 1
-                    line, severity = f"backend {pid} was not signalled: it has ended", "warning"
-                elif why == "another backend":
-                    refused += 1
-                    line, severity = (f"refused to {verb} {pid}: that pid belongs to another backend now (started "
-                                      f"{_clock(getattr(outcome, 'started', None))}, the session tagged started {_clock(started)}): "
-                                      "nothing done to it"), "error"
-                elif why == "start hidden":
-                    refused += 1
-                    line, severity = (f"refused to {verb} {pid}: this role may not see when its backend started (grant "
-                                      "pg_read_all_stats); nothing done to it"), "error"
-                else:
-                    failed += 1
-                    line, severity = f"backend {pid} was not signalled (not allowed, or it ended meanwhile)", "warning"
-            except Exception as exc:
-                failed += 1
-                line, severity = f"could not signal {pid}: {fmt.one_line(str(exc), 100)}", "error"
+            kind, line, severity = signal_one(host, s.pid, terminate, s.backend_start, "tagged")
+            counts[kind] += 1
+            if kind == "done":
+                line += f" ({fmt.inert(s.application or '-')})"
             self.app.call_from_thread(self.app.notify, line, severity=severity, timeout=2)
-        why = [f"{count} {words}" for count, words in ((ended, "had ended"), (refused, "refused: another backend's pid now"),
-                                                        (failed, "not signalled")) if count]
-        summary = f"{done_word} {done} of {len(sessions)} tagged session(s)" + (f": {', '.join(why)}" if why else "")
-        self._done(host, summary + " (m: each)", "information" if done == len(sessions) else "warning")
+        why = [f"{counts[kind]} {words}" for kind, words in (("ended", "had ended"), ("refused", "refused: another backend's pid now"),
+                                                              ("failed", "not signalled")) if counts[kind]]
+        summary = f"{done_word} {counts['done']} of {len(sessions)} tagged session(s)" + (f": {', '.join(why)}" if why else "")
+        self._done(host, summary + " (m: each)", "information" if counts["done"] == len(sessions) else "warning")
 
     # -- the engine's commands ----------------------------------------------------------------
 
@@ -528,6 +484,34 @@ class HostActions:
         except Exception as exc:
             message, severity = f"demo reset failed: {fmt.one_line(str(exc), 120)}", "error"
         self._done(host, message, severity)  # type: ignore[arg-type]
+
+
+def signal_one(host: Host, pid: int, terminate: bool, started: datetime | None, chosen: str) -> tuple[str, str, str]:
+    """Cancel or terminate one session by its identity (pid, `started`: when its backend started),
+    in a worker thread: (done | ended | refused | failed, what to say, its severity). A pid that is
+    another backend's now is refused by the statement that signals (queues/admin.py). `chosen`:
+    how the operator chose it (the session `shown`, `tagged`)."""
+    verb = "terminate" if terminate else "cancel"
+    try:
+        if host.backend is None:
+            raise RuntimeError("no database behind this view")
+        done = host.backend.signal_backend(pid, terminate, started) if started is not None \
+            else host.backend.signal_backend(pid, terminate)
+        why = getattr(done, "why", None)
+        if done:
+            return "done", f"{'terminated' if terminate else 'cancelled'} backend {pid}", "information"
+        if why == "gone":
+            return "ended", f"backend {pid} was not signalled: it has ended", "warning"
+        if why == "another backend":
+            return "refused", (f"refused to {verb} {pid}: that pid belongs to another backend now (started "
+                               f"{_clock(getattr(done, 'started', None))}, the session {chosen} started {_clock(started)}): "
+                               "the session you chose has ended; nothing done"), "error"
+        if why == "start hidden":
+            return "refused", (f"refused to {verb} {pid}: this role may not see when its backend started, so it cannot "
+                               f"tell it is the session {chosen} (grant pg_read_all_stats); nothing done"), "error"
+        return "failed", f"backend {pid} was not signalled (not allowed, or it ended meanwhile)", "warning"
+    except Exception as exc:
+        return "failed", f"could not signal {pid}: {fmt.one_line(str(exc), 100)}", "error"
 
 
 def _queue_details(backend, source: str, name: str, current: Callable[[], QueueSample | None] | None = None,

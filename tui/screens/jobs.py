@@ -301,7 +301,9 @@ class JobsScreen(Screen[None]):
         if self.tags.pop(job.id, None) is None:
             self.tags[job.id] = job
         try:
-            self.query_one(DataTable).update_cell(job.id, "id", self._id_cell(job.id))
+            # Wider by its mark: the column too (DataTable keeps a column's width unless told), so
+            # the id stays whole.
+            self.query_one(DataTable).update_cell(job.id, "id", self._id_cell(job.id), update_width=True)
         except Exception:  # the row went with a reload meanwhile: the next page draws the mark
             pass
         self._title()
