@@ -84,7 +84,8 @@ def test_bench_probes_tiny_run(db, cli):
     assert report["large_depth"] == 3000
     # 3000 filled, one dead-lettered; above the default window the depth is an estimate.
     assert report["large_depth_reported"] == 2999 and report["large_depth_is_estimate"] is True
-    assert set(report["probe_ms_p50_large"]) == {"queues", "rings", "leases", "locks", "connections", "compaction", "replication"}
+    assert set(report["probe_ms_p50_large"]) == {"queues", "rings", "leases", "locks", "connections", "compaction", "replication",
+                                                     "server_stats"}
     with db.connect() as conn:
         assert conn.execute('SELECT count(*) FROM queuetop."q_bench.probes"').fetchone()[0] == 0
         assert conn.execute("SELECT to_regclass('public.queuetop_bench_pileup')").fetchone()[0] is None  # cleaned up
