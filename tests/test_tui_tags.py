@@ -59,6 +59,8 @@ async def test_k_on_two_tagged_sessions_terminates_exactly_those(db, size):
                          "the tagged marked")
             await settle(pilot, app, lambda: "2 tagged" in str(panel.border_subtitle) or "2*" in str(panel.border_subtitle),
                          "the count in the border")
+            if "untags" in str(panel.border_subtitle):  # where it says which key untags, that key untags
+                assert f"2 tagged ({app.key_for('sessions.untag')} untags)" in str(panel.border_subtitle)
             # Space again untags; Space once more tags it back.
             await select(pilot, app, b.pid)
             await pilot.press("space")

@@ -373,7 +373,9 @@ class SessionsPanel(Panel):
 
     def _say_tags(self) -> None:
         count = len(self.tags)
-        self.set_subtitle("tags", *((f"{count} tagged (u untags)", f"{count} tagged", f"{count}*") if count else ()))
+        key_for = getattr(self.app, "key_for", None)  # the key as the config's [keys] may have remapped it
+        untag = key_for("sessions.untag") if key_for is not None else "T"
+        self.set_subtitle("tags", *((f"{count} tagged ({untag} untags)", f"{count} tagged", f"{count}*") if count else ()))
 
     def _say_backends(self, others: int) -> None:
         """The border says what the list leaves out (the server's processes and queuetop's own
