@@ -201,9 +201,11 @@ def test_idle_queue_costs_about_one_query_per_poll_interval(db):
             conn.execute("SELECT pg_stat_clear_snapshot()")
             return queue_scans(conn, queue)
 
+        # Every worker's first claim made (a session is idle before it too, while its worker waits
+        # at the start barrier: under load such first claims fell into the window), then all idle.
         wait_until(
-            lambda: count_sessions(conn, "queuetop-%:claim:jobs", "idle") == 9,
-            what="8 idle workers and the listener",
+            lambda: pool.polls >= 8 and count_sessions(conn, "queuetop-%:claim:jobs", "idle") == 9,
+            what="8 workers past their first claim, idle, and the listener",
         )
         before, polls_before, t0 = scans(), pool.polls, time.monotonic()
         threading.Event().wait(6.0)  # the measurement window itself, not a synchronisation
