@@ -83,6 +83,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--server", default=None, metavar="MAJOR",
         help="run the server-matrix subset (tests marked `matrix`) on a real PostgreSQL of this major "
              "(12-18; tests/servers.py fetches it) instead of the embedded one")
+    parser.addoption(
+        "--matrix-elsewhere", action="store_true",
+        help="leave out what a --server run takes (the matrix subset): `make test` runs it on stock 12-18 "
+             "beside this run, so the embedded server need not run it again")
 
 
 # The majors the large truth oracle (tests marked `oracle`) runs on besides the embedded server: 15
@@ -95,7 +99,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """With --server, only the matrix subset runs (and the large oracle on ORACLE_MAJORS): the
     rest needs the embedded server's own parts."""
     major = config.getoption("--server")
-    if major is None:
+    elsewhere = config.getoption("--matrix-elsewhere")
+    if major is None and not elsewhere:
         return
     def in_subset(item: pytest.Item) -> bool:  # SQL Server's runs of a conformance test are not the matrix's
         params = getattr(item, "callspec", None)
@@ -106,8 +111,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             marked = item.get_closest_marker("matrix") is not None
         return marked and (params is None or params.params.get("engine_db") != "mssql")
 
-    config.hook.pytest_deselected(items=[item for item in items if not in_subset(item)])
-    items[:] = [item for item in items if in_subset(item)]
+    # With --matrix-elsewhere, exactly the complement of a --server run: nothing falls between the two.
+    keep = (lambda item: not in_subset(item)) if major is None else in_subset
+    config.hook.pytest_deselected(items=[item for item in items if not keep(item)])
+    items[:] = [item for item in items if keep(item)]
 
 
 def pytest_report_header(config: pytest.Config) -> str:
