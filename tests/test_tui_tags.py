@@ -41,6 +41,16 @@ def pid_cell(app, pid: int) -> str:
     return str(app.query_one(SessionsPanel).query_one(KeyedTable).full_rows()[str(pid)][0])
 
 
+async def tag_sessions(pilot, app, listed, tagged) -> SessionsPanel:
+    """Once every sleeper of `listed` is in the Sessions panel, Space on each of `tagged`."""
+    panel = app.query_one(SessionsPanel)
+    await settle(pilot, app, lambda: {s.pid for s in listed} <= set(panel.shown_pids), "the sleepers listed", 1000)
+    for sleeper in tagged:
+        await select(pilot, app, sleeper.pid)
+        await pilot.press("space")
+    return panel
+
+
 @pytest.mark.parametrize("size", SIZES)
 async def test_k_on_two_tagged_sessions_terminates_exactly_those(db, size):
     a, b, c = Sleeper(db, "qt-tag-a"), Sleeper(db, "qt-tag-b"), Sleeper(db, "qt-tag-c")
@@ -48,11 +58,7 @@ async def test_k_on_two_tagged_sessions_terminates_exactly_those(db, size):
         wait_until(lambda: all(running(db, s.pid) for s in (a, b, c)), timeout=15, what="three sleepers")
         app = live_app(db)
         async with app.run_test(size=size) as pilot:
-            panel = app.query_one(SessionsPanel)
-            await settle(pilot, app, lambda: {a.pid, b.pid, c.pid} <= set(panel.shown_pids), "the three listed", 1000)
-            for sleeper in (a, b):
-                await select(pilot, app, sleeper.pid)
-                await pilot.press("space")
+            panel = await tag_sessions(pilot, app, (a, b, c), (a, b))
             assert {pid for pid, _started in panel.tags} == {a.pid, b.pid}
             # Marked on their line (a mark, not a colour alone), counted in the border.
             await settle(pilot, app, lambda: pid_cell(app, a.pid) == f"{TAG_MARK}{a.pid}" and pid_cell(app, c.pid) == str(c.pid),
@@ -119,11 +125,7 @@ async def test_a_tagged_session_that_ends_is_untagged_and_said(db):
         wait_until(lambda: running(db, gone.pid) and running(db, stays.pid), timeout=15, what="two sleepers")
         app = live_app(db)
         async with app.run_test(size=(100, 30)) as pilot:
-            panel = app.query_one(SessionsPanel)
-            await settle(pilot, app, lambda: {gone.pid, stays.pid} <= set(panel.shown_pids), "both listed", 1000)
-            for sleeper in (gone, stays):
-                await select(pilot, app, sleeper.pid)
-                await pilot.press("space")
+            panel = await tag_sessions(pilot, app, (gone, stays), (gone, stays))
             assert len(panel.tags) == 2
             gone.close(db)  # it ends on its own
             await settle(pilot, app, lambda: {pid for pid, _s in panel.tags} == {stays.pid}, "the ended one untagged", 1000)

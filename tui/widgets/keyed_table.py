@@ -231,7 +231,7 @@ class KeyedTable(DataTable):
             # A second text column (a lease's holder) only once the more important ones (its
             # name) can be whole: a name cut to make room for a holder helps no one.
             deficit = sum(self._widths[i] - self._base(i) for i in chosen if self._spec[i].text)
-            if not self._yields(column, len(chosen), names_whole=used + deficit <= available):
+            if not self._yields(index, len(chosen), names_whole=used + deficit <= available):
                 deficit = 0
             if chosen and used + need + deficit > available:
                 break  # this one and every less important one stay out
@@ -312,7 +312,7 @@ class KeyedTable(DataTable):
             # A names_first figure first shows at `used` where that is narrower than the names
             # whole without it (they cannot be whole: it is shown as in any table, need <
             # deficit), else where the names stay whole beside it (used + deficit).
-            owed = deficit if self._yields(column, len(chosen), names_whole=need >= deficit) else 0
+            owed = deficit if self._yields(index, len(chosen), names_whole=need >= deficit) else 0
             chosen.append(index)
             shown = max(used + owed, steps[-1][0] if steps else 0)
             whole = used + sum(self._widths[i] - self._base(i) for i in chosen if self._spec[i].text)
@@ -326,15 +326,16 @@ class KeyedTable(DataTable):
         filled = self._filled
         return sorted(range(len(self._spec)), key=lambda i: (i > 0 and not filled[i], self._spec[i].priority, i))
 
-    def _yields(self, column: Column, before: int, *, names_whole: bool) -> bool:
-        """Whether `column`, with `before` columns chosen ahead of it, is shown only once the text
+    def _yields(self, index: int, before: int, *, names_whole: bool) -> bool:
+        """Whether the column at `index`, with `before` columns chosen ahead of it, is shown only once the text
         columns before it can be whole: a second name (a lease's holder), a column that yields to
         names, and in a `names_first` table every column past the first two where the names can
         be whole without it (`names_whole`), and a column blank in every row (`_filled`). Where
         they cannot (a name longer than the row), a figure left out would not make them whole:
         it is shown as in any table."""
+        column = self._spec[index]
         return column.text or column.yields_to_names or (self._names_first and before >= 2 and names_whole) \
-            or (before >= 1 and not self._filled[self._spec.index(column)])
+            or (before >= 1 and not self._filled[index])
 
     def _base(self, index: int) -> int:
         """A text column's narrowest: its min_width, never narrower than its header (a cut header
