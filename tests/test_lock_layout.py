@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from textual.widgets import Tree
 
 from probes.model import BlockedSession, Blocker, PreparedXact, WaitCycle
@@ -18,6 +19,12 @@ from tui.widgets.panels.lock_layout import GROUP_MIN, MAX_DEPTH, lay_out
 from .test_tui import sample_app, settle
 
 HOLDER, FIRST, CHAIN_ROOT = 50_000, 50_001, 60_000
+
+
+def ended_said(tree, pid: int) -> bool:
+    """The Locks root says the cursor's session ended: first, in fewer words where the panel is narrow."""
+    label = str(tree.root.label)
+    return label.startswith((f"session {pid} ended · ", f"{pid} ended · "))
 
 
 def _placed(layout) -> list[int]:
@@ -142,8 +149,34 @@ async def test_the_cursor_stays_on_its_session_while_the_tree_moves_and_says_whe
         await settle(pilot, app, lambda: any(n.data == 40_000 for n in tree.root.children), "the new root drawn")
         assert panel.selected_pid == target and tree.cursor_line != line  # the same session, on another line
         await pilot.press("r")
-        await settle(pilot, app, lambda: str(tree.root.label).startswith(f"session {target} ended"), "its end said")
+        await settle(pilot, app, lambda: ended_said(tree, target), "its end said")
         assert panel.selected_pid is None  # on the root: nothing to cancel, no other session taken for it
         await pilot.press("down")  # the operator moves on: at the next sample the notice is gone
         await pilot.press("r")
-        await settle(pilot, app, lambda: not str(tree.root.label).startswith("session"), "the notice read and gone")
+        await settle(pilot, app, lambda: not ended_said(tree, target), "the notice read and gone")
+
+
+@pytest.mark.parametrize("size", [(80, 24), (100, 30)])
+async def test_when_the_last_blocked_session_ends_the_root_still_says_none_are_blocked(size):
+    """The cursor's session ends with the whole pile-up: the Locks panel narrows to what it holds
+    now, and its root line says no blocked sessions (the ended notice beside it where it fits, after
+    it where not), never an empty line (watched in tmux: a bare ▼ at 100x30 after K on the holder)."""
+    base = pileup_snapshot(waiters=20, chain=6)
+    calm = replace(base, blocked=(), blockers=(), cycles=())
+    app = sample_app(snapshots=[base, calm, calm])
+    async with app.run_test(size=size) as pilot:
+        panel = app.query_one(LocksPanel)
+        tree = panel.query_one(Tree)
+        target = CHAIN_ROOT + 4
+        await settle(pilot, app, lambda: panel.select_pid(target), "a chain's session selected")
+        await pilot.press("r")
+        await settle(pilot, app, lambda: "no blocked sessions" in str(tree.root.label), "none blocked, said")
+        await pilot.pause(0.2)  # the row's widths shared again after the tree narrowed
+        label = str(tree.root.label)
+        width = tree.size.width - 4  # the root's ▼ and the tree's guides
+        assert "no blocked sessions" in label
+        if width >= len(f"{target} ended · no blocked sessions"):
+            assert ended_said(tree, target), (label, width)
+        else:
+            assert label.startswith("no blocked sessions"), (label, width)
+        assert panel.selected_pid is None

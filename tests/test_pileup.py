@@ -20,6 +20,7 @@ from probes.postgres import PostgresProbes
 from probes.sampler import run_cycle
 
 from .conftest import wait_until
+from .test_lock_layout import ended_said
 from .test_probes import sessions, start_waiting
 from .test_tui import live_app, settle
 
@@ -131,7 +132,7 @@ async def test_the_dashboard_in_a_pile_up_groups_it_answers_keys_and_keeps_its_c
             assert panel.selected_pid == target
             with db.connect() as admin:
                 admin.execute("SELECT pg_terminate_backend(%s)", (target,))
-            await settle(pilot, app, lambda: str(tree.root.label).startswith(f"session {target} ended"), "its end said", 1000)
+            await settle(pilot, app, lambda: ended_said(tree, target), "its end said", 1000)
             assert panel.selected_pid is None  # no other session slipped under the cursor
 
 

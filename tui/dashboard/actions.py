@@ -24,7 +24,7 @@ from textual.notifications import SeverityLevel
 from textual.widgets import DataTable
 
 from dbcore.dialect import dialect_named
-from dbcore.errors import QueuetopError
+from dbcore.errors import QueuetopError, first_line
 from jobs.registry import library_for
 from probes.model import Blocker, QueueSample, SessionSample, Snapshot
 
@@ -529,7 +529,8 @@ def _queue_details(backend, source: str, name: str, current: Callable[[], QueueS
     except Exception as exc:
         if queue is None or not queue.error:
             raise  # the details screen says it could not load them
-        out = [Text(f"its rows could not be read: {fmt.one_line(str(exc), 200)}", style="red")]
+        # The server's first line: a lock timeout's LINE n and caret are the probe's SQL, not the operator's.
+        out = [Text(f"its rows could not be read: {fmt.one_line(first_line(exc), 200)}", style="red")]
     if queue is None or queue.diagnosis is None:
         return [*unknown, *out]
     return [*unknown, verdict_renderable(queue, hint(queue) if hint is not None else None), *out]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual.message import Message
 from textual.widgets import Tree
@@ -256,8 +257,6 @@ class LocksPanel(Panel):
         """The root's line: what the tree holds, each count whole or left out."""
         count = len(snapshot.blocked)
         summary = []
-        if self._ended is not None:
-            summary.append((f"session {self._ended} ended · ", "bold yellow", False))
         summary.append((f"{count:,} blocked session(s)", "bold red", False))
         if layout.cycles:  # the rarest and worst first
             summary.append((f", {len(layout.cycles)} wait cycle(s)", "bold red", False))
@@ -265,7 +264,7 @@ class LocksPanel(Panel):
             summary.append((f", {len(layout.prepared)} prepared transaction(s)", "bold red", False))
         summary.append((f", {len(layout.roots):,} root blocker(s)", "bold red", False))
         if not count:
-            summary = summary[:1] if self._ended is not None else []
+            summary = []
             # "None blocked" only when the probe read the locks: a failed probe (no privilege, a
             # lock timeout) or none run (a replay before the host's recording) knows nothing.
             status = snapshot.probes.get("locks")
@@ -275,6 +274,7 @@ class LocksPanel(Panel):
                 summary += [("blocked sessions unknown: ", "bold yellow", False), (fmt.one_line(status.error, 200), "yellow", True)]
             else:
                 summary.append(("no blocked sessions", "green", False))
+        counted = len(summary)  # the blocked counts, or what is known of them
         # Application locks held (advisory locks; sp_getapplock's): seen before anyone waits.
         member_passes = self._member_passes(snapshot)
         held = [a for a in snapshot.app_locks if a.granted and (member_passes is None or member_passes(a))]
@@ -286,6 +286,17 @@ class LocksPanel(Panel):
             summary.append((held_said, "", False))
             names = ", ".join(f"{a.resource} by {a.pid}" for a in held[:5]) + (", …" if len(held) > 5 else "")
             summary.append((f": {names}", "dim", True))
+        if self._ended is not None:
+            # The session the cursor was on ended: said first, in fewer words where the first count
+            # would not fit beside it, else after the counts (a narrow Locks panel kept only the
+            # notice, and at 100x30 with nobody blocked left nothing at all: a bare ▼).
+            first = cell_len(summary[0][0])
+            for ended in (f"session {self._ended} ended · ", f"{self._ended} ended · "):
+                if cell_len(ended) + first <= width - 2:
+                    summary.insert(0, (ended, "bold yellow", False))
+                    break
+            else:
+                summary.insert(counted, (f" · session {self._ended} ended", "bold yellow", False))
         return summary
 
     def _remember(self, key: Key, node: TreeNode[int], more: list[TreeNode[int]], lines: list[Text]) -> None:
