@@ -18,6 +18,7 @@ from tests.test_tui import rendered_cells, sample_app, settle
 from tui.sample import sample_snapshot
 from tui.widgets.keyed_table import KeyedTable
 from tui.widgets.panels import LeasesPanel, LocksPanel, Panel
+from tui.widgets.panels.base import FIGURE, PHRASE, WORDS, wrap_segments
 
 SIZES = [(80, 24), (100, 30)]
 SMALL_ROW = ("rings", "leases", "compaction", "replication", "pooler")
@@ -325,3 +326,19 @@ async def test_widths_hold_still_from_sample_to_sample_and_follow_a_resize():
         assert str(app.query_one("#leases-table", KeyedTable).get_cell("payments-relay", "name")) == "payments-relay"
         assert_figures_whole(app)
         assert_no_name_clipped_beside_room(app)
+
+
+def test_a_lock_mode_is_not_broken_over_two_lines_where_one_line_holds_it():
+    """A root blocker's "holds ACCESS EXCLUSIVE" read "holds ACCESS" / "EXCLUSIVE  blocks 88" in a
+    narrow Locks panel (tmux, 100x30, a migration's lock): a PHRASE goes to the next line whole;
+    only where no line could hold it is it broken between words, nothing lost."""
+    def lines(kind, width, more):
+        parts = [("14016 ", "", FIGURE), ("idle in xact", "", FIGURE), ("  holds ACCESS EXCLUSIVE", "", kind),
+                 ("  blocks 88", "", FIGURE)]
+        return [line.plain for line in wrap_segments(parts, width, more)]
+
+    assert lines(WORDS, 36, 34) == ["14016 idle in xact  holds ACCESS", "EXCLUSIVE  blocks 88"]  # as it was
+    assert lines(PHRASE, 36, 34) == ["14016 idle in xact", "holds ACCESS EXCLUSIVE  blocks 88"]
+    assert lines(PHRASE, 60, 60) == ["14016 idle in xact  holds ACCESS EXCLUSIVE  blocks 88"]  # room: one line
+    narrow = lines(PHRASE, 18, 14)  # no line holds it: broken between words, every word kept
+    assert narrow[0] == "14016 idle in xact" and " ".join(narrow).split() == "14016 idle in xact holds ACCESS EXCLUSIVE blocks 88".split()

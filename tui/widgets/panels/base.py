@@ -51,7 +51,7 @@ def fit_segments(segments: list[tuple[str, str, bool]], width: int) -> Text:
 
 
 # The kinds of a wrapped label's parts (wrap_segments).
-FIGURE, WORDS, CUT = "figure", "words", "cut"
+FIGURE, WORDS, PHRASE, CUT = "figure", "words", "phrase", "cut"
 _TOKENS = re.compile(r"\s*\S+")
 
 
@@ -61,6 +61,8 @@ def wrap_segments(segments: list[tuple[str, str, str]], width: int, more_width: 
 
     - FIGURE: whole, on the line where it fits (the next one if need be), never cut;
     - WORDS: an explanation, whole, broken between words over as many lines as it takes;
+    - PHRASE: words that read as one (a lock mode: "holds ACCESS EXCLUSIVE"), on one line, the
+      next one if need be; broken as WORDS only where no line could hold them;
     - CUT: a name or a query, on the line it starts on: whole, or its first words and an ellipsis
       (at least 6 cells of it), or left out.
 
@@ -98,6 +100,8 @@ def wrap_segments(segments: list[tuple[str, str, str]], width: int, more_width: 
             if cell_len(text.lstrip() if not lines[-1] else text) <= room():
                 put(text, style)
             continue
+        if kind == PHRASE and lines[-1] and cell_len(text) > room() and cell_len(text.lstrip()) <= more_width:
+            new_line()
         tokens = _TOKENS.findall(text)
         if kind == CUT:
             if cell_len(text) <= room():
@@ -111,7 +115,7 @@ def wrap_segments(segments: list[tuple[str, str, str]], width: int, more_width: 
             if cell_len(taken.strip()) >= 6:  # a word or two: a letter or two would say nothing
                 put(taken + "…", style)
             continue
-        for token in tokens:  # WORDS
+        for token in tokens:  # WORDS, and a PHRASE
             if cell_len(token if lines[-1] else token.lstrip()) <= room():
                 put(token, style)
                 continue

@@ -12,7 +12,7 @@ from probes.model import BlockedSession, Blocker, PreparedXact
 
 from ... import format as fmt
 from ..keyed_table import RowsShown, rows_shown
-from .base import CULPRIT_STATES, CUT, FIGURE, SHORT_STATES, WORDS, fit_segments, wrap_segments
+from .base import CULPRIT_STATES, CUT, FIGURE, PHRASE, SHORT_STATES, WORDS, fit_segments, wrap_segments
 
 
 def label_width(tree_width: int, depth: int) -> int:
@@ -35,7 +35,7 @@ def blocker_label(r: Blocker, tree_width: int) -> list[Text]:
     return wrap_segments([
         (f"{r.pid} ", "bold", FIGURE),
         (SHORT_STATES.get(r.state or "?", r.state or "?"), "bold red" if r.state in CULPRIT_STATES else "yellow", FIGURE),
-        (f"  holds {MODE_WORDS.get(r.held_mode, r.held_mode)}" if r.held_mode else "", "magenta", WORDS),
+        (f"  holds {MODE_WORDS.get(r.held_mode, r.held_mode)}" if r.held_mode else "", "magenta", PHRASE),
         (f"  blocks {fmt.blocks_text(r.blocked_count, r.blocked_processes)}", "", FIGURE),
         (f"  xact {fmt.seconds(r.xact_age_s)}".ljust(XACT_CELLS), "", FIGURE),
         (f"  {r.application or '-'}", "cyan", CUT), (f"  {fmt.one_line(r.query, 200)}", "", CUT),
