@@ -997,6 +997,25 @@ async def test_held_application_locks_are_counted_on_the_locks_tree_and_their_na
         assert label.startswith(("no blocked sessions, 1 app lock held", "none blocked, 1 app lock held")), label
 
 
+async def test_before_the_first_sample_the_locks_tree_claims_no_calm():
+    """Watched in tmux behind a PgBouncer whose pool was exhausted: the status line waited for the
+    first sample while the Locks tree already said "no blocked sessions"."""
+    from tui.sample import SampleSource
+    from tui.widgets.panels.locks import NOT_SAMPLED_YET
+
+    class Silent(SampleSource):
+        def start(self) -> None:  # the first sample never comes
+            self.started = True
+
+    app = QueuetopApp(lambda sink: Silent(sink, [sample_snapshot(step=0)]))
+    async with app.run_test(size=(100, 30)) as pilot:
+        tree = app.query_one(LocksPanel).query_one(Tree)
+        await pilot.pause(0.2)
+        assert app.snapshot is None and str(tree.root.label) == NOT_SAMPLED_YET
+        await pilot.press("r")  # a refresh brings the first sample: now the tree knows
+        await settle(pilot, app, lambda: app.snapshot is not None and str(tree.root.label) != NOT_SAMPLED_YET, "the first sample")
+
+
 async def test_the_locks_tree_claims_no_calm_it_did_not_see():
     """An empty tree says "no blocked sessions" only when the locks probe read the locks: a probe
     that failed (no privilege, a lock timeout) says it does not know, and why."""

@@ -62,6 +62,7 @@ def _session_or_own(name: str, own: str | None = None) -> Callable[[tuple[Any, S
 # A label's width when the panel is zoomed: every part whole, however long (a query is cut at 200
 # characters by one_line); the tree scrolls sideways.
 UNFITTED = 10_000
+NOT_SAMPLED_YET = "locks not sampled yet"
 
 
 class LocksPanel(Panel):
@@ -119,7 +120,9 @@ class LocksPanel(Panel):
                 and not any(p.blocked_count for p in s.prepared_xacts))
 
     def compose(self):
-        tree = LockTree("no blocked sessions", id="locks-tree")
+        # Until the first sample, nothing is known (a pooler may hold the probes' first queries for
+        # a while): never "no blocked sessions" before the locks were read.
+        tree = LockTree(NOT_SAMPLED_YET, id="locks-tree")
         tree.show_root = True
         tree.guide_depth = 2
         yield tree
