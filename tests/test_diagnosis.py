@@ -9,7 +9,8 @@ import json
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from probes.diagnosis import CODES, Diagnoser, consumers_of, names_table, table_name, takes_messages
+from probes.consumers import consumers_of, names_table, table_name, takes_messages
+from probes.diagnosis import CODES, Diagnoser
 from probes.model import (
     BlockedSession,
     Blocker,
