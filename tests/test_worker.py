@@ -157,7 +157,9 @@ def test_without_notification_an_idle_pool_polls_once_per_interval_and_claims_th
     recorder = Recorder()
     pool = WorkerPool(db.target, "jobs", recorder, WorkOptions(workers=8, poll_interval_s=0.5))
     with running(pool), db.connect() as conn:
-        wait_until(lambda: count_sessions(conn, "queuetop-work:claim:jobs", "idle") == 8, what="8 idle workers")
+        # Past their first claims (a session is idle at the start barrier too, before its first claim).
+        wait_until(lambda: pool.polls >= 8 and count_sessions(conn, "queuetop-work:claim:jobs", "idle") == 8,
+                   what="8 workers past their first claim, idle")
         assert count_sessions(conn, "queuetop-listen:%", "idle") == 0  # nobody listens
         polls_before, t0 = pool.polls, time.monotonic()
         threading.Event().wait(4.0)  # the measurement window itself, not a synchronisation
