@@ -685,17 +685,21 @@ def describe_session(pid: int, session: SessionSample | None, root: Blocker | No
         if root.xact_age_s is not None:
             parts.append(f"transaction open {fmt.seconds(root.xact_age_s)}")
         query = root.query
+    return fmt.inert(", ".join(parts) + ". Query: " + _query_line(query, 200) + ".")
+
+
+def _query_line(query: str | None, limit: int) -> str:
+    """A query's first non-blank line, on one line of at most `limit` characters; `-` for none."""
     first = next((line.strip() for line in (query or "").splitlines() if line.strip()), "")
-    return fmt.inert(", ".join(parts) + ". Query: " + (fmt.one_line(first, 200) if first else "-") + ".")
+    return fmt.one_line(first, limit) if first else "-"
 
 
 def tagged_line(s: SessionSample) -> str:
     """A tagged session as the confirmation lists it, on one line: pid, user, application,
     state, how long (tui/filters.py's duration), the query's first line."""
     age = session_duration(s)
-    first = next((line.strip() for line in (s.query or "").splitlines() if line.strip()), "")
     return fmt.inert(f"{s.pid}  {s.user or '-'}  {s.application or '-'}  {s.state or '-'}  "
-                     f"{fmt.seconds(age) if age is not None else '-'}  {fmt.one_line(first, 80) if first else '-'}")
+                     f"{fmt.seconds(age) if age is not None else '-'}  {_query_line(s.query, 80)}")
 
 
 def what_ending_releases(snapshot: Snapshot | None, pid: int) -> str:

@@ -99,6 +99,7 @@ class LocksPanel(Panel):
         self._key_of: dict[int, Key] = {}  # id(tree node) -> its key (a wrapped line: its node's)
         self._shown: dict[Key, list[Text]] = {}  # the lines each node shows now
         self._layout: Layout | None = None
+        self._passes_member: Callable[[Any], bool] | None = None  # the filter `_layout` was laid out with
         self._summary_width = 0  # summary_width() when the tree was last built
         self._layout_nodes: list[Node] = []  # the layout's nodes, each group's list line among them
         self._opened: set[Key] = set()  # the groups whose sessions are listed (opened by the user)
@@ -206,7 +207,8 @@ class LocksPanel(Panel):
         tree = self.query_one(LockTree)
         if self._ended is not None and self._cursor_key() is not None:
             self._ended = None  # the operator moved the cursor on since: the notice was read
-        member_passes = self._member_passes(snapshot)
+        # Built once per tree (a dict of the sample's sessions): the layout and the root's line use it.
+        member_passes = self._passes_member = self._member_passes(snapshot)
         layout = self._layout = lay_out(snapshot, member_passes)
         # Each label fitted to the width, over more lines where an explanation needs them; zoomed,
         # on one line (the tree scrolls sideways instead).
@@ -279,7 +281,7 @@ class LocksPanel(Panel):
                 summary.append(("no blocked sessions", "green", False))
         counted = len(summary)  # the blocked counts, or what is known of them
         # Application locks held (advisory locks; sp_getapplock's): seen before anyone waits.
-        member_passes = self._member_passes(snapshot)
+        member_passes = self._passes_member  # the filter of the tree `layout` was laid out with
         held = [a for a in snapshot.app_locks if a.granted and (member_passes is None or member_passes(a))]
         if held:
             held_said = f", {len(held)} app lock{'' if len(held) == 1 else 's'} held"
