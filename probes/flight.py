@@ -84,30 +84,30 @@ class FlightRecorder:
     def taken(self) -> tuple[list[bytes], Kept]:
         """The members kept now, oldest first, and what they amount to (they stay kept: a second
         R saves them again)."""
-        now = self._clock()
         with self._lock:
-            self._evict(now)
-            members = [member for _at, member in self._members]
-            span = now - self._members[0][0] if self._members else 0.0
-            return members, Kept(snapshots=len(members), bytes=self._bytes, span_s=span)
+            kept = self._kept_now()
+            return [member for _at, member in self._members], kept
 
     def kept(self) -> Kept:
         """What is kept now (the help and the notice say it)."""
-        now = self._clock()
         with self._lock:
-            self._evict(now)
-            span = now - self._members[0][0] if self._members else 0.0
-            return Kept(snapshots=len(self._members), bytes=self._bytes, span_s=span)
+            return self._kept_now()
+
+    def _kept_now(self) -> Kept:
+        """Past either bound dropped, what is kept (the caller holds the lock)."""
+        now = self._clock()
+        self._evict(now)
+        span = now - self._members[0][0] if self._members else 0.0
+        return Kept(snapshots=len(self._members), bytes=self._bytes, span_s=span)
 
     @property
     def bytes_bound_hit(self) -> bool:
         """Whether the memory bound, not the age, has dropped snapshots: fewer minutes are kept."""
         return self.evicted_by_bytes > 0
 
-    def clear(self) -> None:
-        with self._lock:
-            self._members.clear()
-            self._bytes = 0
+    def bound_note(self) -> str | None:
+        """Where the memory bound, not the age, dropped snapshots: `the 50 MB bound keeps less than 15 min`."""
+        return f"the {size_text(self.max_bytes)} bound keeps less than {self.max_age_s / 60:g} min" if self.bytes_bound_hit else None
 
     def describe(self) -> str:
         """The bounds in words, for the help's line for R: `the last 15 min (at most 50 MB)`."""

@@ -96,7 +96,7 @@ class Recorder:
             if self._fd is None:
                 return  # closed, or failed: a sampler's last snapshot after the end
             try:
-                _write_all(self._fd, member)
+                write_all(self._fd, member)
             except OSError as exc:
                 self.failed = exc
                 try:
@@ -170,7 +170,8 @@ class Recorder:
         return recording_files(self.path)
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes) -> None:
+    """All of `data` to `fd` (os.write may write less than asked)."""
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]

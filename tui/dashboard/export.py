@@ -35,9 +35,10 @@ from typing import Any
 from platformdirs import user_data_dir
 from textual.notifications import SeverityLevel
 
-from probes.jsonform import jsonable
+from probes.jsonform import jsonable, type_hints_of
 from probes.model import BlockedSession, Blocker, LeaseSample, QueueSample, RingSample, SessionSample, Snapshot
 from probes.postgres import SESSION_QUERY_CHARS
+from probes.recorder import write_all
 
 from ..widgets.keyed_table import KeyedTable
 from ..widgets.panels import ConnectionsPanel, LeasesPanel, LocksPanel, QueuesPanel, RingsPanel, SessionsPanel
@@ -223,12 +224,10 @@ def _lock_rows(panel: LocksPanel) -> tuple[list[str], list[list[object]]]:
     rows: list[list[object]] = []
     if layout is None:
         return header, rows
-    for blocker in layout.roots.values():
-        values = _flat(blocker)
-        rows.append(["root", *(values.get(name) for name in header[1:])])
-    for session in layout.blocked.values():
-        values = _flat(session)
-        rows.append(["blocked", *(values.get(name) for name in header[1:])])
+    for role, members in (("root", layout.roots.values()), ("blocked", layout.blocked.values())):
+        for member in members:
+            values = _flat(member)
+            rows.append([role, *(values.get(name) for name in header[1:])])
     return header, rows
 
 
@@ -250,8 +249,6 @@ def _columns(cls: type) -> list[str]:
 
 
 def _nested_class(cls: type, name: str) -> type | None:
-    from probes.jsonform import type_hints_of
-
     hint = type_hints_of(cls).get(name)
     for candidate in (hint, *getattr(hint, "__args__", ())):
         if isinstance(candidate, type) and is_dataclass(candidate):
@@ -329,9 +326,7 @@ def write_new_file(directory: Path, stem: str, suffix: str, data: bytes) -> Path
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            write_all(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)

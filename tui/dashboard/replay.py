@@ -45,8 +45,8 @@ def record_description(flight: FlightRecorder | None) -> str:
     # To the minute under one (the help's picture is the same however fast the test runs).
     span = span_text(kept.span_s) if kept.span_s >= 60 else "under a minute"
     now = f"now {span}, {kept.snapshots:,} snapshot(s), {size_text(kept.bytes)}"
-    if flight.bytes_bound_hit:
-        now += f": the {size_text(flight.max_bytes)} bound keeps less than {flight.max_age_s / 60:g} min at this size"
+    if (bound := flight.bound_note()) is not None:
+        now += f": {bound} at this size"
     return f"Record to a file, starting with {flight.describe()} ({now}) (again: stop)"
 
 
@@ -89,8 +89,8 @@ class LiveRecording:
             self.recorder = recorder
         history = f"{span_text(kept.span_s)} kept before now ({kept.snapshots:,} snapshot(s), {size_text(kept.bytes)})" \
             if kept.snapshots else "nothing kept before now yet"
-        if flight.bytes_bound_hit:
-            history += f"; the {size_text(flight.max_bytes)} bound keeps less than {flight.max_age_s / 60:g} min"
+        if (bound := flight.bound_note()) is not None:
+            history += f"; {bound}"
         return f"recording to {recorder.path}: {history}; R stops", "information"
 
     def write(self, snapshot: Snapshot) -> str | None:
