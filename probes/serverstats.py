@@ -64,7 +64,7 @@ def _read_of(rows: Sequence[DictRow]) -> _Read:
                  databases=databases)
 
 
-def _since(previous: _Read, datid: int, database: _Database) -> _Database | None:
+def _since(previous: _Read, datid: int) -> _Database | None:
     """A database's counters at the previous read, to count its growth from: None where it counts
     from 0 (not there then: created since; or its counters all 0 and never reset, as PostgreSQL 12-14
     show a database the statistics collector has no entry for yet: the entry, once made, has its
@@ -77,38 +77,34 @@ def _since(previous: _Read, datid: int, database: _Database) -> _Database | None
     return before
 
 
-def _deltas(previous: _Read, current: _Read) -> dict[str, int | None]:
-    """Each counter's growth between two reads, summed over the databases in the current one (a
-    new database from 0); None for a counter that went down in a database, or for every counter
-    of a database whose statistics were reset in between (the interval's figure is unknown)."""
-    out: dict[str, int | None] = {}
-    for counter in COUNTERS:
-        grown = []
-        for datid, database in current.databases.items():
-            before = _since(previous, datid, database)
-            now = database.counters[counter]
-            then = 0 if before is None else before.counters[counter]
-            if (before is not None and before.stats_reset != database.stats_reset) or now < then:
-                break
-            grown.append(now - then)
-        else:
-            out[counter] = sum(grown)
+def _growth(previous: _Read, current: _Read) -> dict[int, dict[str, int] | None]:
+    """Each database's growth of every counter between two reads (a new database from 0); None for
+    a database whose statistics were reset in between (the interval says nothing of it)."""
+    out: dict[int, dict[str, int] | None] = {}
+    for datid, database in current.databases.items():
+        before = _since(previous, datid)
+        if before is not None and before.stats_reset != database.stats_reset:
+            out[datid] = None
             continue
-        out[counter] = None
+        out[datid] = {c: database.counters[c] - (before.counters[c] if before is not None else 0) for c in COUNTERS}
     return out
 
 
-def _new_deadlocks(previous: _Read, current: _Read) -> dict[str, int]:
+def _deltas(growth: dict[int, dict[str, int] | None]) -> dict[str, int | None]:
+    """Each counter's growth summed over the databases; None for a counter that went down in a
+    database, or for every counter where a database's statistics were reset in between (the
+    interval's figure is unknown)."""
+    out: dict[str, int | None] = {}
+    for counter in COUNTERS:
+        grown = [None if g is None else g[counter] for g in growth.values()]
+        out[counter] = None if any(n is None or n < 0 for n in grown) else sum(n for n in grown if n is not None)
+    return out
+
+
+def _new_deadlocks(growth: dict[int, dict[str, int] | None], current: _Read) -> dict[str, int]:
     """Deadlocks by database that grew between two reads (a database reset in between says nothing)."""
-    new: dict[str, int] = {}
-    for datid, database in current.databases.items():
-        before = _since(previous, datid, database)
-        if before is not None and before.stats_reset != database.stats_reset:
-            continue
-        grown = database.counters["deadlocks"] - (before.counters["deadlocks"] if before is not None else 0)
-        if grown > 0:
-            new[database.name or "(shared catalogs)"] = grown
-    return new
+    return {current.databases[datid].name or "(shared catalogs)": g["deadlocks"]
+            for datid, g in growth.items() if g is not None and g["deadlocks"] > 0}
 
 
 def stats_between(previous: _Read | None, current: _Read, size: int | None, size_at: datetime | None) -> ServerStats:
@@ -121,14 +117,15 @@ def stats_between(previous: _Read | None, current: _Read, size: int | None, size
     ratio = None
     new: dict[str, int] = {}
     if previous is not None and interval is not None and interval > 0:
-        deltas = _deltas(previous, current)
+        growth = _growth(previous, current)  # one pass over the databases, for the rates and the deadlocks
+        deltas = _deltas(growth)
         rates.update({c: None if d is None else d / interval for c, d in deltas.items()})
         if previous.wal_bytes is not None and current.wal_bytes is not None and previous.standby == standby \
                 and current.wal_bytes >= previous.wal_bytes:
             rates["wal_bytes"] = (current.wal_bytes - previous.wal_bytes) / interval
         hit, read = deltas["blks_hit"], deltas["blks_read"]
         ratio = hit / (hit + read) if hit is not None and read is not None and hit + read > 0 else None
-        new = _new_deadlocks(previous, current)
+        new = _new_deadlocks(growth, current)
     if standby:
         for counter in WRITES:
             rates[counter] = None
