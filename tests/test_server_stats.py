@@ -29,8 +29,9 @@ from probes.prometheus import METRICS, families
 from probes.sampler import Sampler, run_cycle, run_probe
 from probes.serverstats import deadlock_notices
 from tui.dashboard import QueuetopApp
-from tui.dashboard.bars import NoticeBar, ServerBar, server_line, server_parts
+from tui.dashboard.bars import NoticeBar, ServerBar
 from tui.sample import sample_snapshot
+from tui.serverline import server_line, server_parts
 
 from .conftest import Database, flush_stats, wait_until
 

@@ -166,7 +166,7 @@ def parse(text: str) -> Filter:
             break
         match = _TERM.match(text, at)
         if match is None or (match.end() < len(text) and not text[match.end()].isspace()):
-            rest = text[at:].split()[0] if text[at:].split() else text[at:]
+            rest = text[at:].split()[0]  # text[at] is no space: a word starts there
             if rest.count('"') % 2 or rest.count("'") % 2:
                 raise FilterError(f"{rest!r}: a quote is not closed")
             raise FilterError(f"{rest!r}: a quoted value must end its term (e.g. query:\"FOR UPDATE\")")

@@ -20,8 +20,7 @@ from probes.model import ServerInfo, Snapshot, as_utc
 from probes.recording import ReplayClock, first_recorded_at
 
 from .. import format as fmt
-from ..serverline import server_line as server_line
-from ..serverline import server_parts as server_parts
+from ..serverline import server_line
 from .hosts import Host, hosts_text, server_stopped
 from .keymap import DETAILS, FOOTER_LABELS, KeyContext, footer_ids, footer_rank, panel_of
 
