@@ -50,9 +50,14 @@ def every_field(hint):
     return st.from_type(hint)
 
 
-SNAPSHOTS = every_field(Snapshot).flatmap(
-    lambda snapshot: st.dictionaries(st.text().filter(lambda key: key not in KNOWN), JSON_SCALARS, max_size=3).map(
-        lambda extra: replace(snapshot, extra=extra)))
+# The keys of `extra` the model reads, of their type (model.py check_extra: any other type is
+# refused); any other key holds any JSON value. (Hypothesis once drew the key "host" with a boolean.)
+TYPED_EXTRA = {"host": st.text(), "connected": st.booleans()}
+EXTRA = st.tuples(
+    st.dictionaries(st.text().filter(lambda key: key not in KNOWN and key not in TYPED_EXTRA), JSON_SCALARS, max_size=3),
+    st.fixed_dictionaries({}, optional=TYPED_EXTRA),
+).map(lambda parts: {**parts[0], **parts[1]})
+SNAPSHOTS = every_field(Snapshot).flatmap(lambda snapshot: EXTRA.map(lambda extra: replace(snapshot, extra=extra)))
 
 
 def through_json(snapshot: Snapshot) -> Snapshot:
